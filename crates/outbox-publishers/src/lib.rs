@@ -1,0 +1,8 @@
+//! Publishers for the outbox relay. The JSON-lines publishers (stdout, file)
+//! have no dependencies; each broker sits behind a cargo feature.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod stream;
+
+pub use stream::{FilePublisher, StdoutPublisher};

@@ -1,0 +1,20 @@
+//! The dependency-free publishers: JSON lines to stdout or to a file.
+
+mod file;
+mod stdout;
+
+pub use file::FilePublisher;
+pub use stdout::StdoutPublisher;
+
+use outbox::Event;
+
+/// Renders a batch as JSON lines, one object per event, each ending in `\n`.
+pub(crate) fn json_lines(batch: &[Event]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(batch.len() * 256);
+    for event in batch {
+        // Serialising a `serde_json::Value` cannot fail.
+        serde_json::to_writer(&mut out, &event.to_json_line()).expect("json");
+        out.push(b'\n');
+    }
+    out
+}

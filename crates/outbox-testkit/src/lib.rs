@@ -1,0 +1,11 @@
+//! Test kit for the outbox: a throwaway PostgreSQL, a publisher that records
+//! and fails on command, and checks of the guarantees.
+
+pub mod order;
+pub mod postgres;
+pub mod publisher;
+pub mod wait;
+
+pub use order::first_delivery_violation;
+pub use publisher::{Attempt, Fail, Match, TestPublisher};
+pub use wait::wait_until;

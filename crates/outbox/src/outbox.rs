@@ -1,0 +1,175 @@
+//! The producer side: writing events in the caller's transaction.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::{PgExecutor, PgPool};
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+use crate::event::NewEvent;
+use crate::schema::Schema;
+use crate::wakeup::Wakeup;
+
+const INSERT_ONE: &str = "INSERT INTO {schema}.outbox_events
+    (id, aggregate_type, aggregate_id, event_type, payload, headers, topic)
+VALUES ($1, $2, $3, $4, $5, $6, $7)";
+
+// One statement for many events; WITH ORDINALITY + ORDER BY keeps the
+// caller's order in `seq`.
+const INSERT_MANY: &str = "INSERT INTO {schema}.outbox_events
+    (id, aggregate_type, aggregate_id, event_type, payload, headers, topic)
+SELECT id, aggregate_type, aggregate_id, event_type, payload::jsonb, headers::jsonb, topic
+FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
+     WITH ORDINALITY AS e(id, aggregate_type, aggregate_id, event_type, payload, headers, topic, ord)
+ORDER BY ord";
+
+/// A handle for producers: writes events on the caller's connection or
+/// transaction and never begins or commits it. Cheap to clone.
+///
+/// ```no_run
+/// # async fn order(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+/// use outbox::{NewEvent, Outbox};
+/// let outbox = Outbox::new();
+/// let mut tx = pool.begin().await?;
+/// sqlx::query("INSERT INTO orders (id, total) VALUES ($1, $2)")
+///     .bind(42_i64).bind(10_i64).execute(&mut *tx).await?;
+/// outbox
+///     .enqueue(&mut *tx, &NewEvent::new("order", "42", "order.created", &serde_json::json!({"total": 10}))?)
+///     .await?;
+/// tx.commit().await?;
+/// outbox.wake(); // optional: the relay picks the event up at once
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Outbox {
+    schema: Schema,
+    insert_one: Arc<str>,
+    insert_many: Arc<str>,
+    wakeup: Arc<Wakeup>,
+}
+
+impl Default for Outbox {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Outbox {
+    /// A handle on the `public` schema with an in-process wake-up only.
+    pub fn new() -> Self {
+        Self::with_schema(Schema::default())
+    }
+
+    /// A handle on `schema`.
+    pub fn with_schema(schema: Schema) -> Self {
+        Outbox {
+            insert_one: schema.render(INSERT_ONE).into(),
+            insert_many: schema.render(INSERT_MANY).into(),
+            schema,
+            wakeup: Wakeup::local(),
+        }
+    }
+
+    /// Makes [`Outbox::wake`] also notify relays in other processes, with at
+    /// most one `NOTIFY` per `min_interval` sent on `pool` (never inside the
+    /// caller's transaction). Must be called inside a tokio runtime.
+    pub fn with_remote_wakeup(mut self, pool: PgPool, min_interval: Duration) -> Self {
+        self.wakeup = Wakeup::with_notify(pool, self.schema.channel(), min_interval);
+        self
+    }
+
+    /// The schema this handle writes to.
+    pub fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    /// The wake-up shared with relays built from this handle.
+    pub fn wakeup(&self) -> Arc<Wakeup> {
+        self.wakeup.clone()
+    }
+
+    /// Writes one event on `conn` (pass `&mut *tx` to write inside your
+    /// transaction). Validates it first; nothing is written if it is invalid.
+    /// Returns the event id.
+    pub async fn enqueue<'c, E: PgExecutor<'c>>(&self, conn: E, event: &NewEvent) -> Result<Uuid> {
+        event.validate()?;
+        let headers = serde_json::to_value(&event.headers).map_err(|source| Error::Serialize {
+            field: "headers",
+            source,
+        })?;
+        sqlx::query(&self.insert_one)
+            .bind(event.id)
+            .bind(&event.aggregate_type)
+            .bind(&event.aggregate_id)
+            .bind(&event.event_type)
+            .bind(sqlx::types::Json(&event.payload))
+            .bind(sqlx::types::Json(headers))
+            .bind(&event.topic)
+            .execute(conn)
+            .await
+            .map_err(Error::db("enqueueing an event"))?;
+        Ok(event.id)
+    }
+
+    /// Writes many events in one statement, in the given order. All are
+    /// validated first; if any is invalid nothing is written and the error
+    /// names its index.
+    pub async fn enqueue_many<'c, E: PgExecutor<'c>>(
+        &self,
+        conn: E,
+        events: &[NewEvent],
+    ) -> Result<Vec<Uuid>> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let n = events.len();
+        let (mut ids, mut types, mut aggs, mut kinds) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        let (mut payloads, mut headers, mut topics) =
+            (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+        for (i, event) in events.iter().enumerate() {
+            event.validate().map_err(|e| match e {
+                Error::Invalid { field, reason } => Error::Invalid {
+                    field: format!("events[{i}].{field}"),
+                    reason,
+                },
+                other => other,
+            })?;
+            ids.push(event.id);
+            types.push(event.aggregate_type.as_str());
+            aggs.push(event.aggregate_id.as_str());
+            kinds.push(event.event_type.as_str());
+            payloads.push(event.payload.to_string());
+            headers.push(serde_json::to_string(&event.headers).map_err(|source| {
+                Error::Serialize {
+                    field: "headers",
+                    source,
+                }
+            })?);
+            topics.push(event.topic.as_deref());
+        }
+        sqlx::query(&self.insert_many)
+            .bind(&ids)
+            .bind(&types)
+            .bind(&aggs)
+            .bind(&kinds)
+            .bind(&payloads)
+            .bind(&headers)
+            .bind(&topics)
+            .execute(conn)
+            .await
+            .map_err(Error::db("enqueueing events"))?;
+        Ok(ids)
+    }
+
+    /// Tells relays that events were committed. Call it after your commit;
+    /// without it the relay still finds the events by polling.
+    pub fn wake(&self) {
+        self.wakeup.wake();
+    }
+}

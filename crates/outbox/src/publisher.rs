@@ -1,0 +1,77 @@
+//! The seam between the relay and a broker.
+
+use async_trait::async_trait;
+
+use crate::event::Event;
+
+/// What happened to one event of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The broker acknowledged the event; the relay marks it done.
+    Delivered,
+    /// A failure that may pass (timeout, broker asked to back off): the
+    /// relay counts an attempt and retries after a backoff.
+    Retry(String),
+    /// The broker will never take this event (too large, invalid
+    /// destination): the relay dead-letters it at once with this error.
+    Rejected(String),
+}
+
+/// The whole transport is down (broker unreachable, connection lost). The
+/// relay burns no attempts for it: it backs off and tries the batch again.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("publisher unavailable: {message}")]
+pub struct Unavailable {
+    /// What failed, for logs and `/readyz`. Never contains credentials.
+    pub message: String,
+}
+
+impl Unavailable {
+    /// Builds the error.
+    pub fn new(message: impl Into<String>) -> Self {
+        Unavailable {
+            message: message.into(),
+        }
+    }
+}
+
+/// A broker the relay publishes to.
+///
+/// The relay calls [`Publisher::publish`] with a batch in which **no two
+/// events share an `aggregate_id`**, so a publisher may send a batch's events
+/// concurrently; it must return one [`Outcome`] per event, in batch order,
+/// and report [`Outcome::Delivered`] only after the broker acknowledged the
+/// event durably. Classification belongs to the publisher; backoff belongs to
+/// the relay.
+#[async_trait]
+pub trait Publisher: Send + Sync + 'static {
+    /// A short name for logs and metrics, e.g. `kafka`.
+    fn name(&self) -> &str;
+
+    /// Publishes a batch; `Err` means the transport is down for all of it.
+    async fn publish(&self, batch: &[Event]) -> Result<Vec<Outcome>, Unavailable>;
+
+    /// Checks that the broker is reachable (used by readiness checks).
+    async fn health(&self) -> Result<(), Unavailable> {
+        Ok(())
+    }
+
+    /// Flushes and releases resources; called once when the relay stops.
+    async fn close(&self) {}
+}
+
+#[async_trait]
+impl<P: Publisher + ?Sized> Publisher for std::sync::Arc<P> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    async fn publish(&self, batch: &[Event]) -> Result<Vec<Outcome>, Unavailable> {
+        (**self).publish(batch).await
+    }
+    async fn health(&self) -> Result<(), Unavailable> {
+        (**self).health().await
+    }
+    async fn close(&self) {
+        (**self).close().await
+    }
+}

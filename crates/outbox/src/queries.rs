@@ -1,0 +1,116 @@
+//! Every statement the relay, the status report and the maintenance commands
+//! run, in one place. `{schema}` is replaced by the configured schema.
+
+/// Pending, live rows of the owned partitions, in seq order, skipping every
+/// aggregate that has an event waiting out a backoff (so later events of that
+/// aggregate are held back). A plain read: partition ownership, not row
+/// locks, keeps other relays away.
+pub const EVENT_CLAIM_BATCH: &str = "
+SELECT id, seq, aggregate_type, aggregate_id, event_type, payload::text, headers::text,
+       topic, attempts, created_at, partition
+FROM {schema}.outbox_events
+WHERE processed_at IS NULL AND dead_lettered_at IS NULL
+  AND partition = ANY($1::int[])
+  AND aggregate_id NOT IN (
+      SELECT aggregate_id FROM {schema}.outbox_events
+      WHERE processed_at IS NULL AND dead_lettered_at IS NULL
+        AND next_attempt_at > now())
+ORDER BY seq
+LIMIT $2";
+
+/// Time until the earliest backoff of the owned partitions ends.
+pub const EVENT_NEXT_RETRY_MS: &str = "
+SELECT (EXTRACT(EPOCH FROM min(next_attempt_at) - now()) * 1000)::bigint
+FROM {schema}.outbox_events
+WHERE processed_at IS NULL AND dead_lettered_at IS NULL
+  AND next_attempt_at > now() AND partition = ANY($1::int[])";
+
+/// Acknowledged events, delete-on-ack mode. Not fenced: a delivered event is
+/// delivered whoever owns its partition now.
+pub const EVENT_DELETE_DELIVERED: &str = "
+DELETE FROM {schema}.outbox_events WHERE id = ANY($1::uuid[])";
+
+/// Acknowledged events, retention mode.
+pub const EVENT_MARK_PROCESSED: &str = "
+UPDATE {schema}.outbox_events SET processed_at = now(), next_attempt_at = NULL
+WHERE id = ANY($1::uuid[]) AND processed_at IS NULL";
+
+/// Failed events: count the attempt, keep the error, then either schedule
+/// the next attempt or dead-letter. Fenced: only while this instance still
+/// owns the partition under the epoch it claimed with ($6 holds the epoch per
+/// partition, index = partition + 1).
+pub const EVENT_MARK_FAILED: &str = "
+UPDATE {schema}.outbox_events e SET
+    attempts = e.attempts + 1,
+    last_error = f.error,
+    next_attempt_at = CASE WHEN f.dead THEN NULL
+                           ELSE now() + f.delay_ms * interval '1 millisecond' END,
+    dead_lettered_at = CASE WHEN f.dead THEN now() END
+FROM UNNEST($1::uuid[], $2::text[], $3::bigint[], $4::bool[]) AS f(id, error, delay_ms, dead)
+WHERE e.id = f.id AND e.processed_at IS NULL AND e.dead_lettered_at IS NULL
+  AND EXISTS (SELECT 1 FROM {schema}.outbox_partitions p
+              WHERE p.partition = e.partition AND p.owner = $5
+                AND p.epoch = ($6::bigint[])[e.partition + 1])";
+
+/// Announces (or refreshes) a relay instance.
+pub const INSTANCE_HEARTBEAT: &str = "
+INSERT INTO {schema}.outbox_relay_instances (instance_id, heartbeat_at) VALUES ($1, now())
+ON CONFLICT (instance_id) DO UPDATE SET heartbeat_at = now()";
+
+/// Instances seen within the lease, sorted; forgets long-gone ones.
+pub const INSTANCE_LIVE: &str = "
+WITH gone AS (
+    DELETE FROM {schema}.outbox_relay_instances
+    WHERE heartbeat_at < now() - 10 * $1 * interval '1 millisecond' AND instance_id <> $2)
+SELECT instance_id FROM {schema}.outbox_relay_instances
+WHERE heartbeat_at >= now() - $1 * interval '1 millisecond' OR instance_id = $2
+ORDER BY instance_id";
+
+/// A stopping instance leaves.
+pub const INSTANCE_REMOVE: &str = "
+DELETE FROM {schema}.outbox_relay_instances WHERE instance_id = $1";
+
+/// Extends the leases this instance holds; returns the ones still held.
+pub const PARTITION_LEASE_RENEW: &str = "
+UPDATE {schema}.outbox_partitions
+SET lease_until = now() + $3 * interval '1 millisecond'
+WHERE owner = $1 AND partition = ANY($2::int[]) AND lease_until > now()
+RETURNING partition, epoch";
+
+/// Takes free or expired partitions (or this instance's own, after a
+/// restart), bumping the fencing epoch.
+pub const PARTITION_LEASE_ACQUIRE: &str = "
+UPDATE {schema}.outbox_partitions
+SET owner = $1, epoch = epoch + 1, lease_until = now() + $3 * interval '1 millisecond'
+WHERE partition = ANY($2::int[])
+  AND (owner IS NULL OR owner = $1 OR lease_until IS NULL OR lease_until < now())
+RETURNING partition, epoch";
+
+/// Gives partitions up so another instance can take them at once.
+pub const PARTITION_RELEASE: &str = "
+UPDATE {schema}.outbox_partitions SET owner = NULL, lease_until = NULL
+WHERE owner = $1 AND partition = ANY($2::int[])";
+
+/// The number of partitions.
+pub const PARTITION_COUNT: &str = "SELECT count(*)::int FROM {schema}.outbox_partitions";
+
+/// Pending (live, not dead-lettered) events left; for `--drain`.
+pub const PENDING_COUNT: &str = "
+SELECT count(*) FROM {schema}.outbox_events
+WHERE processed_at IS NULL AND dead_lettered_at IS NULL";
+
+/// The status report's counters.
+pub const STATUS_COUNTS: &str = "
+SELECT count(*) FILTER (WHERE dead_lettered_at IS NULL) AS pending,
+       count(*) FILTER (WHERE dead_lettered_at IS NULL AND next_attempt_at IS NOT NULL) AS retrying,
+       count(*) FILTER (WHERE dead_lettered_at IS NOT NULL) AS dead_letters,
+       EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE dead_lettered_at IS NULL))::float8
+           AS oldest_pending_age_seconds
+FROM {schema}.outbox_events
+WHERE processed_at IS NULL";
+
+/// The status report's partition owners.
+pub const STATUS_PARTITIONS: &str = "
+SELECT partition, owner, epoch,
+       (EXTRACT(EPOCH FROM lease_until - now()) * 1000)::bigint AS lease_ms_left
+FROM {schema}.outbox_partitions ORDER BY partition";

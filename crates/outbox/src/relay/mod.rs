@@ -1,0 +1,289 @@
+//! The relay engine: publishes committed events, in order per aggregate, at
+//! least once. Embed it with [`Relay::builder`]; the `outbox relay` program
+//! runs the same engine.
+
+mod backoff;
+mod config;
+mod observe;
+mod ownership;
+mod store;
+mod worker;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::postgres::PgListener;
+use sqlx::PgPool;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use backoff::retry_delay;
+pub use config::{RelayConfig, Retention};
+pub use observe::{BatchReport, OutageKind, RelayObserver, RelayStats, StatsSnapshot};
+
+use crate::error::{Error, Result};
+use crate::publisher::Publisher;
+use crate::schema::Schema;
+use crate::wakeup::Wakeup;
+use ownership::Ownership;
+use store::Store;
+
+/// Entry point: `Relay::builder(pool, publisher)…spawn()`.
+#[derive(Debug)]
+pub struct Relay;
+
+impl Relay {
+    /// Starts building a relay that reads from `pool` and publishes with
+    /// `publisher`. The pool needs at least 3 connections (worker, leases,
+    /// wake-up listener).
+    pub fn builder(pool: PgPool, publisher: impl Publisher) -> RelayBuilder {
+        RelayBuilder {
+            pool,
+            publisher: Arc::new(publisher),
+            config: RelayConfig::default(),
+            schema: Schema::default(),
+            wakeup: None,
+            observer: None,
+        }
+    }
+}
+
+/// Configures and starts a relay.
+pub struct RelayBuilder {
+    pool: PgPool,
+    publisher: Arc<dyn Publisher>,
+    config: RelayConfig,
+    schema: Schema,
+    wakeup: Option<Arc<Wakeup>>,
+    observer: Option<Arc<dyn RelayObserver>>,
+}
+
+impl RelayBuilder {
+    /// Replaces the settings.
+    pub fn config(mut self, config: RelayConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// The schema holding the outbox (default `public`).
+    pub fn schema(mut self, schema: Schema) -> Self {
+        self.schema = schema;
+        self
+    }
+
+    /// Shares in-process wake-ups with producers: pass
+    /// `outbox.wakeup()` so `outbox.wake()` after a commit reaches this
+    /// relay at once.
+    pub fn wakeup(mut self, wakeup: Arc<Wakeup>) -> Self {
+        self.wakeup = Some(wakeup);
+        self
+    }
+
+    /// Adds an observer (metrics).
+    pub fn observer(mut self, observer: Arc<dyn RelayObserver>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// Validates the settings, checks the schema and starts the relay's
+    /// tasks on the current tokio runtime.
+    pub async fn spawn(self) -> Result<RelayHandle> {
+        self.config.validate()?;
+        {
+            let mut conn = self
+                .pool
+                .acquire()
+                .await
+                .map_err(Error::db("connecting"))?;
+            crate::migrate::ensure_migrated(&mut conn, &self.schema).await?;
+        }
+        let store = Store::new(self.pool.clone(), &self.schema);
+        let partitions = store.partition_count().await?;
+        let instance_id = self.config.resolved_instance_id();
+        let lease = Duration::from_millis(self.config.lease_ms);
+        let ownership = Ownership::new(instance_id.clone(), partitions, lease);
+        let wakeup = self.wakeup.unwrap_or_else(Wakeup::local);
+        let stats = Arc::new(RelayStats::default());
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+
+        let mut tasks = Vec::new();
+        tasks.push(tokio::spawn(lease_loop(
+            store.clone(),
+            ownership.clone(),
+            wakeup.clone(),
+            self.observer.clone(),
+            partitions as usize,
+            shutdown_rx.clone(),
+        )));
+        if self.config.listen {
+            tasks.push(tokio::spawn(listen_loop(
+                self.pool.clone(),
+                self.schema.channel(),
+                wakeup.clone(),
+            )));
+        }
+        tracing::info!(instance = %instance_id, partitions, publisher = self.publisher.name(), "relay started");
+        let worker = worker::Worker {
+            store,
+            ownership: ownership.clone(),
+            publisher: self.publisher,
+            config: self.config,
+            wakeup,
+            shutdown: shutdown_rx,
+            stats: stats.clone(),
+            observer: self.observer,
+        };
+        Ok(RelayHandle {
+            instance_id,
+            shutdown: shutdown_tx,
+            worker: tokio::spawn(worker.run()),
+            tasks,
+            stats,
+            ownership,
+        })
+    }
+}
+
+async fn lease_loop(
+    store: Store,
+    ownership: Arc<Ownership>,
+    wakeup: Arc<Wakeup>,
+    observer: Option<Arc<dyn RelayObserver>>,
+    total: usize,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let period = ownership.lease() / 3;
+    while !*shutdown.borrow() {
+        let before = ownership.held_count();
+        match ownership.tick(&store).await {
+            Ok(()) => {
+                let held = ownership.held_count();
+                if held > before {
+                    wakeup.wake_local();
+                }
+                if let Some(o) = &observer {
+                    o.on_ownership(held, total);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "lease round failed; retrying"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(period) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+}
+
+async fn listen_loop(pool: PgPool, channel: String, wakeup: Arc<Wakeup>) {
+    loop {
+        let mut listener = match PgListener::connect_with(&pool).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::debug!(error = %e, "wake-up listener cannot connect; polling meanwhile");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        if let Err(e) = listener.listen(&channel).await {
+            tracing::debug!(error = %e, "LISTEN failed; polling meanwhile");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
+        }
+        loop {
+            match listener.recv().await {
+                Ok(_) => wakeup.wake_local(),
+                Err(e) => {
+                    tracing::debug!(error = %e, "wake-up listener lost its connection");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// A running relay.
+pub struct RelayHandle {
+    instance_id: String,
+    shutdown: watch::Sender<bool>,
+    worker: JoinHandle<Result<()>>,
+    tasks: Vec<JoinHandle<()>>,
+    stats: Arc<RelayStats>,
+    ownership: Arc<Ownership>,
+}
+
+impl std::fmt::Debug for RelayHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RelayHandle")
+            .field("instance_id", &self.instance_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RelayHandle {
+    /// This instance's id.
+    pub fn instance_id(&self) -> &str {
+        &self.instance_id
+    }
+
+    /// Running totals.
+    pub fn stats(&self) -> StatsSnapshot {
+        self.stats.snapshot()
+    }
+
+    /// Partitions held right now.
+    pub fn held_partitions(&self) -> usize {
+        self.ownership.held_count()
+    }
+
+    /// Whether the relay has stopped (after shutdown, or a fatal error).
+    pub fn is_finished(&self) -> bool {
+        self.worker.is_finished()
+    }
+
+    /// Graceful stop: no new claims, the in-flight batch is published and
+    /// acknowledged, partitions are released for other instances at once.
+    pub async fn shutdown(self) -> Result<()> {
+        let _ = self.shutdown.send(true);
+        let result = match self.worker.await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "relay worker panicked");
+                Ok(())
+            }
+        };
+        for t in &self.tasks {
+            t.abort();
+        }
+        result
+    }
+
+    /// [`RelayHandle::shutdown`] with a deadline; past it the relay is
+    /// aborted (its partitions then move when their leases end).
+    pub async fn shutdown_within(self, deadline: Duration) -> Result<()> {
+        let _ = self.shutdown.send(true);
+        let tasks = self.tasks;
+        let mut worker = self.worker;
+        let result = match tokio::time::timeout(deadline, &mut worker).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Ok(()),
+            Err(_) => {
+                worker.abort();
+                Err(Error::ShutdownTimeout(deadline))
+            }
+        };
+        for t in &tasks {
+            t.abort();
+        }
+        result
+    }
+
+    /// Stops every task at once without releasing anything, as a crash
+    /// would (for tests of crash recovery).
+    pub fn abort(self) {
+        self.worker.abort();
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! Partition ownership: which partitions this instance may relay, under
+//! which fencing epoch, and until when.
+//!
+//! A lease task renews held leases every third of the lease, shares the
+//! partitions out among live instances (partition `p` goes to the
+//! `p % n`-th instance in sorted order) and takes the ones assigned to this
+//! instance as soon as they are free. Partitions assigned elsewhere are
+//! handed to the worker to release *between* batches, so a partition is
+//! never given up while one of its events is in flight.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::error::Result;
+use crate::relay::store::Store;
+
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    epoch: i64,
+    valid_until: Instant,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    held: BTreeMap<i32, Held>,
+    to_release: BTreeSet<i32>,
+}
+
+/// The partitions this instance holds; shared by the lease task and the
+/// worker.
+#[derive(Debug)]
+pub struct Ownership {
+    me: String,
+    partitions: i32,
+    lease: Duration,
+    state: Mutex<State>,
+    // Serialises ticks and releases so a renewal never resurrects a
+    // partition the worker has just given up.
+    ops: tokio::sync::Mutex<()>,
+    closing: std::sync::atomic::AtomicBool,
+}
+
+/// What the worker may claim now.
+#[derive(Debug, Clone, Default)]
+pub struct Claimable {
+    /// Partitions to claim from.
+    pub partitions: Vec<i32>,
+    /// Fencing epochs indexed by partition (-1 where not held).
+    pub epochs: Vec<i64>,
+}
+
+impl Ownership {
+    /// Nothing held yet.
+    pub fn new(me: String, partitions: i32, lease: Duration) -> Arc<Self> {
+        Arc::new(Ownership {
+            me,
+            partitions,
+            lease,
+            state: Mutex::new(State::default()),
+            ops: tokio::sync::Mutex::new(()),
+            closing: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// The lease length.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// This instance's id.
+    pub fn me(&self) -> &str {
+        &self.me
+    }
+
+    /// The margin kept before a lease's end: no publishing that close to it.
+    fn margin(&self) -> Duration {
+        self.lease / 5
+    }
+
+    /// Partitions held with time to spare, minus those being handed over.
+    pub fn claimable(&self) -> Claimable {
+        let now = Instant::now() + self.margin();
+        let st = self.state.lock().expect("ownership lock");
+        let mut epochs = vec![-1; self.partitions as usize];
+        let mut partitions = Vec::with_capacity(st.held.len());
+        for (p, h) in &st.held {
+            if h.valid_until > now && !st.to_release.contains(p) {
+                partitions.push(*p);
+                epochs[*p as usize] = h.epoch;
+            }
+        }
+        Claimable { partitions, epochs }
+    }
+
+    /// Whether `partition` is still held with time to spare.
+    pub fn still_valid(&self, partition: i32) -> bool {
+        let now = Instant::now() + self.margin();
+        let st = self.state.lock().expect("ownership lock");
+        st.held
+            .get(&partition)
+            .is_some_and(|h| h.valid_until > now)
+    }
+
+    /// How many partitions are held.
+    pub fn held_count(&self) -> usize {
+        self.state.lock().expect("ownership lock").held.len()
+    }
+
+    /// One round of the lease task: heartbeat, renew, rebalance, acquire.
+    pub async fn tick(&self, store: &Store) -> Result<()> {
+        let _ops = self.ops.lock().await;
+        if self.closing.load(std::sync::atomic::Ordering::Acquire) {
+            return Ok(());
+        }
+        let started = Instant::now();
+        store.instance_heartbeat(&self.me).await?;
+        let live = store.instance_live(&self.me, self.lease).await?;
+        let n = live.len().max(1) as i32;
+        let index = live.iter().position(|m| m == &self.me).unwrap_or(0) as i32;
+        let assigned: BTreeSet<i32> = (0..self.partitions).filter(|p| p % n == index).collect();
+
+        let held: Vec<i32> = {
+            let st = self.state.lock().expect("ownership lock");
+            st.held.keys().copied().collect()
+        };
+        let renewed = store
+            .partition_lease_renew(&self.me, &held, self.lease)
+            .await?;
+        let want: Vec<i32> = assigned
+            .iter()
+            .copied()
+            .filter(|p| !renewed.iter().any(|(q, _)| q == p))
+            .collect();
+        let acquired = store
+            .partition_lease_acquire(&self.me, &want, self.lease)
+            .await?;
+
+        let valid_until = started + self.lease;
+        let mut st = self.state.lock().expect("ownership lock");
+        let before = st.held.len();
+        st.held.clear();
+        for (p, epoch) in renewed.into_iter().chain(acquired) {
+            st.held.insert(p, Held { epoch, valid_until });
+        }
+        let lost = held.iter().filter(|p| !st.held.contains_key(p)).count();
+        if lost > 0 {
+            tracing::warn!(instance = %self.me, lost, "partition leases lost (expired or taken over)");
+        }
+        st.to_release = st
+            .held
+            .keys()
+            .copied()
+            .filter(|p| !assigned.contains(p))
+            .collect();
+        if st.held.len() != before {
+            tracing::info!(
+                instance = %self.me,
+                held = st.held.len(),
+                releasing = st.to_release.len(),
+                members = live.len(),
+                "partition ownership changed"
+            );
+        }
+        Ok(())
+    }
+
+    /// Releases the partitions marked for hand-over; the worker calls it
+    /// between batches.
+    pub async fn release_pending(&self, store: &Store) -> Result<()> {
+        let _ops = self.ops.lock().await;
+        let release: Vec<i32> = {
+            let st = self.state.lock().expect("ownership lock");
+            st.to_release.iter().copied().collect()
+        };
+        if release.is_empty() {
+            return Ok(());
+        }
+        store.partition_release(&self.me, &release).await?;
+        let mut st = self.state.lock().expect("ownership lock");
+        for p in &release {
+            st.held.remove(p);
+            st.to_release.remove(p);
+        }
+        Ok(())
+    }
+
+    /// Releases everything and leaves the group (graceful stop).
+    pub async fn release_all(&self, store: &Store) -> Result<()> {
+        let _ops = self.ops.lock().await;
+        self.closing.store(true, std::sync::atomic::Ordering::Release);
+        let all: Vec<i32> = {
+            let mut st = self.state.lock().expect("ownership lock");
+            let all = st.held.keys().copied().collect();
+            st.held.clear();
+            st.to_release.clear();
+            all
+        };
+        store.partition_release(&self.me, &all).await?;
+        store.instance_remove(&self.me).await
+    }
+}

@@ -1,0 +1,255 @@
+//! The relay's database calls, one method per statement in
+//! [`crate::queries`].
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use sqlx::{PgPool, Row};
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+use crate::event::Event;
+use crate::queries as q;
+use crate::schema::Schema;
+
+/// A failed event, as written by [`Store::event_mark_failed`].
+#[derive(Debug, Clone)]
+pub struct Failure {
+    /// The event.
+    pub id: Uuid,
+    /// The last error, kept in `last_error`.
+    pub error: String,
+    /// Delay before the next attempt.
+    pub delay: Duration,
+    /// Dead-letter instead of retrying.
+    pub dead: bool,
+}
+
+/// Statements rendered for one schema.
+#[derive(Debug, Clone)]
+pub struct Store {
+    pool: PgPool,
+    claim: String,
+    next_retry: String,
+    delete_delivered: String,
+    mark_processed: String,
+    mark_failed: String,
+    heartbeat: String,
+    live: String,
+    remove: String,
+    renew: String,
+    acquire: String,
+    release: String,
+    partition_count: String,
+}
+
+impl Store {
+    /// Renders every statement for `schema`.
+    pub fn new(pool: PgPool, schema: &Schema) -> Self {
+        let r = |s: &str| schema.render(s);
+        Store {
+            pool,
+            claim: r(q::EVENT_CLAIM_BATCH),
+            next_retry: r(q::EVENT_NEXT_RETRY_MS),
+            delete_delivered: r(q::EVENT_DELETE_DELIVERED),
+            mark_processed: r(q::EVENT_MARK_PROCESSED),
+            mark_failed: r(q::EVENT_MARK_FAILED),
+            heartbeat: r(q::INSTANCE_HEARTBEAT),
+            live: r(q::INSTANCE_LIVE),
+            remove: r(q::INSTANCE_REMOVE),
+            renew: r(q::PARTITION_LEASE_RENEW),
+            acquire: r(q::PARTITION_LEASE_ACQUIRE),
+            release: r(q::PARTITION_RELEASE),
+            partition_count: r(q::PARTITION_COUNT),
+        }
+    }
+
+    /// Claims up to `limit` deliverable events of `partitions`, in seq order.
+    pub async fn event_claim_batch(&self, partitions: &[i32], limit: usize) -> Result<Vec<Event>> {
+        let rows = sqlx::query(&self.claim)
+            .bind(partitions)
+            .bind(limit as i64)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(Error::db("claiming a batch"))?;
+        rows.into_iter()
+            .map(|row| {
+                let headers: String = row.get(6);
+                let headers: BTreeMap<String, String> = if headers == "{}" {
+                    BTreeMap::new()
+                } else {
+                    // Headers written by plain SQL may hold non-string values;
+                    // send those as their JSON text.
+                    let v: serde_json::Map<String, serde_json::Value> =
+                        serde_json::from_str(&headers).unwrap_or_default();
+                    v.into_iter()
+                        .map(|(k, v)| match v {
+                            serde_json::Value::String(s) => (k, s),
+                            other => (k, other.to_string()),
+                        })
+                        .collect()
+                };
+                Ok(Event {
+                    id: row.get(0),
+                    seq: row.get(1),
+                    aggregate_type: row.get(2),
+                    aggregate_id: row.get(3),
+                    event_type: row.get(4),
+                    payload: row.get(5),
+                    headers,
+                    topic: row.get(7),
+                    attempts: row.get(8),
+                    created_at: row.get(9),
+                    partition: row.get(10),
+                })
+            })
+            .collect()
+    }
+
+    /// Milliseconds until the earliest backoff in `partitions` ends, if any.
+    pub async fn event_next_retry(&self, partitions: &[i32]) -> Result<Option<Duration>> {
+        let ms: Option<i64> = sqlx::query_scalar(&self.next_retry)
+            .bind(partitions)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(Error::db("reading the next retry time"))?;
+        Ok(ms.map(|ms| Duration::from_millis(ms.max(0) as u64)))
+    }
+
+    /// Marks acknowledged events done (deletes them, or sets
+    /// `processed_at` when `keep`).
+    pub async fn event_mark_delivered(&self, ids: &[Uuid], keep: bool) -> Result<u64> {
+        let sql = if keep {
+            &self.mark_processed
+        } else {
+            &self.delete_delivered
+        };
+        let done = sqlx::query(sql)
+            .bind(ids)
+            .execute(&self.pool)
+            .await
+            .map_err(Error::db("acknowledging a batch"))?;
+        Ok(done.rows_affected())
+    }
+
+    /// Records failures in one statement, fenced by partition ownership.
+    pub async fn event_mark_failed(
+        &self,
+        failures: &[Failure],
+        owner: &str,
+        epochs: &[i64],
+    ) -> Result<u64> {
+        let ids: Vec<Uuid> = failures.iter().map(|f| f.id).collect();
+        let errors: Vec<&str> = failures.iter().map(|f| f.error.as_str()).collect();
+        let delays: Vec<i64> = failures
+            .iter()
+            .map(|f| f.delay.as_millis().min(i64::MAX as u128) as i64)
+            .collect();
+        let dead: Vec<bool> = failures.iter().map(|f| f.dead).collect();
+        let done = sqlx::query(&self.mark_failed)
+            .bind(&ids)
+            .bind(&errors)
+            .bind(&delays)
+            .bind(&dead)
+            .bind(owner)
+            .bind(epochs)
+            .execute(&self.pool)
+            .await
+            .map_err(Error::db("recording failed events"))?;
+        Ok(done.rows_affected())
+    }
+
+    /// Refreshes this instance's heartbeat.
+    pub async fn instance_heartbeat(&self, me: &str) -> Result<()> {
+        sqlx::query(&self.heartbeat)
+            .bind(me)
+            .execute(&self.pool)
+            .await
+            .map_err(Error::db("sending a heartbeat"))?;
+        Ok(())
+    }
+
+    /// Live instances, sorted.
+    pub async fn instance_live(&self, me: &str, lease: Duration) -> Result<Vec<String>> {
+        sqlx::query_scalar(&self.live)
+            .bind(lease.as_millis() as f64)
+            .bind(me)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(Error::db("listing relay instances"))
+    }
+
+    /// Removes this instance from the membership table.
+    pub async fn instance_remove(&self, me: &str) -> Result<()> {
+        sqlx::query(&self.remove)
+            .bind(me)
+            .execute(&self.pool)
+            .await
+            .map_err(Error::db("leaving the relay group"))?;
+        Ok(())
+    }
+
+    /// Renews leases; returns `(partition, epoch)` of those still held.
+    pub async fn partition_lease_renew(
+        &self,
+        me: &str,
+        partitions: &[i32],
+        lease: Duration,
+    ) -> Result<Vec<(i32, i64)>> {
+        self.lease_call(&self.renew, me, partitions, lease, "renewing leases")
+            .await
+    }
+
+    /// Acquires leases; returns `(partition, epoch)` of those taken.
+    pub async fn partition_lease_acquire(
+        &self,
+        me: &str,
+        partitions: &[i32],
+        lease: Duration,
+    ) -> Result<Vec<(i32, i64)>> {
+        self.lease_call(&self.acquire, me, partitions, lease, "acquiring leases")
+            .await
+    }
+
+    async fn lease_call(
+        &self,
+        sql: &str,
+        me: &str,
+        partitions: &[i32],
+        lease: Duration,
+        during: &'static str,
+    ) -> Result<Vec<(i32, i64)>> {
+        if partitions.is_empty() {
+            return Ok(Vec::new());
+        }
+        sqlx::query_as(sql)
+            .bind(me)
+            .bind(partitions)
+            .bind(lease.as_millis() as f64)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(Error::db(during))
+    }
+
+    /// Releases partitions.
+    pub async fn partition_release(&self, me: &str, partitions: &[i32]) -> Result<()> {
+        if partitions.is_empty() {
+            return Ok(());
+        }
+        sqlx::query(&self.release)
+            .bind(me)
+            .bind(partitions)
+            .execute(&self.pool)
+            .await
+            .map_err(Error::db("releasing partitions"))?;
+        Ok(())
+    }
+
+    /// The schema's partition count.
+    pub async fn partition_count(&self) -> Result<i32> {
+        sqlx::query_scalar(&self.partition_count)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(Error::db("reading the partition count"))
+    }
+}

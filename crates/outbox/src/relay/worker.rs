@@ -1,0 +1,335 @@
+//! The relay loop: claim a batch from the owned partitions, publish it in
+//! per-aggregate waves, acknowledge it, repeat.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use crate::error::Result;
+use crate::event::Event;
+use crate::publisher::{Outcome, Publisher};
+use crate::relay::backoff::{retry_delay, OutageBackoff};
+use crate::relay::config::{RelayConfig, Retention};
+use crate::relay::observe::{BatchReport, OutageKind, RelayObserver, RelayStats};
+use crate::relay::ownership::{Claimable, Ownership};
+use crate::relay::store::{Failure, Store};
+use crate::wakeup::Wakeup;
+
+pub(crate) struct Worker {
+    pub store: Store,
+    pub ownership: Arc<Ownership>,
+    pub publisher: Arc<dyn Publisher>,
+    pub config: RelayConfig,
+    pub wakeup: Arc<Wakeup>,
+    pub shutdown: watch::Receiver<bool>,
+    pub stats: Arc<RelayStats>,
+    pub observer: Option<Arc<dyn RelayObserver>>,
+}
+
+/// Splits a batch (in seq order) into waves: wave `k` holds the `k`-th event
+/// of every aggregate, so no wave has two events of one aggregate and each
+/// event's predecessor was published (and acknowledged) in an earlier wave.
+pub(crate) fn into_waves(batch: Vec<Event>) -> Vec<Vec<Event>> {
+    let mut rank: Vec<usize> = Vec::with_capacity(batch.len());
+    let mut waves = 1;
+    {
+        let mut seen: HashMap<&str, usize> = HashMap::with_capacity(batch.len());
+        for e in &batch {
+            let r = seen.entry(e.aggregate_id.as_str()).or_insert(0);
+            rank.push(*r);
+            *r += 1;
+            waves = waves.max(*r);
+        }
+    }
+    if waves == 1 {
+        return vec![batch];
+    }
+    let mut out: Vec<Vec<Event>> = (0..waves).map(|_| Vec::new()).collect();
+    for (e, r) in batch.into_iter().zip(rank) {
+        out[r].push(e);
+    }
+    out
+}
+
+impl Worker {
+    pub async fn run(mut self) -> Result<()> {
+        let mut idle = OutageBackoff::new(self.config.poll_min_ms, self.config.poll_max_ms);
+        let mut outage = OutageBackoff::new(
+            self.config.poll_min_ms.max(20),
+            self.config.outage_backoff_max_ms,
+        );
+        while !*self.shutdown.borrow() {
+            if let Err(e) = self.ownership.release_pending(&self.store).await {
+                self.database_down(&e.to_string(), &mut outage).await;
+                continue;
+            }
+            let claim = self.ownership.claimable();
+            if claim.partitions.is_empty() {
+                self.wait(Duration::from_millis(self.config.poll_max_ms)).await;
+                continue;
+            }
+            let batch = match self
+                .store
+                .event_claim_batch(&claim.partitions, self.config.batch_size)
+                .await
+            {
+                Ok(batch) => batch,
+                Err(e) => {
+                    self.database_down(&e.to_string(), &mut outage).await;
+                    continue;
+                }
+            };
+            if batch.is_empty() {
+                let mut delay = idle.next_delay();
+                if let Ok(Some(retry)) = self.store.event_next_retry(&claim.partitions).await {
+                    delay = delay.min(retry + Duration::from_millis(1));
+                }
+                self.wait(delay).await;
+                continue;
+            }
+            idle.reset();
+            let full = batch.len() == self.config.batch_size;
+            match self.process(batch, &claim).await {
+                None => outage.reset(),
+                Some(error) => {
+                    let delay = outage.next_delay();
+                    tracing::warn!(publisher = self.publisher.name(), %error, retry_in_ms = delay.as_millis() as u64, "publisher unavailable; no attempts counted");
+                    self.stats.add_outage();
+                    if let Some(o) = &self.observer {
+                        o.on_outage(OutageKind::Broker, &error);
+                    }
+                    self.sleep(delay).await;
+                }
+            }
+            if !full {
+                // A short batch means we are caught up; yield so a wake-up
+                // coalesces the next few commits into one batch.
+                tokio::task::yield_now().await;
+            }
+        }
+        tracing::info!(instance = self.ownership.me(), "relay stopping: releasing partitions");
+        if let Err(e) = self.ownership.release_all(&self.store).await {
+            tracing::warn!(error = %e, "could not release partitions; they move when the lease ends");
+        }
+        self.publisher.close().await;
+        Ok(())
+    }
+
+    async fn database_down(&mut self, error: &str, backoff: &mut OutageBackoff) {
+        let delay = backoff.next_delay();
+        tracing::warn!(%error, retry_in_ms = delay.as_millis() as u64, "database unavailable");
+        self.stats.add_outage();
+        if let Some(o) = &self.observer {
+            o.on_outage(OutageKind::Database, error);
+        }
+        self.sleep(delay).await;
+    }
+
+    /// Waits for a wake-up, `delay`, or shutdown.
+    async fn wait(&mut self, delay: Duration) {
+        let wakeup = self.wakeup.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = wakeup.wait() => {}
+            _ = self.shutdown.changed() => {}
+        }
+    }
+
+    /// Waits for `delay` or shutdown.
+    async fn sleep(&mut self, delay: Duration) {
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = self.shutdown.changed() => {}
+        }
+    }
+
+    /// Publishes and acknowledges one batch. Returns the outage error if the
+    /// transport was down (what was delivered before it is still
+    /// acknowledged).
+    async fn process(&mut self, batch: Vec<Event>, claim: &Claimable) -> Option<String> {
+        let started = Instant::now();
+        let claimed = batch.len();
+        let timeout = Duration::from_millis(self.config.publish_timeout_ms);
+        let mut blocked: HashSet<String> = HashSet::new();
+        let mut delivered: Vec<Event> = Vec::with_capacity(claimed);
+        let mut retried: Vec<(Event, String)> = Vec::new();
+        let mut dead: Vec<(Event, String)> = Vec::new();
+        let mut failures: Vec<Failure> = Vec::new();
+        let mut outage: Option<String> = None;
+
+        for wave in into_waves(batch) {
+            let wave: Vec<Event> = if blocked.is_empty() {
+                wave
+            } else {
+                wave.into_iter()
+                    .filter(|e| !blocked.contains(&e.aggregate_id))
+                    .collect()
+            };
+            // Never publish from a partition whose lease is about to lapse:
+            // its next owner may already be publishing.
+            let (wave, lapsed): (Vec<Event>, Vec<Event>) = wave
+                .into_iter()
+                .partition(|e| self.ownership.still_valid(e.partition));
+            for e in lapsed {
+                blocked.insert(e.aggregate_id);
+            }
+            if wave.is_empty() {
+                continue;
+            }
+            let outcomes = match tokio::time::timeout(timeout, self.publisher.publish(&wave)).await
+            {
+                Err(_) => {
+                    outage = Some(format!("publish timed out after {} ms", timeout.as_millis()));
+                    break;
+                }
+                Ok(Err(e)) => {
+                    outage = Some(e.message);
+                    break;
+                }
+                Ok(Ok(outcomes)) => outcomes,
+            };
+            if outcomes.len() != wave.len() {
+                tracing::error!(
+                    publisher = self.publisher.name(),
+                    events = wave.len(),
+                    outcomes = outcomes.len(),
+                    "publisher returned the wrong number of outcomes; missing ones are retried"
+                );
+            }
+            let n = wave.len();
+            let mut outcomes = outcomes.into_iter();
+            for event in wave {
+                let outcome = outcomes.next().unwrap_or_else(|| {
+                    Outcome::Retry(format!("publisher returned no outcome ({n} events sent)"))
+                });
+                match outcome {
+                    Outcome::Delivered => delivered.push(event),
+                    Outcome::Retry(error) => {
+                        let attempts = event.attempts.max(0) as u32 + 1;
+                        let give_up = attempts >= self.config.max_attempts;
+                        failures.push(Failure {
+                            id: event.id,
+                            error: error.clone(),
+                            delay: retry_delay(
+                                attempts,
+                                self.config.backoff_base_ms,
+                                self.config.backoff_max_ms,
+                            ),
+                            dead: give_up,
+                        });
+                        blocked.insert(event.aggregate_id.clone());
+                        if give_up {
+                            dead.push((event, error));
+                        } else {
+                            retried.push((event, error));
+                        }
+                    }
+                    Outcome::Rejected(error) => {
+                        failures.push(Failure {
+                            id: event.id,
+                            error: error.clone(),
+                            delay: Duration::ZERO,
+                            dead: true,
+                        });
+                        blocked.insert(event.aggregate_id.clone());
+                        dead.push((event, error));
+                    }
+                }
+            }
+        }
+
+        if !delivered.is_empty() {
+            self.acknowledge(&delivered).await;
+        }
+        if !failures.is_empty() {
+            match self
+                .store
+                .event_mark_failed(&failures, self.ownership.me(), &claim.epochs)
+                .await
+            {
+                Ok(n) if (n as usize) < failures.len() => {
+                    let lost = failures.len() as u64 - n;
+                    tracing::warn!(lost, "failure updates fenced out: partitions changed owner");
+                    self.stats.add_fenced_out(lost);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not record failures; the events will be retried")
+                }
+            }
+            for (e, error) in &dead {
+                tracing::warn!(event_id = %e.id, event_type = %e.event_type, aggregate_id = %e.aggregate_id, %error, "event dead-lettered");
+            }
+        }
+        let report = BatchReport {
+            claimed,
+            delivered: &delivered,
+            retried: &retried,
+            dead_lettered: &dead,
+            outage: outage.as_deref(),
+            acked_at: chrono::Utc::now(),
+            duration: started.elapsed(),
+        };
+        self.stats.add(&report);
+        if let Some(o) = &self.observer {
+            o.on_batch(&report);
+        }
+        outage
+    }
+
+    /// Marks delivered events done, retrying briefly through a database
+    /// blip; if that fails they stay pending and are delivered again
+    /// (at least once).
+    async fn acknowledge(&mut self, delivered: &[Event]) {
+        let ids: Vec<uuid::Uuid> = delivered.iter().map(|e| e.id).collect();
+        let keep = self.config.retention == Retention::Keep;
+        let mut delay = Duration::from_millis(50);
+        for attempt in 1..=6 {
+            match self.store.event_mark_delivered(&ids, keep).await {
+                Ok(_) => return,
+                Err(e) if attempt < 6 => {
+                    tracing::warn!(error = %e, attempt, "acknowledgement failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, events = ids.len(), "acknowledgement failed; these events will be delivered again");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn ev(seq: i64, agg: &str) -> Event {
+        Event {
+            id: uuid::Uuid::new_v4(),
+            seq,
+            aggregate_type: "t".into(),
+            aggregate_id: agg.into(),
+            event_type: "e".into(),
+            payload: "{}".into(),
+            headers: BTreeMap::new(),
+            topic: None,
+            attempts: 0,
+            created_at: chrono::Utc::now(),
+            partition: 0,
+        }
+    }
+
+    #[test]
+    fn waves_keep_aggregate_order_and_never_repeat_an_aggregate() {
+        let batch = vec![ev(1, "a"), ev(2, "b"), ev(3, "a"), ev(4, "a"), ev(5, "c"), ev(6, "b")];
+        let waves = into_waves(batch);
+        let seqs: Vec<Vec<i64>> = waves.iter().map(|w| w.iter().map(|e| e.seq).collect()).collect();
+        assert_eq!(seqs, vec![vec![1, 2, 5], vec![3, 6], vec![4]]);
+        let single = into_waves(vec![ev(1, "a"), ev(2, "b")]);
+        assert_eq!(single.len(), 1);
+    }
+}
