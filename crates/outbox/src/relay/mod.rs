@@ -243,13 +243,14 @@ impl RelayHandle {
 
     /// Graceful stop: no new claims, the in-flight batch is published and
     /// acknowledged, partitions are released for other instances at once.
-    pub async fn shutdown(self) -> Result<()> {
+    /// Returns the final totals.
+    pub async fn shutdown(self) -> Result<StatsSnapshot> {
         let _ = self.shutdown.send(true);
         let result = match self.worker.await {
-            Ok(r) => r,
+            Ok(r) => r.map(|()| self.stats.snapshot()),
             Err(e) => {
                 tracing::error!(error = %e, "relay worker panicked");
-                Ok(())
+                Ok(self.stats.snapshot())
             }
         };
         for t in &self.tasks {
@@ -260,13 +261,13 @@ impl RelayHandle {
 
     /// [`RelayHandle::shutdown`] with a deadline; past it the relay is
     /// aborted (its partitions then move when their leases end).
-    pub async fn shutdown_within(self, deadline: Duration) -> Result<()> {
+    pub async fn shutdown_within(self, deadline: Duration) -> Result<StatsSnapshot> {
         let _ = self.shutdown.send(true);
         let tasks = self.tasks;
         let mut worker = self.worker;
         let result = match tokio::time::timeout(deadline, &mut worker).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(_)) => Ok(()),
+            Ok(Ok(r)) => r.map(|()| self.stats.snapshot()),
+            Ok(Err(_)) => Ok(self.stats.snapshot()),
             Err(_) => {
                 worker.abort();
                 Err(Error::ShutdownTimeout(deadline))

@@ -1,0 +1,149 @@
+//! `outbox demo`: a small order service on a throwaway PostgreSQL, its
+//! events relayed to stdout.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use async_trait::async_trait;
+use outbox::{Event, NewEvent, Outbox, Outcome, Publisher, Relay, RelayConfig, Schema, Status, Unavailable};
+use outbox_publishers::StdoutPublisher;
+use outbox_testkit::postgres::PgCluster;
+use rand::Rng;
+
+use crate::cli::{DemoArgs, Global};
+use crate::db;
+
+/// Counts events without printing them (`--quiet`).
+struct Discard;
+
+#[async_trait]
+impl Publisher for Discard {
+    fn name(&self) -> &str {
+        "discard"
+    }
+    async fn publish(&self, batch: &[Event]) -> Result<Vec<Outcome>, Unavailable> {
+        Ok(vec![Outcome::Delivered; batch.len()])
+    }
+}
+
+pub async fn run(global: &Global, schema: &Schema, args: DemoArgs) -> Result<ExitCode> {
+    if args.orders == 0 || args.producers == 0 {
+        bail!("--orders and --producers must be at least 1");
+    }
+    let (_cluster, url) = match &global.database_url {
+        Some(url) => (None, url.clone()),
+        None => {
+            let cluster = tokio::task::spawn_blocking(PgCluster::start)
+                .await?
+                .context("cannot start a throwaway PostgreSQL for the demo (or set DATABASE_URL to use a running server)")?;
+            eprintln!(
+                "demo: started a throwaway PostgreSQL on 127.0.0.1:{} (removed on exit)",
+                cluster.port()
+            );
+            let url = cluster.url();
+            (Some(cluster), url)
+        }
+    };
+    let pool = db::connect(&url, args.producers + 5).await?;
+    {
+        let mut conn = pool.acquire().await?;
+        outbox::migrate(&mut conn, schema, &Default::default()).await?;
+        sqlx::raw_sql(
+            "CREATE TABLE IF NOT EXISTS outbox_demo_orders (
+                 id          BIGINT PRIMARY KEY,
+                 customer_id BIGINT NOT NULL,
+                 total_cents BIGINT NOT NULL,
+                 created_at  TIMESTAMPTZ NOT NULL DEFAULT NOW())",
+        )
+        .execute(&mut *conn)
+        .await?;
+    }
+
+    let outbox = Outbox::with_schema(schema.clone());
+    let publisher: Arc<dyn Publisher> = if args.quiet {
+        Arc::new(Discard)
+    } else {
+        Arc::new(StdoutPublisher)
+    };
+    let relay = Relay::builder(pool.clone(), publisher)
+        .schema(schema.clone())
+        .wakeup(outbox.wakeup())
+        .config(RelayConfig {
+            instance_id: Some(format!("demo-{}", std::process::id())),
+            ..RelayConfig::default()
+        })
+        .spawn()
+        .await?;
+
+    let started = Instant::now();
+    let first_id: i64 = sqlx::query_scalar("SELECT COALESCE(max(id), 0) FROM outbox_demo_orders")
+        .fetch_one(&pool)
+        .await?;
+    let mut producers = Vec::new();
+    for p in 0..args.producers {
+        let (pool, outbox) = (pool.clone(), outbox.clone());
+        let (orders, k) = (args.orders, args.producers);
+        producers.push(tokio::spawn(async move {
+            let mut n = p;
+            while n < orders {
+                let id = first_id + i64::from(n) + 1;
+                let customer = i64::from(rand::rng().random_range(1..=50u32));
+                let total = i64::from(rand::rng().random_range(100..100_000u32));
+                let mut tx = pool.begin().await?;
+                sqlx::query("INSERT INTO outbox_demo_orders (id, customer_id, total_cents) VALUES ($1, $2, $3)")
+                    .bind(id)
+                    .bind(customer)
+                    .bind(total)
+                    .execute(&mut *tx)
+                    .await?;
+                let event = NewEvent::new(
+                    "order",
+                    format!("customer-{customer}"),
+                    "order.created",
+                    &serde_json::json!({"order_id": id, "customer_id": customer, "total_cents": total}),
+                )?;
+                outbox.enqueue(&mut *tx, &event).await?;
+                tx.commit().await?;
+                outbox.wake();
+                n += k;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for p in producers {
+        p.await??;
+    }
+    let committed = Instant::now();
+
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let pending = loop {
+        let mut conn = pool.acquire().await?;
+        let pending = Status::pending(&mut conn, schema).await?;
+        if pending == 0 || Instant::now() > deadline {
+            break pending;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let elapsed = started.elapsed();
+    let stats = relay.shutdown_within(Duration::from_secs(10)).await?;
+    let mut conn = pool.acquire().await?;
+    let status = Status::read(&mut conn, schema).await?;
+    let secs = elapsed.as_secs_f64();
+    eprintln!(
+        "demo: {} orders committed by {} producers in {:.2} s; {} events relayed in {:.2} s ({:.0} events/s); pending {}, dead letters {}",
+        args.orders,
+        args.producers,
+        (committed - started).as_secs_f64(),
+        stats.delivered,
+        secs,
+        stats.delivered as f64 / secs,
+        status.pending,
+        status.dead_letters,
+    );
+    if pending != 0 {
+        bail!("{pending} events were still pending after 120 s");
+    }
+    Ok(ExitCode::SUCCESS)
+}

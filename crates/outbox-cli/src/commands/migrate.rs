@@ -1,0 +1,35 @@
+//! `outbox migrate`.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use outbox::{MigrateOptions, Schema};
+
+use crate::cli::{Global, MigrateArgs};
+use crate::db;
+
+pub async fn run(global: &Global, schema: &Schema, args: MigrateArgs) -> Result<ExitCode> {
+    let url = db::require_url(&global.database_url)?;
+    let pool = db::connect(&url, 1).await?;
+    let mut conn = pool.acquire().await?;
+    let report = outbox::migrate(
+        &mut conn,
+        schema,
+        &MigrateOptions {
+            partitions: args.partitions,
+            notify_trigger: args.notify_trigger,
+        },
+    )
+    .await?;
+    if report.applied.is_empty() {
+        println!("schema {} is up to date", schema.name());
+    } else {
+        println!("applied {} to schema {}", report.applied.join(", "), schema.name());
+    }
+    println!(
+        "partitions: {}, notify trigger: {}",
+        report.partitions,
+        if report.notify_trigger { "on" } else { "off" }
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,70 @@
+//! Shared setup: a fresh, migrated database per test and a fast relay.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use outbox::{NewEvent, Outbox, Relay, RelayConfig, RelayHandle};
+use outbox_testkit::postgres::{test_db, TestDb};
+use outbox_testkit::TestPublisher;
+use sqlx::PgPool;
+
+pub struct Ctx {
+    pub db: TestDb,
+    pub pool: PgPool,
+    pub outbox: Outbox,
+}
+
+pub async fn setup() -> Ctx {
+    let db = test_db().await;
+    let pool = db.pool().await;
+    let mut conn = pool.acquire().await.unwrap();
+    outbox::migrate(&mut conn, &Default::default(), &Default::default())
+        .await
+        .unwrap();
+    Ctx {
+        db,
+        pool,
+        outbox: Outbox::new(),
+    }
+}
+
+/// Settings that make a test relay quick: short polls, leases and backoffs.
+pub fn fast_config(instance: &str) -> RelayConfig {
+    RelayConfig {
+        instance_id: Some(instance.to_owned()),
+        batch_size: 100,
+        poll_min_ms: 2,
+        poll_max_ms: 50,
+        lease_ms: 1_500,
+        backoff_base_ms: 20,
+        backoff_max_ms: 200,
+        outage_backoff_max_ms: 100,
+        ..RelayConfig::default()
+    }
+}
+
+pub async fn start_relay(ctx: &Ctx, publisher: &TestPublisher, config: RelayConfig) -> RelayHandle {
+    Relay::builder(ctx.pool.clone(), publisher.clone())
+        .config(config)
+        .wakeup(ctx.outbox.wakeup())
+        .spawn()
+        .await
+        .unwrap()
+}
+
+/// Event `n` (1-based) of aggregate `agg`, with its position in the payload.
+pub fn event(agg: &str, n: i64) -> NewEvent {
+    NewEvent::json("order", agg, "order.updated", serde_json::json!({ "n": n }))
+}
+
+/// Position of a delivered event within its aggregate.
+pub fn position(e: &outbox::Event) -> i64 {
+    let v: serde_json::Value = serde_json::from_str(&e.payload).unwrap();
+    v["n"].as_i64().unwrap()
+}
+
+pub async fn count(pool: &PgPool, sql: &str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
+}
+
+pub const LONG: Duration = Duration::from_secs(60);

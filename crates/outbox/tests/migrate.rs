@@ -1,0 +1,148 @@
+//! Migrations: idempotent, usable from plain SQL, in any schema.
+
+mod common;
+
+use outbox::{MigrateOptions, Schema};
+use outbox_testkit::postgres::test_db;
+
+#[tokio::test]
+async fn migrating_twice_is_a_no_op() {
+    let db = test_db().await;
+    let pool = db.pool().await;
+    let mut conn = pool.acquire().await.unwrap();
+    let first = outbox::migrate(&mut conn, &Schema::default(), &Default::default())
+        .await
+        .unwrap();
+    assert_eq!(first.applied, vec!["0001_outbox".to_owned()]);
+    assert_eq!(first.partitions, 32);
+    let second = outbox::migrate(&mut conn, &Schema::default(), &Default::default())
+        .await
+        .unwrap();
+    assert!(second.applied.is_empty());
+    assert_eq!(second.partitions, 32);
+}
+
+#[tokio::test]
+async fn plain_sql_insert_works_with_every_other_column_defaulted() {
+    let ctx = common::setup().await;
+    sqlx::query(
+        "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+         VALUES ('order', '42', 'order.created', '{\"total\": 10}')",
+    )
+    .execute(&ctx.pool)
+    .await
+    .unwrap();
+    let (attempts, headers, partition, seq): (i32, serde_json::Value, i32, i64) = sqlx::query_as(
+        "SELECT attempts, headers, partition, seq FROM outbox_events",
+    )
+    .fetch_one(&ctx.pool)
+    .await
+    .unwrap();
+    assert_eq!(attempts, 0);
+    assert_eq!(headers, serde_json::json!({}));
+    assert!((0..32).contains(&partition));
+    assert!(seq >= 1);
+    // the seed's view and inbox table exist
+    assert_eq!(common::count(&ctx.pool, "SELECT count(*) FROM outbox_dead_letters").await, 0);
+    assert_eq!(common::count(&ctx.pool, "SELECT count(*) FROM processed_events").await, 0);
+}
+
+#[tokio::test]
+async fn a_custom_schema_holds_everything_and_partition_count_is_fixed() {
+    let db = test_db().await;
+    let pool = db.pool().await;
+    let mut conn = pool.acquire().await.unwrap();
+    let schema = Schema::new("billing").unwrap();
+    let opts = MigrateOptions {
+        partitions: Some(8),
+        notify_trigger: None,
+    };
+    let report = outbox::migrate(&mut conn, &schema, &opts).await.unwrap();
+    assert_eq!(report.partitions, 8);
+    let n: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_tables WHERE schemaname = 'billing'
+           AND tablename IN ('outbox_events', 'processed_events', 'outbox_partitions')",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(n, 3);
+    let none: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename = 'outbox_events'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(none, 0);
+    let err = outbox::migrate(
+        &mut conn,
+        &schema,
+        &MigrateOptions {
+            partitions: Some(16),
+            notify_trigger: None,
+        },
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("partitions") && err.contains('8') && err.contains("16"), "{err}");
+}
+
+#[tokio::test]
+async fn ensure_migrated_names_the_missing_table_and_the_fix() {
+    let db = test_db().await;
+    let pool = db.pool().await;
+    let mut conn = pool.acquire().await.unwrap();
+    let err = outbox::ensure_migrated(&mut conn, &Schema::default())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("outbox_events") && err.contains("outbox migrate"), "{err}");
+}
+
+#[tokio::test]
+async fn the_seed_notify_trigger_is_opt_in_and_removable() {
+    let db = test_db().await;
+    let pool = db.pool().await;
+    let mut conn = pool.acquire().await.unwrap();
+    let off = outbox::migrate(&mut conn, &Schema::default(), &Default::default())
+        .await
+        .unwrap();
+    assert!(!off.notify_trigger);
+    let on = outbox::migrate(
+        &mut conn,
+        &Schema::default(),
+        &MigrateOptions {
+            partitions: None,
+            notify_trigger: Some(true),
+        },
+    )
+    .await
+    .unwrap();
+    assert!(on.notify_trigger);
+    let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await.unwrap();
+    listener.listen("outbox_event").await.unwrap();
+    sqlx::query(
+        "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+         VALUES ('order', '1', 'order.created', '{}') RETURNING id",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let note = tokio::time::timeout(std::time::Duration::from_secs(10), listener.recv())
+        .await
+        .expect("a notification from the trigger")
+        .unwrap();
+    assert_eq!(note.channel(), "outbox_event");
+    let off = outbox::migrate(
+        &mut conn,
+        &Schema::default(),
+        &MigrateOptions {
+            partitions: None,
+            notify_trigger: Some(false),
+        },
+    )
+    .await
+    .unwrap();
+    assert!(!off.notify_trigger);
+}

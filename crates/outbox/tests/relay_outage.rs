@@ -1,0 +1,42 @@
+//! A broker outage is not a per-event failure: it burns no attempts and
+//! dead-letters nothing; delivery resumes when the broker returns.
+
+mod common;
+
+use common::{count, event, fast_config, start_relay, LONG};
+use outbox::RelayConfig;
+use outbox_testkit::{wait_until, TestPublisher};
+
+#[tokio::test]
+async fn an_outage_burns_no_attempts_and_delivery_resumes() {
+    let ctx = common::setup().await;
+    let publisher = TestPublisher::new();
+    publisher.set_down(true);
+    let events: Vec<_> = (1..=300).map(|n| event(&format!("a{}", n % 30), n)).collect();
+    ctx.outbox.enqueue_many(&ctx.pool, &events).await.unwrap();
+    let config = RelayConfig {
+        max_attempts: 2,
+        ..fast_config("r1")
+    };
+    let relay = start_relay(&ctx, &publisher, config).await;
+    // Far more failed calls than max_attempts: none may count.
+    wait_until("many failed publish calls", LONG, || async {
+        publisher.unavailable_calls() >= 10
+    })
+    .await;
+    assert_eq!(count(&ctx.pool, "SELECT count(*) FROM outbox_events WHERE attempts > 0").await, 0);
+    assert_eq!(count(&ctx.pool, "SELECT count(*) FROM outbox_dead_letters").await, 0);
+    assert_eq!(publisher.delivered_count(), 0);
+
+    publisher.set_down(false);
+    wait_until("delivery to resume", LONG, || async {
+        count(&ctx.pool, "SELECT count(*) FROM outbox_events").await == 0
+    })
+    .await;
+    let stats = relay.shutdown().await.unwrap();
+    assert_eq!(stats.dead_lettered, 0);
+    assert_eq!(stats.retried, 0);
+    assert!(stats.outages >= 10);
+    let distinct: std::collections::HashSet<_> = publisher.deliveries().iter().map(|e| e.id).collect();
+    assert_eq!(distinct.len(), 300);
+}
