@@ -46,14 +46,18 @@ async fn order_holds_across_two_relays_a_crash_and_a_join() {
 
     let (aggs, per_agg) = (200usize, 25i64);
     let producer = tokio::spawn(produce(ctx.pool.clone(), ctx.outbox.clone(), aggs, per_agg, 4));
-    wait_until("both relays to deliver something", LONG, || async {
-        publisher.delivered_count() > 500
+    wait_until("both relays to share partitions and deliver", LONG, || async {
+        a.held_partitions() > 0 && b.held_partitions() > 0 && publisher.delivered_count() > 500
     })
     .await;
-    assert!(a.held_partitions() > 0 && b.held_partitions() > 0, "both relays share partitions");
+    let delivered_at_crash = publisher.delivered_count();
     a.abort(); // crash: no release, its leases must expire
     let c = start_relay(&ctx, &publisher, fast_config("relay-c")).await;
     producer.await.unwrap();
+    assert!(
+        (delivered_at_crash as i64) < (aggs as i64) * per_agg,
+        "the crash must land mid-run"
+    );
 
     let total = (aggs as i64) * per_agg;
     wait_until("every event to be delivered", LONG, || async {
