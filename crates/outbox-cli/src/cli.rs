@@ -40,6 +40,18 @@ pub enum Command {
     /// Run a small order service on a throwaway PostgreSQL and relay its
     /// events to stdout.
     Demo(DemoArgs),
+    /// List, retry or discard dead-lettered events.
+    #[command(subcommand)]
+    DeadLetters(crate::commands::dead_letters::DeadLettersCommand),
+    /// Delete processed rows older than the retention period (retention
+    /// mode), in small batches.
+    Cleanup(crate::commands::cleanup::CleanupArgs),
+    /// Configuration tools.
+    #[command(subcommand)]
+    Config(crate::commands::config::ConfigCommand),
+    /// Measure drain throughput, commit-to-ack latency and producer cost
+    /// against a reference on the same server.
+    Bench(crate::commands::bench::BenchArgs),
 }
 
 #[derive(Debug, Args)]

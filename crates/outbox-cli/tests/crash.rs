@@ -30,7 +30,9 @@ async fn sigkill_at_random_moments_loses_nothing_and_keeps_order() {
     let mut all = Vec::new();
     let mut chunks = Vec::new();
     for n in 1..=rounds {
-        let round: Vec<_> = (0..aggs).map(|a| common::event(&format!("agg-{a}"), n)).collect();
+        let round: Vec<_> = (0..aggs)
+            .map(|a| common::event(&format!("agg-{a}"), n))
+            .collect();
         all.extend(round.iter().map(|e| e.id));
         chunks.push(round);
     }
@@ -70,7 +72,10 @@ async fn sigkill_at_random_moments_loses_nothing_and_keeps_order() {
         }
     }
     producer.await.unwrap();
-    assert!(kills_mid_run >= 3, "the kills must land mid-run ({kills_mid_run})");
+    assert!(
+        kills_mid_run >= 3,
+        "the kills must land mid-run ({kills_mid_run})"
+    );
 
     let started = Instant::now();
     let out = common::bin()
@@ -80,7 +85,11 @@ async fn sigkill_at_random_moments_loses_nothing_and_keeps_order() {
         .args(["--instance-id", "crashy", "--lease-ms", "1500"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "drain failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "drain failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let (lines, dups) = common::check_deliveries(&file, &all);
     eprintln!(
         "{} events, {lines} lines, {dups} duplicates, final drain {:?}",

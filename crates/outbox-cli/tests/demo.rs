@@ -19,7 +19,14 @@ fn the_demo_runs_on_its_own_throwaway_postgres() {
         .collect();
     assert_eq!(lines.len(), 300);
     assert_eq!(lines[0]["event_type"], "order.created");
-    for key in ["id", "aggregate_type", "aggregate_id", "payload", "headers", "created_at"] {
+    for key in [
+        "id",
+        "aggregate_type",
+        "aggregate_id",
+        "payload",
+        "headers",
+        "created_at",
+    ] {
         assert!(lines[0].get(key).is_some(), "{key} in {}", lines[0]);
     }
 }

@@ -56,7 +56,10 @@ async fn bad_flags_name_the_field_and_the_fix() {
     assert_clean_failure(&out, "batch_size");
     let out = common::run(&["--schema", "Bad-Name", "status"], Some(&db.url));
     assert_clean_failure(&out, "schema");
-    let out = common::run(&["relay", "--publisher", "file:/nonexistent-dir/x.jsonl"], Some(&db.url));
+    let out = common::run(
+        &["relay", "--publisher", "file:/nonexistent-dir/x.jsonl"],
+        Some(&db.url),
+    );
     assert_clean_failure(&out, "file");
 }
 

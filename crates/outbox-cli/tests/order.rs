@@ -28,19 +28,25 @@ async fn two_relays_one_killed_one_joining_keep_per_aggregate_order() {
     let mut all = Vec::new();
     let outbox = Outbox::new();
     for n in 1..=rounds {
-        let round: Vec<_> = (0..aggs).map(|a| common::event(&format!("agg-{a}"), n)).collect();
+        let round: Vec<_> = (0..aggs)
+            .map(|a| common::event(&format!("agg-{a}"), n))
+            .collect();
         all.extend(round.iter().map(|e| e.id));
         outbox.enqueue_many(&pool, &round).await.unwrap();
         if n == rounds / 3 {
-            wait_until("both relays to own partitions", Duration::from_secs(30), || async {
-                let owners: i64 = sqlx::query_scalar(
+            wait_until(
+                "both relays to own partitions",
+                Duration::from_secs(30),
+                || async {
+                    let owners: i64 = sqlx::query_scalar(
                     "SELECT count(DISTINCT owner) FROM outbox_partitions WHERE lease_until > now()",
                 )
                 .fetch_one(&pool)
                 .await
                 .unwrap();
-                owners == 2
-            })
+                    owners == 2
+                },
+            )
             .await;
             a.kill().unwrap();
             a.wait().unwrap();

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use async_trait::async_trait;
-use outbox::{Event, NewEvent, Outbox, Outcome, Publisher, Relay, RelayConfig, Schema, Status, Unavailable};
+use outbox::{
+    Event, NewEvent, Outbox, Outcome, Publisher, Relay, RelayConfig, Schema, Status, Unavailable,
+};
 use outbox_publishers::StdoutPublisher;
 use outbox_testkit::postgres::PgCluster;
 use rand::Rng;

@@ -24,7 +24,11 @@ pub async fn run(global: &Global, schema: &Schema, args: MigrateArgs) -> Result<
     if report.applied.is_empty() {
         println!("schema {} is up to date", schema.name());
     } else {
-        println!("applied {} to schema {}", report.applied.join(", "), schema.name());
+        println!(
+            "applied {} to schema {}",
+            report.applied.join(", "),
+            schema.name()
+        );
     }
     println!(
         "partitions: {}, notify trigger: {}",

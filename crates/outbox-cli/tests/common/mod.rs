@@ -56,8 +56,8 @@ pub fn read_deliveries(file: &Path) -> Vec<(String, String, i64)> {
     let text = std::fs::read_to_string(file).unwrap_or_default();
     text.lines()
         .map(|line| {
-            let v: serde_json::Value = serde_json::from_str(line)
-                .unwrap_or_else(|e| panic!("corrupt line {line:?}: {e}"));
+            let v: serde_json::Value =
+                serde_json::from_str(line).unwrap_or_else(|e| panic!("corrupt line {line:?}: {e}"));
             (
                 v["id"].as_str().unwrap().to_owned(),
                 v["aggregate_id"].as_str().unwrap().to_owned(),
@@ -79,7 +79,12 @@ pub fn check_deliveries(file: &Path, expected: &[uuid::Uuid]) -> (usize, usize) 
         .iter()
         .filter(|id| !seen.contains_key(id.to_string().as_str()))
         .collect();
-    assert!(missing.is_empty(), "{} events lost, e.g. {:?}", missing.len(), &missing[..missing.len().min(5)]);
+    assert!(
+        missing.is_empty(),
+        "{} events lost, e.g. {:?}",
+        missing.len(),
+        &missing[..missing.len().min(5)]
+    );
     assert_eq!(seen.len(), expected.len(), "no invented events");
     if let Some(v) =
         outbox_testkit::first_delivery_violation(got.iter().map(|(_, a, n)| (a.as_str(), *n)))
