@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::PgPool;
+use sqlx::{ConnectOptions, PgPool};
 
 /// Replaces the password of every `scheme://user:password@` in `text` with
 /// `***`.
@@ -47,6 +47,11 @@ pub async fn connect(url: &str, max: u32) -> Result<PgPool> {
             redact_text(url)
         )
     })?;
+    // Batch statements (claims of thousands of rows, bulk loads) are
+    // legitimately slow now and then; only flag the pathological ones.
+    let options = options
+        .log_statements(log::LevelFilter::Debug)
+        .log_slow_statements(log::LevelFilter::Warn, Duration::from_secs(10));
     PgPoolOptions::new()
         .max_connections(max)
         .acquire_timeout(Duration::from_secs(5))

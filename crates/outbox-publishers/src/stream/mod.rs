@@ -1,9 +1,12 @@
-//! The dependency-free publishers: JSON lines to stdout or to a file.
+//! The dependency-free publishers: JSON lines to stdout or to a file, and
+//! a null publisher for benchmarks.
 
 mod file;
+mod null;
 mod stdout;
 
 pub use file::FilePublisher;
+pub use null::NullPublisher;
 pub use stdout::StdoutPublisher;
 
 use outbox::Event;

@@ -1,0 +1,169 @@
+//! `bench drain`: how fast the relay empties a backlog, against plain SQL
+//! on the same server.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Result};
+use clap::Args;
+use outbox::{Relay, RelayConfig, Schema};
+use outbox_publishers::stream::NullPublisher;
+use serde_json::json;
+use sqlx::PgPool;
+
+use super::stats::{peak_rss_kib, reset_peak_rss};
+use super::{fresh_schema, Server};
+use crate::cli::Global;
+
+#[derive(Debug, Args)]
+pub struct DrainArgs {
+    /// Events to preload (one statement).
+    #[arg(long, default_value_t = 200_000)]
+    pub events: u64,
+    /// Distinct aggregates the events spread over.
+    #[arg(long, default_value_t = 10_000)]
+    pub aggregates: u64,
+    /// The relay's batch size.
+    #[arg(long, default_value_t = 1_000)]
+    pub batch_size: usize,
+    /// The reference's batch size (`DELETE … RETURNING` per batch).
+    #[arg(long, default_value_t = 1_000)]
+    pub reference_batch: i64,
+}
+
+/// Inserts `n` events of ~200-byte payloads over `aggregates` aggregates in
+/// one statement, then vacuums so both runs start from the same state.
+pub async fn preload(pool: &PgPool, schema: &Schema, n: u64, aggregates: u64) -> Result<()> {
+    let s = schema.name();
+    sqlx::query(&format!(
+        "INSERT INTO {s}.outbox_events (aggregate_type, aggregate_id, event_type, payload)
+         SELECT 'order', 'order-' || (i % $2), 'order.created',
+                jsonb_build_object('order_id', i, 'customer_id', i % 977,
+                    'total_cents', (i * 7919) % 100000, 'currency', 'EUR',
+                    'lines', jsonb_build_array(jsonb_build_object('sku', 'SKU-' || (i % 50), 'qty', 1 + i % 3)),
+                    'note', repeat('x', 60))
+         FROM generate_series(1, $1) AS i"
+    ))
+    .bind(n as i64)
+    .bind(aggregates as i64)
+    .execute(pool)
+    .await?;
+    sqlx::raw_sql(&format!("VACUUM ANALYZE {s}.outbox_events"))
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// The reference: plain SQL on one connection, `DELETE … RETURNING` the
+/// whole row in seq-ordered batches until the table is empty.
+async fn reference(pool: &PgPool, schema: &Schema, batch: i64) -> Result<(u64, Duration)> {
+    let s = schema.name();
+    let sql = format!(
+        "DELETE FROM {s}.outbox_events WHERE id IN (
+             SELECT id FROM {s}.outbox_events
+             WHERE processed_at IS NULL AND dead_lettered_at IS NULL
+             ORDER BY seq LIMIT $1)
+         RETURNING *"
+    );
+    let mut conn = pool.acquire().await?;
+    let started = Instant::now();
+    let mut total = 0u64;
+    loop {
+        let rows = sqlx::query(&sql).bind(batch).fetch_all(&mut *conn).await?;
+        if rows.is_empty() {
+            break;
+        }
+        total += rows.len() as u64;
+    }
+    Ok((total, started.elapsed()))
+}
+
+/// The relay with a null publisher, embedded in this process; also the
+/// process's peak RSS while it runs.
+async fn relay(pool: &PgPool, schema: &Schema, n: u64, batch: usize) -> Result<(u64, Duration, Option<u64>)> {
+    let rss_reset = reset_peak_rss();
+    let publisher = Arc::new(NullPublisher::default());
+    let started = Instant::now();
+    let handle = Relay::builder(pool.clone(), publisher.clone())
+        .schema(schema.clone())
+        .config(RelayConfig {
+            instance_id: Some("bench-drain".into()),
+            batch_size: batch,
+            ..RelayConfig::default()
+        })
+        .spawn()
+        .await?;
+    let deadline = Instant::now() + Duration::from_secs(3_600);
+    let mut last_print = Instant::now();
+    while handle.stats().delivered < n {
+        ensure!(Instant::now() < deadline, "relay did not drain within an hour");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        if last_print.elapsed() > Duration::from_secs(5) {
+            eprintln!("bench: relay {} / {n}", handle.stats().delivered);
+            last_print = Instant::now();
+        }
+    }
+    let elapsed = started.elapsed();
+    let stats = handle.shutdown().await?;
+    let rss = if rss_reset { peak_rss_kib() } else { None };
+    Ok((stats.delivered, elapsed, rss))
+}
+
+pub async fn run(global: &Global, fsync: bool, args: DrainArgs) -> Result<serde_json::Value> {
+    let server = Server::start(global, fsync).await?;
+    let pool = server.pool(8).await?;
+    let n = args.events;
+
+    eprintln!("bench drain: preloading {n} events for the reference");
+    let reference_schema = fresh_schema(&pool, "bench_reference", false).await?;
+    preload(&pool, &reference_schema, n, args.aggregates).await?;
+    let (ref_n, ref_t) = reference(&pool, &reference_schema, args.reference_batch).await?;
+    ensure!(ref_n == n, "reference drained {ref_n} of {n}");
+
+    eprintln!("bench drain: preloading {n} events for the relay");
+    let relay_schema = fresh_schema(&pool, "bench_relay", false).await?;
+    preload(&pool, &relay_schema, n, args.aggregates).await?;
+    let (relay_n, relay_t, rss) = relay(&pool, &relay_schema, n, args.batch_size).await?;
+    let left: i64 = sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM {}.outbox_events",
+        relay_schema.name()
+    ))
+    .fetch_one(&pool)
+    .await?;
+    ensure!(left == 0 && relay_n == n, "relay left {left} rows, delivered {relay_n} of {n}");
+
+    let ref_rate = n as f64 / ref_t.as_secs_f64();
+    let relay_rate = n as f64 / relay_t.as_secs_f64();
+    let ratio = relay_rate / ref_rate;
+    println!("drain: {n} events, {} aggregates", args.aggregates);
+    println!(
+        "  reference (DELETE … RETURNING, batches of {}): {:>9.0} events/s ({:.2} s)",
+        args.reference_batch,
+        ref_rate,
+        ref_t.as_secs_f64()
+    );
+    println!(
+        "  relay (batch {}, null publisher):              {:>9.0} events/s ({:.2} s)",
+        args.batch_size,
+        relay_rate,
+        relay_t.as_secs_f64()
+    );
+    println!("  ratio relay / reference: {ratio:.2}");
+    if let Some(kib) = rss {
+        println!("  relay process peak RSS: {:.1} MiB", kib as f64 / 1024.0);
+    }
+    for s in [&reference_schema, &relay_schema] {
+        sqlx::raw_sql(&format!("DROP SCHEMA {} CASCADE", s.name()))
+            .execute(&pool)
+            .await?;
+    }
+    Ok(json!({
+        "scenario": "drain",
+        "events": n,
+        "aggregates": args.aggregates,
+        "reference_events_per_sec": ref_rate,
+        "relay_events_per_sec": relay_rate,
+        "ratio": ratio,
+        "relay_peak_rss_mib": rss.map(|k| k as f64 / 1024.0),
+    }))
+}
