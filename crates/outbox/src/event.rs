@@ -57,7 +57,12 @@ impl NewEvent {
             field: "payload",
             source,
         })?;
-        Ok(Self::json(aggregate_type, aggregate_id, event_type, payload))
+        Ok(Self::json(
+            aggregate_type,
+            aggregate_id,
+            event_type,
+            payload,
+        ))
     }
 
     /// Builds an event from a JSON value.
@@ -210,7 +215,10 @@ impl Event {
         let mut out = Vec::with_capacity(4 + self.headers.len());
         out.push(("outbox-event-id".to_owned(), self.id.to_string()));
         out.push(("outbox-event-type".to_owned(), self.event_type.clone()));
-        out.push(("outbox-aggregate-type".to_owned(), self.aggregate_type.clone()));
+        out.push((
+            "outbox-aggregate-type".to_owned(),
+            self.aggregate_type.clone(),
+        ));
         out.push(("outbox-aggregate-id".to_owned(), self.aggregate_id.clone()));
         for (k, v) in &self.headers {
             out.push((k.clone(), v.clone()));
@@ -249,11 +257,18 @@ mod tests {
     fn rejects_empty_and_long_fields_naming_them() {
         let mut e = ok();
         e.aggregate_id = " ".into();
-        assert!(e.validate().unwrap_err().to_string().contains("aggregate_id"));
+        assert!(e
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("aggregate_id"));
         let mut e = ok();
         e.event_type = "x".repeat(101);
         let msg = e.validate().unwrap_err().to_string();
-        assert!(msg.contains("event_type") && msg.contains("101") && msg.contains("100"), "{msg}");
+        assert!(
+            msg.contains("event_type") && msg.contains("101") && msg.contains("100"),
+            "{msg}"
+        );
         let e = ok().topic("t".repeat(256));
         assert!(e.validate().unwrap_err().to_string().contains("topic"));
         let e = NewEvent::json("order", "1", "x", json!({"s": "a\u{0}b"}));
@@ -279,8 +294,14 @@ mod tests {
             created_at: Utc::now(),
             partition: 0,
         };
-        assert_eq!(ev.destination("outbox.event.{aggregate_type}"), "outbox.event.order");
-        let ev = Event { topic: Some("x".into()), ..ev };
+        assert_eq!(
+            ev.destination("outbox.event.{aggregate_type}"),
+            "outbox.event.order"
+        );
+        let ev = Event {
+            topic: Some("x".into()),
+            ..ev
+        };
         assert_eq!(ev.destination("outbox.event.{aggregate_type}"), "x");
     }
 }

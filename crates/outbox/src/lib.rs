@@ -22,7 +22,9 @@ mod wakeup;
 pub use error::{Error, Result};
 pub use event::{Event, NewEvent, MAX_HEADER_NAME_CHARS, MAX_NAME_CHARS, MAX_TOPIC_CHARS};
 pub use inbox::{Inbox, MAX_CONSUMER_CHARS};
-pub use migrate::{ensure_migrated, migrate, MigrateOptions, MigrationReport, DEFAULT_PARTITIONS, MAX_PARTITIONS};
+pub use migrate::{
+    ensure_migrated, migrate, MigrateOptions, MigrationReport, DEFAULT_PARTITIONS, MAX_PARTITIONS,
+};
 pub use outbox::Outbox;
 pub use publisher::{Outcome, Publisher, Unavailable};
 pub use relay::{Relay, RelayBuilder, RelayConfig, RelayHandle, Retention};

@@ -13,11 +13,8 @@ pub const MAX_PARTITIONS: u32 = 1024;
 /// The migrations, in order. Each is applied once and recorded in
 /// `{schema}.outbox_schema_migrations`; each is also written to be
 /// harmless if applied again.
-const MIGRATIONS: &[(i32, &str, &str)] = &[(
-    1,
-    "outbox",
-    include_str!("../migrations/0001_outbox.sql"),
-)];
+const MIGRATIONS: &[(i32, &str, &str)] =
+    &[(1, "outbox", include_str!("../migrations/0001_outbox.sql"))];
 
 const TRIGGER_ON: &str = include_str!("../migrations/notify_trigger_on.sql");
 const TRIGGER_OFF: &str = include_str!("../migrations/notify_trigger_off.sql");
@@ -60,7 +57,10 @@ pub async fn migrate(
             format!("{partitions} is out of range: use 1 to {MAX_PARTITIONS}"),
         ));
     }
-    let mut tx = conn.begin().await.map_err(Error::db("starting migration"))?;
+    let mut tx = conn
+        .begin()
+        .await
+        .map_err(Error::db("starting migration"))?;
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext('outbox.migrate.' || $1))")
         .bind(schema.name())
         .execute(&mut *tx)
@@ -77,20 +77,19 @@ pub async fn migrate(
         .execute(&mut *tx)
         .await
         .map_err(Error::db("creating the migrations table"))?;
-    let done: Vec<i32> = sqlx::query_scalar(&schema.render(
-        "SELECT version FROM {schema}.outbox_schema_migrations ORDER BY version",
-    ))
+    let done: Vec<i32> = sqlx::query_scalar(
+        &schema.render("SELECT version FROM {schema}.outbox_schema_migrations ORDER BY version"),
+    )
     .fetch_all(&mut *tx)
     .await
     .map_err(Error::db("reading applied migrations"))?;
 
     if done.contains(&1) {
-        let existing: i64 = sqlx::query_scalar(&schema.render(
-            "SELECT count(*) FROM {schema}.outbox_partitions",
-        ))
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(Error::db("reading the partition count"))?;
+        let existing: i64 =
+            sqlx::query_scalar(&schema.render("SELECT count(*) FROM {schema}.outbox_partitions"))
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(Error::db("reading the partition count"))?;
         if let Some(wanted) = options.partitions {
             if i64::from(wanted) != existing {
                 return Err(Error::invalid(
@@ -136,12 +135,11 @@ pub async fn migrate(
             .await
             .map_err(Error::db("changing the notify trigger"))?;
     }
-    let partitions: i64 = sqlx::query_scalar(&schema.render(
-        "SELECT count(*) FROM {schema}.outbox_partitions",
-    ))
-    .fetch_one(&mut *tx)
-    .await
-    .map_err(Error::db("reading the partition count"))?;
+    let partitions: i64 =
+        sqlx::query_scalar(&schema.render("SELECT count(*) FROM {schema}.outbox_partitions"))
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(Error::db("reading the partition count"))?;
     let notify_trigger: bool = sqlx::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
            JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -151,7 +149,9 @@ pub async fn migrate(
     .fetch_one(&mut *tx)
     .await
     .map_err(Error::db("reading the notify trigger"))?;
-    tx.commit().await.map_err(Error::db("committing migration"))?;
+    tx.commit()
+        .await
+        .map_err(Error::db("committing migration"))?;
     Ok(MigrationReport {
         applied,
         partitions: partitions as u32,
@@ -161,7 +161,11 @@ pub async fn migrate(
 
 /// Fails with [`Error::NotMigrated`] unless `schema` holds the outbox tables.
 pub async fn ensure_migrated(conn: &mut PgConnection, schema: &Schema) -> Result<()> {
-    for table in ["outbox_events", "outbox_partitions", "outbox_relay_instances"] {
+    for table in [
+        "outbox_events",
+        "outbox_partitions",
+        "outbox_relay_instances",
+    ] {
         let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
             .bind(format!("{}.{table}", schema.name()))
             .fetch_one(&mut *conn)

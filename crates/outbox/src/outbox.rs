@@ -130,8 +130,11 @@ impl Outbox {
             Vec::with_capacity(n),
             Vec::with_capacity(n),
         );
-        let (mut payloads, mut headers, mut topics) =
-            (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+        let (mut payloads, mut headers, mut topics) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
         for (i, event) in events.iter().enumerate() {
             event.validate().map_err(|e| match e {
                 Error::Invalid { field, reason } => Error::Invalid {

@@ -73,6 +73,9 @@ mod tests {
     #[test]
     fn public_keeps_the_seed_channel() {
         assert_eq!(Schema::default().channel(), "outbox_event");
-        assert_eq!(Schema::new("billing").unwrap().channel(), "billing_outbox_event");
+        assert_eq!(
+            Schema::new("billing").unwrap().channel(),
+            "billing_outbox_event"
+        );
     }
 }

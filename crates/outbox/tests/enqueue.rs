@@ -17,17 +17,26 @@ async fn rollback_leaves_no_event_and_commit_leads_to_delivery() {
         .unwrap();
 
     let mut tx = ctx.pool.begin().await.unwrap();
-    sqlx::query("INSERT INTO orders VALUES (1)").execute(&mut *tx).await.unwrap();
+    sqlx::query("INSERT INTO orders VALUES (1)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
     let rolled_back = ctx.outbox.enqueue(&mut *tx, &event("1", 1)).await.unwrap();
     tx.rollback().await.unwrap();
 
     let mut tx = ctx.pool.begin().await.unwrap();
-    sqlx::query("INSERT INTO orders VALUES (2)").execute(&mut *tx).await.unwrap();
+    sqlx::query("INSERT INTO orders VALUES (2)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
     let committed = ctx.outbox.enqueue(&mut *tx, &event("2", 1)).await.unwrap();
     tx.commit().await.unwrap();
     ctx.outbox.wake();
 
-    assert_eq!(count(&ctx.pool, "SELECT count(*) FROM outbox_events").await, 1);
+    assert_eq!(
+        count(&ctx.pool, "SELECT count(*) FROM outbox_events").await,
+        1
+    );
     let publisher = TestPublisher::new();
     let relay = start_relay(&ctx, &publisher, fast_config("r1")).await;
     wait_until("the committed event to be delivered", LONG, || async {
@@ -40,14 +49,19 @@ async fn rollback_leaves_no_event_and_commit_leads_to_delivery() {
     assert_eq!(ids, vec![committed]);
     assert!(!ids.contains(&rolled_back));
     assert_eq!(stats.delivered, 1);
-    assert_eq!(count(&ctx.pool, "SELECT count(*) FROM outbox_events").await, 0);
+    assert_eq!(
+        count(&ctx.pool, "SELECT count(*) FROM outbox_events").await,
+        0
+    );
     assert_eq!(count(&ctx.pool, "SELECT count(*) FROM orders").await, 1);
 }
 
 #[tokio::test]
 async fn enqueue_many_is_one_statement_in_the_given_order() {
     let ctx = common::setup().await;
-    let events: Vec<NewEvent> = (1..=500).map(|n| event(&format!("a{}", n % 7), n)).collect();
+    let events: Vec<NewEvent> = (1..=500)
+        .map(|n| event(&format!("a{}", n % 7), n))
+        .collect();
     let mut tx = ctx.pool.begin().await.unwrap();
     let ids = ctx.outbox.enqueue_many(&mut *tx, &events).await.unwrap();
     tx.commit().await.unwrap();
@@ -62,7 +76,11 @@ async fn enqueue_many_is_one_statement_in_the_given_order() {
     assert_eq!(rows.iter().map(|(id, _)| *id).collect::<Vec<_>>(), ids);
     // One INSERT statement: the whole batch shares one transaction id and
     // one command id.
-    let cmds: i64 = count(&ctx.pool, "SELECT count(DISTINCT cmin::text) FROM outbox_events").await;
+    let cmds: i64 = count(
+        &ctx.pool,
+        "SELECT count(DISTINCT cmin::text) FROM outbox_events",
+    )
+    .await;
     assert_eq!(cmds, 1);
 }
 
@@ -74,19 +92,36 @@ async fn headers_topic_and_typed_payloads_round_trip() {
         total_cents: i64,
     }
     let ctx = common::setup().await;
-    let e = NewEvent::new("order", "7", "order.created", &Created { order_id: 7, total_cents: 1250 })
-        .unwrap()
-        .header("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
-        .topic("orders.v2");
+    let e = NewEvent::new(
+        "order",
+        "7",
+        "order.created",
+        &Created {
+            order_id: 7,
+            total_cents: 1250,
+        },
+    )
+    .unwrap()
+    .header(
+        "traceparent",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    )
+    .topic("orders.v2");
     ctx.outbox.enqueue(&ctx.pool, &e).await.unwrap();
     let publisher = TestPublisher::new();
     let relay = start_relay(&ctx, &publisher, fast_config("r1")).await;
-    wait_until("delivery", LONG, || async { publisher.delivered_count() == 1 }).await;
+    wait_until("delivery", LONG, || async {
+        publisher.delivered_count() == 1
+    })
+    .await;
     relay.shutdown().await.unwrap();
     let got = &publisher.deliveries()[0];
     assert_eq!(got.id, e.id);
     assert_eq!(got.topic.as_deref(), Some("orders.v2"));
-    assert_eq!(got.destination("outbox.event.{aggregate_type}"), "orders.v2");
+    assert_eq!(
+        got.destination("outbox.event.{aggregate_type}"),
+        "orders.v2"
+    );
     assert_eq!(
         got.headers.get("traceparent").map(String::as_str),
         Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
@@ -103,13 +138,34 @@ async fn bad_input_is_refused_before_anything_is_written() {
     let ctx = common::setup().await;
     let mut tx = ctx.pool.begin().await.unwrap();
     let cases: Vec<(NewEvent, &str)> = vec![
-        (NewEvent::json("order", "", "order.created", json!({})), "aggregate_id"),
-        (NewEvent::json("", "1", "order.created", json!({})), "aggregate_type"),
-        (NewEvent::json("order", "1", "e".repeat(101), json!({})), "event_type"),
-        (NewEvent::json("order", "x".repeat(101), "e", json!({})), "aggregate_id"),
-        (NewEvent::json("order", "1", "e", json!({"a": "nul\u{0}"})), "payload"),
-        (NewEvent::json("order", "1", "e", json!({})).topic("t".repeat(256)), "topic"),
-        (NewEvent::json("order", "1", "e", json!({})).header("", "v"), "header"),
+        (
+            NewEvent::json("order", "", "order.created", json!({})),
+            "aggregate_id",
+        ),
+        (
+            NewEvent::json("", "1", "order.created", json!({})),
+            "aggregate_type",
+        ),
+        (
+            NewEvent::json("order", "1", "e".repeat(101), json!({})),
+            "event_type",
+        ),
+        (
+            NewEvent::json("order", "x".repeat(101), "e", json!({})),
+            "aggregate_id",
+        ),
+        (
+            NewEvent::json("order", "1", "e", json!({"a": "nul\u{0}"})),
+            "payload",
+        ),
+        (
+            NewEvent::json("order", "1", "e", json!({})).topic("t".repeat(256)),
+            "topic",
+        ),
+        (
+            NewEvent::json("order", "1", "e", json!({})).header("", "v"),
+            "header",
+        ),
     ];
     for (e, field) in &cases {
         let err = ctx.outbox.enqueue(&mut *tx, e).await.unwrap_err();
@@ -126,11 +182,19 @@ async fn bad_input_is_refused_before_anything_is_written() {
 
     // A bad event anywhere in a batch stops the whole batch, named by index.
     let batch = vec![event("1", 1), NewEvent::json("order", "", "e", json!({}))];
-    let err = ctx.outbox.enqueue_many(&mut *tx, &batch).await.unwrap_err().to_string();
+    let err = ctx
+        .outbox
+        .enqueue_many(&mut *tx, &batch)
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("events[1].aggregate_id"), "{err}");
 
     // The transaction is still usable: nothing was sent to the server.
     ctx.outbox.enqueue(&mut *tx, &event("ok", 1)).await.unwrap();
     tx.commit().await.unwrap();
-    assert_eq!(count(&ctx.pool, "SELECT count(*) FROM outbox_events").await, 1);
+    assert_eq!(
+        count(&ctx.pool, "SELECT count(*) FROM outbox_events").await,
+        1
+    );
 }

@@ -41,13 +41,19 @@ async fn a_rolled_back_consumer_transaction_leaves_the_event_to_process_again() 
     tx.rollback().await.unwrap(); // the handler failed after marking
 
     let mut tx = ctx.pool.begin().await.unwrap();
-    assert!(inbox.process_once(&mut tx, "billing", id).await.unwrap(), "must be processed again");
+    assert!(
+        inbox.process_once(&mut tx, "billing", id).await.unwrap(),
+        "must be processed again"
+    );
     sqlx::query("INSERT INTO balances VALUES ('c1', 100)")
         .execute(&mut *tx)
         .await
         .unwrap();
     tx.commit().await.unwrap();
-    assert_eq!(common::count(&ctx.pool, "SELECT count(*) FROM processed_events").await, 1);
+    assert_eq!(
+        common::count(&ctx.pool, "SELECT count(*) FROM processed_events").await,
+        1
+    );
 }
 
 #[tokio::test]
@@ -81,5 +87,8 @@ async fn concurrent_consumers_of_one_event_apply_it_once() {
         firsts += t.await.unwrap() as i32;
     }
     assert_eq!(firsts, 1);
-    assert_eq!(common::count(&ctx.pool, "SELECT count(*) FROM effects").await, 1);
+    assert_eq!(
+        common::count(&ctx.pool, "SELECT count(*) FROM effects").await,
+        1
+    );
 }

@@ -32,19 +32,24 @@ async fn plain_sql_insert_works_with_every_other_column_defaulted() {
     .execute(&ctx.pool)
     .await
     .unwrap();
-    let (attempts, headers, partition, seq): (i32, serde_json::Value, i32, i64) = sqlx::query_as(
-        "SELECT attempts, headers, partition, seq FROM outbox_events",
-    )
-    .fetch_one(&ctx.pool)
-    .await
-    .unwrap();
+    let (attempts, headers, partition, seq): (i32, serde_json::Value, i32, i64) =
+        sqlx::query_as("SELECT attempts, headers, partition, seq FROM outbox_events")
+            .fetch_one(&ctx.pool)
+            .await
+            .unwrap();
     assert_eq!(attempts, 0);
     assert_eq!(headers, serde_json::json!({}));
     assert!((0..32).contains(&partition));
     assert!(seq >= 1);
     // the seed's view and inbox table exist
-    assert_eq!(common::count(&ctx.pool, "SELECT count(*) FROM outbox_dead_letters").await, 0);
-    assert_eq!(common::count(&ctx.pool, "SELECT count(*) FROM processed_events").await, 0);
+    assert_eq!(
+        common::count(&ctx.pool, "SELECT count(*) FROM outbox_dead_letters").await,
+        0
+    );
+    assert_eq!(
+        common::count(&ctx.pool, "SELECT count(*) FROM processed_events").await,
+        0
+    );
 }
 
 #[tokio::test]
@@ -85,7 +90,10 @@ async fn a_custom_schema_holds_everything_and_partition_count_is_fixed() {
     .await
     .unwrap_err()
     .to_string();
-    assert!(err.contains("partitions") && err.contains('8') && err.contains("16"), "{err}");
+    assert!(
+        err.contains("partitions") && err.contains('8') && err.contains("16"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -97,7 +105,10 @@ async fn ensure_migrated_names_the_missing_table_and_the_fix() {
         .await
         .unwrap_err()
         .to_string();
-    assert!(err.contains("outbox_events") && err.contains("outbox migrate"), "{err}");
+    assert!(
+        err.contains("outbox_events") && err.contains("outbox migrate"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -120,7 +131,9 @@ async fn the_seed_notify_trigger_is_opt_in_and_removable() {
     .await
     .unwrap();
     assert!(on.notify_trigger);
-    let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await.unwrap();
+    let mut listener = sqlx::postgres::PgListener::connect_with(&pool)
+        .await
+        .unwrap();
     listener.listen("outbox_event").await.unwrap();
     sqlx::query(
         "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)

@@ -12,7 +12,13 @@ use outbox_testkit::{first_delivery_violation, wait_until, Fail, Match, TestPubl
 /// Producers write `per_agg` events to each of `aggs` aggregates, one
 /// transaction per event, serialised per aggregate (as the contract asks)
 /// but interleaved across aggregates.
-async fn produce(pool: sqlx::PgPool, outbox: outbox::Outbox, aggs: usize, per_agg: i64, producers: usize) {
+async fn produce(
+    pool: sqlx::PgPool,
+    outbox: outbox::Outbox,
+    aggs: usize,
+    per_agg: i64,
+    producers: usize,
+) {
     let mut tasks = Vec::new();
     for p in 0..producers {
         let (pool, outbox) = (pool.clone(), outbox.clone());
@@ -45,10 +51,20 @@ async fn order_holds_across_two_relays_a_crash_and_a_join() {
     let b = start_relay(&ctx, &publisher, fast_config("relay-b")).await;
 
     let (aggs, per_agg) = (200usize, 25i64);
-    let producer = tokio::spawn(produce(ctx.pool.clone(), ctx.outbox.clone(), aggs, per_agg, 4));
-    wait_until("both relays to share partitions and deliver", LONG, || async {
-        a.held_partitions() > 0 && b.held_partitions() > 0 && publisher.delivered_count() > 500
-    })
+    let producer = tokio::spawn(produce(
+        ctx.pool.clone(),
+        ctx.outbox.clone(),
+        aggs,
+        per_agg,
+        4,
+    ));
+    wait_until(
+        "both relays to share partitions and deliver",
+        LONG,
+        || async {
+            a.held_partitions() > 0 && b.held_partitions() > 0 && publisher.delivered_count() > 500
+        },
+    )
     .await;
     let delivered_at_crash = publisher.delivered_count();
     a.abort(); // crash: no release, its leases must expire
@@ -110,7 +126,10 @@ async fn a_retrying_event_holds_back_later_events_of_its_aggregate_only() {
     assert_eq!(slow, vec![1, 2, 3, 4, 5]);
     // Other aggregates were not held back: they were all delivered before
     // the slow aggregate's first event got through.
-    let first_slow = deliveries.iter().position(|e| e.aggregate_id == "slow").unwrap();
+    let first_slow = deliveries
+        .iter()
+        .position(|e| e.aggregate_id == "slow")
+        .unwrap();
     let fast_before = deliveries[..first_slow]
         .iter()
         .filter(|e| e.aggregate_id.starts_with("fast-"))

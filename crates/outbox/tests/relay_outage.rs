@@ -12,7 +12,9 @@ async fn an_outage_burns_no_attempts_and_delivery_resumes() {
     let ctx = common::setup().await;
     let publisher = TestPublisher::new();
     publisher.set_down(true);
-    let events: Vec<_> = (1..=300).map(|n| event(&format!("a{}", n % 30), n)).collect();
+    let events: Vec<_> = (1..=300)
+        .map(|n| event(&format!("a{}", n % 30), n))
+        .collect();
     ctx.outbox.enqueue_many(&ctx.pool, &events).await.unwrap();
     let config = RelayConfig {
         max_attempts: 2,
@@ -24,8 +26,18 @@ async fn an_outage_burns_no_attempts_and_delivery_resumes() {
         publisher.unavailable_calls() >= 10
     })
     .await;
-    assert_eq!(count(&ctx.pool, "SELECT count(*) FROM outbox_events WHERE attempts > 0").await, 0);
-    assert_eq!(count(&ctx.pool, "SELECT count(*) FROM outbox_dead_letters").await, 0);
+    assert_eq!(
+        count(
+            &ctx.pool,
+            "SELECT count(*) FROM outbox_events WHERE attempts > 0"
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        count(&ctx.pool, "SELECT count(*) FROM outbox_dead_letters").await,
+        0
+    );
     assert_eq!(publisher.delivered_count(), 0);
 
     publisher.set_down(false);
@@ -37,6 +49,7 @@ async fn an_outage_burns_no_attempts_and_delivery_resumes() {
     assert_eq!(stats.dead_lettered, 0);
     assert_eq!(stats.retried, 0);
     assert!(stats.outages >= 10);
-    let distinct: std::collections::HashSet<_> = publisher.deliveries().iter().map(|e| e.id).collect();
+    let distinct: std::collections::HashSet<_> =
+        publisher.deliveries().iter().map(|e| e.id).collect();
     assert_eq!(distinct.len(), 300);
 }

@@ -53,7 +53,14 @@ async fn instances_split_partitions_and_take_them_back_on_a_graceful_stop() {
     let live: i64 = count(&ctx.pool, "SELECT count(*) FROM outbox_relay_instances").await;
     assert_eq!(live, 1, "a stopped instance leaves the group");
     a.shutdown().await.unwrap();
-    assert_eq!(count(&ctx.pool, "SELECT count(*) FROM outbox_partitions WHERE owner IS NOT NULL").await, 0);
+    assert_eq!(
+        count(
+            &ctx.pool,
+            "SELECT count(*) FROM outbox_partitions WHERE owner IS NOT NULL"
+        )
+        .await,
+        0
+    );
 }
 
 #[tokio::test]
@@ -65,17 +72,19 @@ async fn a_restart_under_the_same_name_resumes_at_once_with_a_new_epoch() {
         ..fast_config("same")
     };
     let first = start_relay(&ctx, &publisher, config.clone()).await;
-    wait_until("ownership", LONG, || async { first.held_partitions() == 32 }).await;
+    wait_until("ownership", LONG, || async {
+        first.held_partitions() == 32
+    })
+    .await;
     let epoch_before = count(&ctx.pool, "SELECT max(epoch) FROM outbox_partitions").await;
     first.abort();
-    ctx.outbox
-        .enqueue(&ctx.pool, &event("x", 1))
-        .await
-        .unwrap();
+    ctx.outbox.enqueue(&ctx.pool, &event("x", 1)).await.unwrap();
     let second = start_relay(&ctx, &publisher, config).await;
-    wait_until("delivery well within the 60 s lease", Duration::from_secs(20), || async {
-        publisher.delivered_count() == 1
-    })
+    wait_until(
+        "delivery well within the 60 s lease",
+        Duration::from_secs(20),
+        || async { publisher.delivered_count() == 1 },
+    )
     .await;
     let epoch_after = count(&ctx.pool, "SELECT min(epoch) FROM outbox_partitions").await;
     assert!(epoch_after > epoch_before, "{epoch_after} > {epoch_before}");
@@ -97,18 +106,31 @@ async fn retention_mode_keeps_processed_rows_with_processed_at() {
         },
     )
     .await;
-    wait_until("delivery", LONG, || async { publisher.delivered_count() == 10 }).await;
+    wait_until("delivery", LONG, || async {
+        publisher.delivered_count() == 10
+    })
+    .await;
     relay.shutdown().await.unwrap();
     assert_eq!(
-        count(&ctx.pool, "SELECT count(*) FROM outbox_events WHERE processed_at IS NOT NULL").await,
+        count(
+            &ctx.pool,
+            "SELECT count(*) FROM outbox_events WHERE processed_at IS NOT NULL"
+        )
+        .await,
         10
     );
     // and they are not delivered again by a new relay
     let publisher2 = TestPublisher::new();
     let relay = start_relay(&ctx, &publisher2, fast_config("r2")).await;
-    ctx.outbox.enqueue(&ctx.pool, &event("k", 11)).await.unwrap();
+    ctx.outbox
+        .enqueue(&ctx.pool, &event("k", 11))
+        .await
+        .unwrap();
     ctx.outbox.wake();
-    wait_until("the new event", LONG, || async { publisher2.delivered_count() == 1 }).await;
+    wait_until("the new event", LONG, || async {
+        publisher2.delivered_count() == 1
+    })
+    .await;
     relay.shutdown().await.unwrap();
     assert_eq!(publisher2.delivered_count(), 1);
 }

@@ -49,20 +49,26 @@ async fn a_failing_event_backs_off_then_is_dead_lettered_with_its_error() {
         .map(|a| a.at)
         .collect();
     assert_eq!(times.len(), 5, "attempted exactly max_attempts times");
-    let gaps: Vec<u128> = times.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect();
+    let gaps: Vec<u128> = times
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_millis())
+        .collect();
     for (k, gap) in gaps.iter().enumerate() {
         let full = 40u128 << k;
-        assert!(*gap >= full / 2, "gap {k} was {gap} ms, expected at least {} ms ({gaps:?})", full / 2);
+        assert!(
+            *gap >= full / 2,
+            "gap {k} was {gap} ms, expected at least {} ms ({gaps:?})",
+            full / 2
+        );
     }
     assert!(gaps[3] > gaps[0], "delays grow: {gaps:?}");
 
-    let (attempts, error, seen_in_view): (i32, Option<String>, bool) = sqlx::query_as(
-        "SELECT attempts, last_error, true FROM outbox_dead_letters WHERE id = $1",
-    )
-    .bind(poison.id)
-    .fetch_one(&ctx.pool)
-    .await
-    .unwrap();
+    let (attempts, error, seen_in_view): (i32, Option<String>, bool) =
+        sqlx::query_as("SELECT attempts, last_error, true FROM outbox_dead_letters WHERE id = $1")
+            .bind(poison.id)
+            .fetch_one(&ctx.pool)
+            .await
+            .unwrap();
     assert!(seen_in_view);
     assert_eq!(attempts, 5);
     assert!(error.unwrap().contains("test failure"));
@@ -95,7 +101,12 @@ async fn a_rejected_event_is_dead_lettered_at_once_and_its_aggregate_moves_on() 
         .unwrap();
     let relay = start_relay(&ctx, &publisher, fast_config("r1")).await;
     wait_until("the rest delivered", LONG, || async {
-        count(&ctx.pool, "SELECT count(*) FROM outbox_events WHERE dead_lettered_at IS NULL").await == 0
+        count(
+            &ctx.pool,
+            "SELECT count(*) FROM outbox_events WHERE dead_lettered_at IS NULL",
+        )
+        .await
+            == 0
     })
     .await;
     let stats = relay.shutdown().await.unwrap();
@@ -107,9 +118,17 @@ async fn a_rejected_event_is_dead_lettered_at_once_and_its_aggregate_moves_on() 
             .unwrap();
     assert_eq!(attempts, 1);
     assert!(error.contains("rejection"), "{error}");
-    let attempts_of_bad = publisher.attempts().iter().filter(|a| a.id == bad.id).count();
+    let attempts_of_bad = publisher
+        .attempts()
+        .iter()
+        .filter(|a| a.id == bad.id)
+        .count();
     assert_eq!(attempts_of_bad, 1, "a rejection is not retried");
-    let delivered: Vec<_> = publisher.deliveries().iter().map(|e| (e.aggregate_id.clone(), position(e))).collect();
+    let delivered: Vec<_> = publisher
+        .deliveries()
+        .iter()
+        .map(|e| (e.aggregate_id.clone(), position(e)))
+        .collect();
     assert!(delivered.contains(&("a".into(), 2)));
     assert!(delivered.contains(&("b".into(), 1)));
 }

@@ -62,7 +62,11 @@ mod tests {
             let full = (100u64 << (attempts - 1)).min(10_000);
             for _ in 0..50 {
                 let d = retry_delay(attempts, 100, 10_000).as_millis() as u64;
-                assert!(d >= full / 2 && d <= full, "attempt {attempts}: {d} not in [{}, {full}]", full / 2);
+                assert!(
+                    d >= full / 2 && d <= full,
+                    "attempt {attempts}: {d} not in [{}, {full}]",
+                    full / 2
+                );
             }
         }
         assert!(retry_delay(200, 100, 10_000) <= Duration::from_millis(10_000));

@@ -92,11 +92,21 @@ impl RelayConfig {
         range("batch_size", self.batch_size as u64, 1, 100_000)?;
         range("max_attempts", u64::from(self.max_attempts), 1, 1_000)?;
         range("backoff_base_ms", self.backoff_base_ms, 1, 3_600_000)?;
-        range("backoff_max_ms", self.backoff_max_ms, self.backoff_base_ms, 86_400_000)?;
+        range(
+            "backoff_max_ms",
+            self.backoff_max_ms,
+            self.backoff_base_ms,
+            86_400_000,
+        )?;
         range("lease_ms", self.lease_ms, 500, 600_000)?;
         range("poll_min_ms", self.poll_min_ms, 1, 60_000)?;
         range("poll_max_ms", self.poll_max_ms, self.poll_min_ms, 600_000)?;
-        range("outage_backoff_max_ms", self.outage_backoff_max_ms, 1, 600_000)?;
+        range(
+            "outage_backoff_max_ms",
+            self.outage_backoff_max_ms,
+            1,
+            600_000,
+        )?;
         range("publish_timeout_ms", self.publish_timeout_ms, 10, 3_600_000)?;
         Ok(())
     }
@@ -109,7 +119,11 @@ impl RelayConfig {
                 .ok()
                 .filter(|h| !h.is_empty())
                 .unwrap_or_else(|| "relay".to_owned());
-            format!("{host}-{}-{:04x}", std::process::id(), rand::random::<u16>())
+            format!(
+                "{host}-{}-{:04x}",
+                std::process::id(),
+                rand::random::<u16>()
+            )
         })
     }
 }
@@ -132,7 +146,11 @@ mod tests {
             poll_min_ms: 5,
             ..Default::default()
         };
-        assert!(bad.validate().unwrap_err().to_string().contains("poll_max_ms"));
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("poll_max_ms"));
     }
 
     #[test]

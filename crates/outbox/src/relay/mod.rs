@@ -90,11 +90,7 @@ impl RelayBuilder {
     pub async fn spawn(self) -> Result<RelayHandle> {
         self.config.validate()?;
         {
-            let mut conn = self
-                .pool
-                .acquire()
-                .await
-                .map_err(Error::db("connecting"))?;
+            let mut conn = self.pool.acquire().await.map_err(Error::db("connecting"))?;
             crate::migrate::ensure_migrated(&mut conn, &self.schema).await?;
         }
         let store = Store::new(self.pool.clone(), &self.schema);

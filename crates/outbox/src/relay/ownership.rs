@@ -97,9 +97,7 @@ impl Ownership {
     pub fn still_valid(&self, partition: i32) -> bool {
         let now = Instant::now() + self.margin();
         let st = self.state.lock().expect("ownership lock");
-        st.held
-            .get(&partition)
-            .is_some_and(|h| h.valid_until > now)
+        st.held.get(&partition).is_some_and(|h| h.valid_until > now)
     }
 
     /// How many partitions are held.
@@ -188,7 +186,8 @@ impl Ownership {
     /// Releases everything and leaves the group (graceful stop).
     pub async fn release_all(&self, store: &Store) -> Result<()> {
         let _ops = self.ops.lock().await;
-        self.closing.store(true, std::sync::atomic::Ordering::Release);
+        self.closing
+            .store(true, std::sync::atomic::Ordering::Release);
         let all: Vec<i32> = {
             let mut st = self.state.lock().expect("ownership lock");
             let all = st.held.keys().copied().collect();

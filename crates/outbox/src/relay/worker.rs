@@ -67,7 +67,8 @@ impl Worker {
             }
             let claim = self.ownership.claimable();
             if claim.partitions.is_empty() {
-                self.wait(Duration::from_millis(self.config.poll_max_ms)).await;
+                self.wait(Duration::from_millis(self.config.poll_max_ms))
+                    .await;
                 continue;
             }
             let batch = match self
@@ -109,7 +110,10 @@ impl Worker {
                 tokio::task::yield_now().await;
             }
         }
-        tracing::info!(instance = self.ownership.me(), "relay stopping: releasing partitions");
+        tracing::info!(
+            instance = self.ownership.me(),
+            "relay stopping: releasing partitions"
+        );
         if let Err(e) = self.ownership.release_all(&self.store).await {
             tracing::warn!(error = %e, "could not release partitions; they move when the lease ends");
         }
@@ -181,7 +185,10 @@ impl Worker {
             let outcomes = match tokio::time::timeout(timeout, self.publisher.publish(&wave)).await
             {
                 Err(_) => {
-                    outage = Some(format!("publish timed out after {} ms", timeout.as_millis()));
+                    outage = Some(format!(
+                        "publish timed out after {} ms",
+                        timeout.as_millis()
+                    ));
                     break;
                 }
                 Ok(Err(e)) => {
@@ -325,9 +332,19 @@ mod tests {
 
     #[test]
     fn waves_keep_aggregate_order_and_never_repeat_an_aggregate() {
-        let batch = vec![ev(1, "a"), ev(2, "b"), ev(3, "a"), ev(4, "a"), ev(5, "c"), ev(6, "b")];
+        let batch = vec![
+            ev(1, "a"),
+            ev(2, "b"),
+            ev(3, "a"),
+            ev(4, "a"),
+            ev(5, "c"),
+            ev(6, "b"),
+        ];
         let waves = into_waves(batch);
-        let seqs: Vec<Vec<i64>> = waves.iter().map(|w| w.iter().map(|e| e.seq).collect()).collect();
+        let seqs: Vec<Vec<i64>> = waves
+            .iter()
+            .map(|w| w.iter().map(|e| e.seq).collect())
+            .collect();
         assert_eq!(seqs, vec![vec![1, 2, 5], vec![3, 6], vec![4]]);
         let single = into_waves(vec![ev(1, "a"), ev(2, "b")]);
         assert_eq!(single.len(), 1);

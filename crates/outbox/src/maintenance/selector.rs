@@ -1,0 +1,361 @@
+//! Which dead letters an operation looks at ([`DeadLetterFilter`]) or acts
+//! on ([`Selector`]).
+
+use std::fmt;
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+
+/// Which dead letters [`DeadLetters::retry`](super::DeadLetters::retry),
+/// [`discard`](super::DeadLetters::discard) and
+/// [`count`](super::DeadLetters::count) act on. Criteria combine with AND.
+///
+/// A selector must say what it selects: at least one of `ids`,
+/// `aggregate_type`, `aggregate_id` or `event_type`, or `all`. The default
+/// selects nothing and is rejected, so an empty selector never touches every
+/// dead letter by accident. `all` cannot be combined with those four, but
+/// the age bounds narrow any selector, `all` included.
+///
+/// ```
+/// use outbox::Selector;
+/// let by_type = Selector::default().event_type("order.created");
+/// assert_eq!(by_type.to_string(), "event type order.created");
+/// assert!(Selector::default().validate().is_err());
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Selector {
+    /// Dead letters with one of these event ids.
+    pub ids: Vec<Uuid>,
+    /// Dead letters of this aggregate type.
+    pub aggregate_type: Option<String>,
+    /// Dead letters of this aggregate id.
+    pub aggregate_id: Option<String>,
+    /// Dead letters of this event type.
+    pub event_type: Option<String>,
+    /// Only those dead-lettered at least this long ago.
+    pub older_than: Option<Duration>,
+    /// Only those dead-lettered less than this long ago.
+    pub newer_than: Option<Duration>,
+    /// Every dead letter (narrowed only by the age bounds).
+    pub all: bool,
+}
+
+impl Selector {
+    /// Every dead letter.
+    pub fn all() -> Self {
+        Selector {
+            all: true,
+            ..Selector::default()
+        }
+    }
+
+    /// The dead letters with these ids.
+    pub fn ids(ids: impl IntoIterator<Item = Uuid>) -> Self {
+        Selector {
+            ids: ids.into_iter().collect(),
+            ..Selector::default()
+        }
+    }
+
+    /// Narrows to one aggregate type.
+    pub fn aggregate_type(mut self, aggregate_type: impl Into<String>) -> Self {
+        self.aggregate_type = Some(aggregate_type.into());
+        self
+    }
+
+    /// Narrows to one aggregate id.
+    pub fn aggregate_id(mut self, aggregate_id: impl Into<String>) -> Self {
+        self.aggregate_id = Some(aggregate_id.into());
+        self
+    }
+
+    /// Narrows to one event type.
+    pub fn event_type(mut self, event_type: impl Into<String>) -> Self {
+        self.event_type = Some(event_type.into());
+        self
+    }
+
+    /// Narrows to dead letters at least `age` old.
+    pub fn older_than(mut self, age: Duration) -> Self {
+        self.older_than = Some(age);
+        self
+    }
+
+    /// Narrows to dead letters less than `age` old.
+    pub fn newer_than(mut self, age: Duration) -> Self {
+        self.newer_than = Some(age);
+        self
+    }
+
+    fn has_criterion(&self) -> bool {
+        !self.ids.is_empty()
+            || self.aggregate_type.is_some()
+            || self.aggregate_id.is_some()
+            || self.event_type.is_some()
+    }
+
+    /// Checks that the selector says what it selects; the error names the
+    /// choices.
+    pub fn validate(&self) -> Result<()> {
+        match (self.all, self.has_criterion()) {
+            (false, false) => Err(Error::invalid(
+                "selector",
+                "selects nothing: give ids, an aggregate type, an aggregate id, an event type, \
+                 or all",
+            )),
+            (true, true) => Err(Error::invalid(
+                "selector",
+                format!(
+                    "all cannot be combined with {self}: drop all, or the other criteria"
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The same criteria as a listing filter, for previews (dry runs).
+    pub fn to_filter(&self, limit: u32) -> DeadLetterFilter {
+        DeadLetterFilter {
+            ids: self.ids.clone(),
+            aggregate_type: self.aggregate_type.clone(),
+            aggregate_id: self.aggregate_id.clone(),
+            event_type: self.event_type.clone(),
+            older_than: self.older_than,
+            newer_than: self.newer_than,
+            limit,
+        }
+    }
+}
+
+/// Describes the selection, e.g. `event type order.created, aggregate id 42`
+/// or `all`.
+impl fmt::Display for Selector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        if self.all {
+            parts.push("all".to_owned());
+        }
+        match self.ids.len() {
+            0 => {}
+            1 => parts.push(format!("id {}", self.ids[0])),
+            2..=3 => parts.push(format!(
+                "ids {}",
+                self.ids
+                    .iter()
+                    .map(Uuid::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+            n => parts.push(format!("{n} ids")),
+        }
+        if let Some(v) = &self.aggregate_type {
+            parts.push(format!("aggregate type {v}"));
+        }
+        if let Some(v) = &self.aggregate_id {
+            parts.push(format!("aggregate id {v}"));
+        }
+        if let Some(v) = &self.event_type {
+            parts.push(format!("event type {v}"));
+        }
+        if let Some(d) = self.older_than {
+            parts.push(format!("dead-lettered over {} ago", format_age(d)));
+        }
+        if let Some(d) = self.newer_than {
+            parts.push(format!("dead-lettered within the last {}", format_age(d)));
+        }
+        if parts.is_empty() {
+            f.write_str("nothing")
+        } else {
+            f.write_str(&parts.join(", "))
+        }
+    }
+}
+
+/// What [`DeadLetters::list`](super::DeadLetters::list) shows. Criteria
+/// combine with AND; the default lists the first 100 dead letters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetterFilter {
+    /// Only these event ids (empty: any).
+    pub ids: Vec<Uuid>,
+    /// Only this aggregate type.
+    pub aggregate_type: Option<String>,
+    /// Only this aggregate id.
+    pub aggregate_id: Option<String>,
+    /// Only this event type.
+    pub event_type: Option<String>,
+    /// Only those dead-lettered at least this long ago.
+    pub older_than: Option<Duration>,
+    /// Only those dead-lettered less than this long ago.
+    pub newer_than: Option<Duration>,
+    /// Most dead letters returned, in seq order (1 to
+    /// [`MAX_LIST_LIMIT`]).
+    pub limit: u32,
+}
+
+/// Default of [`DeadLetterFilter::limit`].
+pub const DEFAULT_LIST_LIMIT: u32 = 100;
+/// Largest [`DeadLetterFilter::limit`].
+pub const MAX_LIST_LIMIT: u32 = 100_000;
+
+impl Default for DeadLetterFilter {
+    fn default() -> Self {
+        DeadLetterFilter {
+            ids: Vec::new(),
+            aggregate_type: None,
+            aggregate_id: None,
+            event_type: None,
+            older_than: None,
+            newer_than: None,
+            limit: DEFAULT_LIST_LIMIT,
+        }
+    }
+}
+
+impl DeadLetterFilter {
+    /// Checks the limit; the error names the field, the value and the range.
+    pub fn validate(&self) -> Result<()> {
+        if self.limit == 0 || self.limit > MAX_LIST_LIMIT {
+            return Err(Error::invalid(
+                "limit",
+                format!("{} is out of range: use 1 to {MAX_LIST_LIMIT}", self.limit),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The criteria as bind parameters `$1`–`$6` of the shared predicate in
+/// `maintenance::queries`.
+pub(crate) struct Criteria<'a> {
+    pub ids: Option<&'a [Uuid]>,
+    pub aggregate_type: Option<&'a str>,
+    pub aggregate_id: Option<&'a str>,
+    pub event_type: Option<&'a str>,
+    pub older_than_ms: Option<i64>,
+    pub newer_than_ms: Option<i64>,
+}
+
+impl<'a> Criteria<'a> {
+    pub(crate) fn of_selector(s: &'a Selector) -> Self {
+        Self::new(
+            &s.ids,
+            &s.aggregate_type,
+            &s.aggregate_id,
+            &s.event_type,
+            (s.older_than, s.newer_than),
+        )
+    }
+
+    pub(crate) fn of_filter(f: &'a DeadLetterFilter) -> Self {
+        Self::new(
+            &f.ids,
+            &f.aggregate_type,
+            &f.aggregate_id,
+            &f.event_type,
+            (f.older_than, f.newer_than),
+        )
+    }
+
+    fn new(
+        ids: &'a [Uuid],
+        aggregate_type: &'a Option<String>,
+        aggregate_id: &'a Option<String>,
+        event_type: &'a Option<String>,
+        (older, newer): (Option<Duration>, Option<Duration>),
+    ) -> Self {
+        Criteria {
+            ids: (!ids.is_empty()).then_some(ids),
+            aggregate_type: aggregate_type.as_deref(),
+            aggregate_id: aggregate_id.as_deref(),
+            event_type: event_type.as_deref(),
+            older_than_ms: older.map(millis),
+            newer_than_ms: newer.map(millis),
+        }
+    }
+
+    /// Binds `$1`–`$6` in order.
+    pub(crate) fn bind<'q>(
+        &self,
+        q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>
+    where
+        'a: 'q,
+    {
+        q.bind(self.ids)
+            .bind(self.aggregate_type)
+            .bind(self.aggregate_id)
+            .bind(self.event_type)
+            .bind(self.older_than_ms)
+            .bind(self.newer_than_ms)
+    }
+}
+
+/// A duration in whole milliseconds, saturating.
+pub(crate) fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// A short human form of an age: `90s`, `15m`, `2h`, `7d`, or a mix such as
+/// `1d2h`.
+pub fn format_age(d: Duration) -> String {
+    let mut secs = d.as_secs();
+    if secs == 0 {
+        return format!("{}ms", d.as_millis());
+    }
+    let mut out = String::new();
+    for (unit, len) in [("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)] {
+        if secs >= len {
+            out.push_str(&format!("{}{unit}", secs / len));
+            secs %= len;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_selector_must_say_what_it_selects() {
+        let err = Selector::default().validate().unwrap_err().to_string();
+        assert!(err.contains("selector") && err.contains("all"), "{err}");
+        let err = Selector::all()
+            .event_type("x")
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("event type x"), "{err}");
+        Selector::all().older_than(Duration::from_secs(60)).validate().unwrap();
+        Selector::default().aggregate_id("42").validate().unwrap();
+    }
+
+    #[test]
+    fn selectors_describe_themselves() {
+        let s = Selector::default()
+            .aggregate_type("order")
+            .event_type("order.created")
+            .older_than(Duration::from_secs(7_200));
+        assert_eq!(
+            s.to_string(),
+            "aggregate type order, event type order.created, dead-lettered over 2h ago"
+        );
+        assert_eq!(Selector::ids([Uuid::nil(); 5]).to_string(), "5 ids");
+        assert_eq!(format_age(Duration::from_secs(93_600)), "1d2h");
+    }
+
+    #[test]
+    fn the_limit_is_checked() {
+        DeadLetterFilter::default().validate().unwrap();
+        let err = DeadLetterFilter {
+            limit: 0,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("limit") && err.contains('0'), "{err}");
+    }
+}
