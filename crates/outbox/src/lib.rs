@@ -10,6 +10,7 @@
 mod error;
 mod event;
 mod inbox;
+mod maintenance;
 mod migrate;
 mod outbox;
 mod publisher;
@@ -22,6 +23,12 @@ mod wakeup;
 pub use error::{Error, Result};
 pub use event::{Event, NewEvent, MAX_HEADER_NAME_CHARS, MAX_NAME_CHARS, MAX_TOPIC_CHARS};
 pub use inbox::{Inbox, MAX_CONSUMER_CHARS};
+pub use maintenance::{
+    cleanup_inbox, cleanup_processed, format_age, Cleaner, CleanerConfig, CleanerHandle,
+    CleanerStats, Cleanup, CleanupParams, CleanupTarget, DeadLetter, DeadLetterFilter,
+    DeadLetterPage, DeadLetters, Selector, DEFAULT_CLEANUP_BATCH_SIZE, DEFAULT_LIST_LIMIT,
+    MAX_CLEANUP_BATCH_SIZE, MAX_LIST_LIMIT,
+};
 pub use migrate::{
     ensure_migrated, migrate, MigrateOptions, MigrationReport, DEFAULT_PARTITIONS, MAX_PARTITIONS,
 };

@@ -154,7 +154,9 @@ impl Cleanup {
         let cutoff = self.cutoff(&mut conn, params.older_than).await?;
         let mut total = 0;
         loop {
-            let n = self.delete_batch(&mut conn, cutoff, params.batch_size).await?;
+            let n = self
+                .delete_batch(&mut conn, cutoff, params.batch_size)
+                .await?;
             total += n;
             if n < u64::from(params.batch_size) {
                 break;

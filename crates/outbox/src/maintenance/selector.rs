@@ -107,9 +107,7 @@ impl Selector {
             )),
             (true, true) => Err(Error::invalid(
                 "selector",
-                format!(
-                    "all cannot be combined with {self}: drop all, or the other criteria"
-                ),
+                format!("all cannot be combined with {self}: drop all, or the other criteria"),
             )),
             _ => Ok(()),
         }
@@ -328,7 +326,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("event type x"), "{err}");
-        Selector::all().older_than(Duration::from_secs(60)).validate().unwrap();
+        Selector::all()
+            .older_than(Duration::from_secs(60))
+            .validate()
+            .unwrap();
         Selector::default().aggregate_id("42").validate().unwrap();
     }
 
