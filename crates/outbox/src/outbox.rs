@@ -11,6 +11,12 @@ use crate::event::NewEvent;
 use crate::schema::Schema;
 use crate::wakeup::Wakeup;
 
+// The common case (no headers, no topic) leaves those columns to their
+// defaults: less to encode and parse on the producer's hot path.
+const INSERT_PLAIN: &str = "INSERT INTO {schema}.outbox_events
+    (id, aggregate_type, aggregate_id, event_type, payload)
+VALUES ($1, $2, $3, $4, $5)";
+
 const INSERT_ONE: &str = "INSERT INTO {schema}.outbox_events
     (id, aggregate_type, aggregate_id, event_type, payload, headers, topic)
 VALUES ($1, $2, $3, $4, $5, $6, $7)";
@@ -44,6 +50,7 @@ ORDER BY ord";
 #[derive(Debug, Clone)]
 pub struct Outbox {
     schema: Schema,
+    insert_plain: Arc<str>,
     insert_one: Arc<str>,
     insert_many: Arc<str>,
     wakeup: Arc<Wakeup>,
@@ -64,6 +71,7 @@ impl Outbox {
     /// A handle on `schema`.
     pub fn with_schema(schema: Schema) -> Self {
         Outbox {
+            insert_plain: schema.render(INSERT_PLAIN).into(),
             insert_one: schema.render(INSERT_ONE).into(),
             insert_many: schema.render(INSERT_MANY).into(),
             schema,
@@ -94,6 +102,18 @@ impl Outbox {
     /// Returns the event id.
     pub async fn enqueue<'c, E: PgExecutor<'c>>(&self, conn: E, event: &NewEvent) -> Result<Uuid> {
         event.validate()?;
+        if event.headers.is_empty() && event.topic.is_none() {
+            sqlx::query(&self.insert_plain)
+                .bind(event.id)
+                .bind(&event.aggregate_type)
+                .bind(&event.aggregate_id)
+                .bind(&event.event_type)
+                .bind(sqlx::types::Json(&event.payload))
+                .execute(conn)
+                .await
+                .map_err(Error::db("enqueueing an event"))?;
+            return Ok(event.id);
+        }
         let headers = serde_json::to_value(&event.headers).map_err(|source| Error::Serialize {
             field: "headers",
             source,

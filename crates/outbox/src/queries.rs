@@ -1,22 +1,39 @@
 //! Every statement the relay, the status report and the maintenance commands
 //! run, in one place. `{schema}` is replaced by the configured schema.
 
-/// Pending, live rows of the owned partitions, in seq order, skipping every
-/// aggregate that has an event waiting out a backoff (so later events of that
-/// aggregate are held back). A plain read: partition ownership, not row
+/// Acknowledges the previous batch and claims the next in one round trip.
+///
+/// The `WITH` deletes (or, in retention mode, marks) the events the broker
+/// acknowledged (`$3`); the main query claims pending, live rows of the
+/// owned partitions (`$1`) in seq order, skipping every aggregate that has
+/// an event waiting out a backoff (so later events of that aggregate are
+/// held back). Both run on one snapshot, so the claim excludes the
+/// acknowledged ids explicitly, together with the batch still being
+/// published (`$4`, acknowledged ∪ in flight; as a hashed subplan:
+/// `NOT (id = ANY($4))` would compare every scanned row with every id). The claim is a plain read: partition ownership, not row
 /// locks, keeps other relays away.
-pub const EVENT_CLAIM_BATCH: &str = "
+pub const EVENT_ACK_AND_CLAIM: &str = "
+WITH acked AS ({ack})
 SELECT id, seq, aggregate_type, aggregate_id, event_type, payload::text, headers::text,
        topic, attempts, created_at, partition
 FROM {schema}.outbox_events
 WHERE processed_at IS NULL AND dead_lettered_at IS NULL
   AND partition = ANY($1::int[])
+  AND id NOT IN (SELECT unnest($4::uuid[]))
   AND aggregate_id NOT IN (
       SELECT aggregate_id FROM {schema}.outbox_events
       WHERE processed_at IS NULL AND dead_lettered_at IS NULL
         AND next_attempt_at > now())
 ORDER BY seq
 LIMIT $2";
+
+/// The `{ack}` of [`EVENT_ACK_AND_CLAIM`] in delete-on-ack mode.
+pub const ACK_DELETE: &str = "DELETE FROM {schema}.outbox_events WHERE id = ANY($3::uuid[])";
+
+/// The `{ack}` of [`EVENT_ACK_AND_CLAIM`] in retention mode.
+pub const ACK_KEEP: &str =
+    "UPDATE {schema}.outbox_events SET processed_at = now(), next_attempt_at = NULL
+WHERE id = ANY($3::uuid[]) AND processed_at IS NULL";
 
 /// Time until the earliest backoff of the owned partitions ends.
 pub const EVENT_NEXT_RETRY_MS: &str = "

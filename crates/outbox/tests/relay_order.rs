@@ -142,3 +142,55 @@ async fn a_retrying_event_holds_back_later_events_of_its_aggregate_only() {
         .count();
     assert_eq!(attempts, 4);
 }
+
+#[tokio::test]
+async fn failures_with_successors_in_the_next_batches_keep_order() {
+    // Small batches, so an aggregate's events span many batches and the
+    // batch claimed ahead (while one is being published) holds successors
+    // of an event that is about to fail.
+    let ctx = common::setup().await;
+    let publisher = TestPublisher::new();
+    let mut events = Vec::new();
+    for n in 1..=20 {
+        for agg in ["a", "b", "c", "d", "e"] {
+            events.push(event(agg, n));
+        }
+    }
+    let retry_a3 = events
+        .iter()
+        .find(|e| e.aggregate_id == "a" && e.payload["n"] == 3)
+        .unwrap()
+        .id;
+    let retry_c7 = events
+        .iter()
+        .find(|e| e.aggregate_id == "c" && e.payload["n"] == 7)
+        .unwrap()
+        .id;
+    publisher.fail(Match::Id(retry_a3), Fail::Retry, Some(2));
+    publisher.fail(Match::Id(retry_c7), Fail::Retry, Some(1));
+    ctx.outbox.enqueue_many(&ctx.pool, &events).await.unwrap();
+    let relay = start_relay(
+        &ctx,
+        &publisher,
+        outbox::RelayConfig {
+            batch_size: 5,
+            ..fast_config("r1")
+        },
+    )
+    .await;
+    wait_until("all delivered", LONG, || async {
+        count(&ctx.pool, "SELECT count(*) FROM outbox_events").await == 0
+    })
+    .await;
+    relay.shutdown().await.unwrap();
+    let deliveries = publisher.deliveries();
+    let positions: Vec<(String, i64)> = deliveries
+        .iter()
+        .map(|e| (e.aggregate_id.clone(), position(e)))
+        .collect();
+    if let Some(v) = first_delivery_violation(positions.iter().map(|(a, p)| (a.as_str(), *p))) {
+        panic!("order broken: {v}");
+    }
+    let distinct: std::collections::HashSet<_> = deliveries.iter().map(|e| e.id).collect();
+    assert_eq!(distinct.len(), 100);
+}

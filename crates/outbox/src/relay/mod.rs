@@ -93,7 +93,11 @@ impl RelayBuilder {
             let mut conn = self.pool.acquire().await.map_err(Error::db("connecting"))?;
             crate::migrate::ensure_migrated(&mut conn, &self.schema).await?;
         }
-        let store = Store::new(self.pool.clone(), &self.schema);
+        let store = Store::new(
+            self.pool.clone(),
+            &self.schema,
+            self.config.retention == Retention::Keep,
+        );
         let partitions = store.partition_count().await?;
         let instance_id = self.config.resolved_instance_id();
         let lease = Duration::from_millis(self.config.lease_ms);

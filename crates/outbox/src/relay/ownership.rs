@@ -100,6 +100,16 @@ impl Ownership {
         st.held.get(&partition).is_some_and(|h| h.valid_until > now)
     }
 
+    /// Whether partitions wait to be handed over.
+    pub fn has_pending_release(&self) -> bool {
+        !self
+            .state
+            .lock()
+            .expect("ownership lock")
+            .to_release
+            .is_empty()
+    }
+
     /// How many partitions are held.
     pub fn held_count(&self) -> usize {
         self.state.lock().expect("ownership lock").held.len()

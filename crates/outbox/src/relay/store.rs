@@ -29,7 +29,7 @@ pub struct Failure {
 #[derive(Debug, Clone)]
 pub struct Store {
     pool: PgPool,
-    claim: String,
+    ack_and_claim: String,
     next_retry: String,
     delete_delivered: String,
     mark_processed: String,
@@ -44,12 +44,13 @@ pub struct Store {
 }
 
 impl Store {
-    /// Renders every statement for `schema`.
-    pub fn new(pool: PgPool, schema: &Schema) -> Self {
+    /// Renders every statement for `schema`; `keep` selects retention mode.
+    pub fn new(pool: PgPool, schema: &Schema, keep: bool) -> Self {
         let r = |s: &str| schema.render(s);
+        let ack = if keep { q::ACK_KEEP } else { q::ACK_DELETE };
         Store {
             pool,
-            claim: r(q::EVENT_CLAIM_BATCH),
+            ack_and_claim: r(&q::EVENT_ACK_AND_CLAIM.replace("{ack}", ack)),
             next_retry: r(q::EVENT_NEXT_RETRY_MS),
             delete_delivered: r(q::EVENT_DELETE_DELIVERED),
             mark_processed: r(q::EVENT_MARK_PROCESSED),
@@ -64,14 +65,24 @@ impl Store {
         }
     }
 
-    /// Claims up to `limit` deliverable events of `partitions`, in seq order.
-    pub async fn event_claim_batch(&self, partitions: &[i32], limit: usize) -> Result<Vec<Event>> {
-        let rows = sqlx::query(&self.claim)
+    /// Marks `acked` done and claims up to `limit` deliverable events of
+    /// `partitions`, in seq order, other than `exclude` (which must contain
+    /// `acked`), in one statement.
+    pub async fn event_ack_and_claim(
+        &self,
+        partitions: &[i32],
+        limit: usize,
+        acked: &[Uuid],
+        exclude: &[Uuid],
+    ) -> Result<Vec<Event>> {
+        let rows = sqlx::query(&self.ack_and_claim)
             .bind(partitions)
             .bind(limit as i64)
+            .bind(acked)
+            .bind(exclude)
             .fetch_all(&self.pool)
             .await
-            .map_err(Error::db("claiming a batch"))?;
+            .map_err(Error::db("acknowledging and claiming a batch"))?;
         rows.into_iter()
             .map(|row| {
                 let headers: String = row.get(6);

@@ -53,6 +53,30 @@ pub(crate) fn into_waves(batch: Vec<Event>) -> Vec<Vec<Event>> {
     out
 }
 
+/// A published batch whose deliveries still await their acknowledgement,
+/// which rides on the next claim.
+struct Published {
+    claimed: usize,
+    /// Events skipped without an outcome (successors of a failure, lapsed
+    /// leases, an outage).
+    skipped: usize,
+    started: Instant,
+    delivered: Vec<Event>,
+    retried: Vec<(Event, String)>,
+    dead: Vec<(Event, String)>,
+    outage: Option<String>,
+}
+
+impl Published {
+    fn ids(&self) -> Vec<uuid::Uuid> {
+        self.delivered.iter().map(|e| e.id).collect()
+    }
+
+    fn all_delivered(&self) -> bool {
+        self.outage.is_none() && self.skipped == 0 && self.delivered.len() == self.claimed
+    }
+}
+
 impl Worker {
     pub async fn run(mut self) -> Result<()> {
         let mut idle = OutageBackoff::new(self.config.poll_min_ms, self.config.poll_max_ms);
@@ -60,26 +84,61 @@ impl Worker {
             self.config.poll_min_ms.max(20),
             self.config.outage_backoff_max_ms,
         );
+        // Published but not yet acknowledged; the acknowledgement rides on
+        // the next claim.
+        let mut unacked: Option<Published> = None;
+        // The next batch, claimed while the previous one was being published.
+        let mut prefetched: Option<Vec<Event>> = None;
         while !*self.shutdown.borrow() {
-            if let Err(e) = self.ownership.release_pending(&self.store).await {
-                self.database_down(&e.to_string(), &mut outage).await;
-                continue;
+            if self.ownership.has_pending_release() {
+                // Hand partitions over only with nothing claimed or in flight.
+                prefetched = None;
+                if let Some(done) = unacked.take() {
+                    unacked = self.acknowledge(done).await;
+                    if unacked.is_some() {
+                        continue;
+                    }
+                }
+                if let Err(e) = self.ownership.release_pending(&self.store).await {
+                    self.database_down(&e.to_string(), &mut outage).await;
+                    continue;
+                }
             }
             let claim = self.ownership.claimable();
             if claim.partitions.is_empty() {
+                prefetched = None;
+                if let Some(done) = unacked.take() {
+                    unacked = self.acknowledge(done).await;
+                }
                 self.wait(Duration::from_millis(self.config.poll_max_ms))
                     .await;
                 continue;
             }
-            let batch = match self
-                .store
-                .event_claim_batch(&claim.partitions, self.config.batch_size)
-                .await
-            {
-                Ok(batch) => batch,
-                Err(e) => {
-                    self.database_down(&e.to_string(), &mut outage).await;
-                    continue;
+            let batch = match prefetched.take().filter(|b| !b.is_empty()) {
+                Some(batch) => batch,
+                None => {
+                    let acked = unacked.as_ref().map(Published::ids).unwrap_or_default();
+                    match self
+                        .store
+                        .event_ack_and_claim(
+                            &claim.partitions,
+                            self.config.batch_size,
+                            &acked,
+                            &acked,
+                        )
+                        .await
+                    {
+                        Ok(batch) => {
+                            if let Some(done) = unacked.take() {
+                                self.report(done);
+                            }
+                            batch
+                        }
+                        Err(e) => {
+                            self.database_down(&e.to_string(), &mut outage).await;
+                            continue;
+                        }
+                    }
                 }
             };
             if batch.is_empty() {
@@ -91,34 +150,79 @@ impl Worker {
                 continue;
             }
             idle.reset();
-            let full = batch.len() == self.config.batch_size;
-            match self.process(batch, &claim).await {
+
+            // Publish this batch while the database acknowledges the previous
+            // one and claims the next (excluding this one, still in flight).
+            let acked = unacked.as_ref().map(Published::ids).unwrap_or_default();
+            let mut exclude = acked.clone();
+            exclude.extend(batch.iter().map(|e| e.id));
+            let (published, next) = tokio::join!(
+                self.publish(batch, &claim),
+                self.store.event_ack_and_claim(
+                    &claim.partitions,
+                    self.config.batch_size,
+                    &acked,
+                    &exclude
+                )
+            );
+            match next {
+                Ok(next) => {
+                    if let Some(done) = unacked.take() {
+                        self.report(done);
+                    }
+                    // The next batch was claimed before this one's outcome
+                    // was known: it is only safe to publish if every event of
+                    // this one was delivered (otherwise a successor could
+                    // overtake an event that is to be retried).
+                    if published.all_delivered() {
+                        prefetched = Some(next);
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "prefetch failed; claiming afresh"),
+            }
+            if let Some(previous) = unacked.take() {
+                // The prefetch could not acknowledge it: do it now.
+                if let Some(still) = self.acknowledge(previous).await {
+                    self.report_lost_ack(&still);
+                }
+            }
+            match &published.outage {
                 None => outage.reset(),
                 Some(error) => {
                     let delay = outage.next_delay();
                     tracing::warn!(publisher = self.publisher.name(), %error, retry_in_ms = delay.as_millis() as u64, "publisher unavailable; no attempts counted");
-                    self.stats.add_outage();
                     if let Some(o) = &self.observer {
-                        o.on_outage(OutageKind::Broker, &error);
+                        o.on_outage(OutageKind::Broker, error);
                     }
+                    // Acknowledge what got through before waiting.
+                    unacked = self.acknowledge(published).await;
                     self.sleep(delay).await;
+                    continue;
                 }
             }
-            if !full {
-                // A short batch means we are caught up; yield so a wake-up
-                // coalesces the next few commits into one batch.
-                tokio::task::yield_now().await;
-            }
+            unacked = Some(published);
         }
         tracing::info!(
             instance = self.ownership.me(),
             "relay stopping: releasing partitions"
         );
+        if let Some(done) = unacked.take() {
+            if let Some(still) = self.acknowledge(done).await {
+                self.report_lost_ack(&still);
+            }
+        }
         if let Err(e) = self.ownership.release_all(&self.store).await {
             tracing::warn!(error = %e, "could not release partitions; they move when the lease ends");
         }
         self.publisher.close().await;
         Ok(())
+    }
+
+    fn report_lost_ack(&self, batch: &Published) {
+        tracing::warn!(
+            events = batch.delivered.len(),
+            "could not acknowledge delivered events; they will be delivered again"
+        );
     }
 
     async fn database_down(&mut self, error: &str, backoff: &mut OutageBackoff) {
@@ -149,10 +253,9 @@ impl Worker {
         }
     }
 
-    /// Publishes and acknowledges one batch. Returns the outage error if the
-    /// transport was down (what was delivered before it is still
-    /// acknowledged).
-    async fn process(&mut self, batch: Vec<Event>, claim: &Claimable) -> Option<String> {
+    /// Publishes one batch in waves and records its failures (fenced). The
+    /// deliveries are acknowledged later, with the next claim.
+    async fn publish(&self, batch: Vec<Event>, claim: &Claimable) -> Published {
         let started = Instant::now();
         let claimed = batch.len();
         let timeout = Duration::from_millis(self.config.publish_timeout_ms);
@@ -247,10 +350,9 @@ impl Worker {
             }
         }
 
-        if !delivered.is_empty() {
-            self.acknowledge(&delivered).await;
-        }
         if !failures.is_empty() {
+            // Failures are written before the next claim, so the next claim
+            // already skips the aggregates now in backoff.
             match self
                 .store
                 .event_mark_failed(&failures, self.ownership.me(), &claim.epochs)
@@ -270,41 +372,59 @@ impl Worker {
                 tracing::warn!(event_id = %e.id, event_type = %e.event_type, aggregate_id = %e.aggregate_id, %error, "event dead-lettered");
             }
         }
-        let report = BatchReport {
+        let outcomes = delivered.len() + retried.len() + dead.len();
+        Published {
             claimed,
-            delivered: &delivered,
-            retried: &retried,
-            dead_lettered: &dead,
-            outage: outage.as_deref(),
+            skipped: claimed - outcomes,
+            started,
+            delivered,
+            retried,
+            dead,
+            outage,
+        }
+    }
+
+    /// Acknowledges a published batch on its own (when no claim follows),
+    /// retrying briefly through a database blip. Returns the batch back if
+    /// that failed; its events are then delivered again (at least once).
+    async fn acknowledge(&mut self, done: Published) -> Option<Published> {
+        if done.delivered.is_empty() {
+            self.report(done);
+            return None;
+        }
+        let ids: Vec<uuid::Uuid> = done.delivered.iter().map(|e| e.id).collect();
+        let keep = self.config.retention == Retention::Keep;
+        let mut delay = Duration::from_millis(50);
+        for attempt in 1..=5 {
+            match self.store.event_mark_delivered(&ids, keep).await {
+                Ok(_) => {
+                    self.report(done);
+                    return None;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, attempt, "acknowledgement failed; retrying");
+                    self.sleep(delay).await;
+                    delay *= 2;
+                }
+            }
+        }
+        Some(done)
+    }
+
+    /// Counts an acknowledged batch and tells the observer.
+    fn report(&self, done: Published) {
+        let report = BatchReport {
+            claimed: done.claimed,
+            delivered: &done.delivered,
+            retried: &done.retried,
+            dead_lettered: &done.dead,
+            outage: done.outage.as_deref(),
             acked_at: chrono::Utc::now(),
-            duration: started.elapsed(),
+            duration: done.started.elapsed(),
         };
         self.stats.add(&report);
         if let Some(o) = &self.observer {
             o.on_batch(&report);
-        }
-        outage
-    }
-
-    /// Marks delivered events done, retrying briefly through a database
-    /// blip; if that fails they stay pending and are delivered again
-    /// (at least once).
-    async fn acknowledge(&mut self, delivered: &[Event]) {
-        let ids: Vec<uuid::Uuid> = delivered.iter().map(|e| e.id).collect();
-        let keep = self.config.retention == Retention::Keep;
-        let mut delay = Duration::from_millis(50);
-        for attempt in 1..=6 {
-            match self.store.event_mark_delivered(&ids, keep).await {
-                Ok(_) => return,
-                Err(e) if attempt < 6 => {
-                    tracing::warn!(error = %e, attempt, "acknowledgement failed; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay *= 2;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, events = ids.len(), "acknowledgement failed; these events will be delivered again");
-                }
-            }
         }
     }
 }
