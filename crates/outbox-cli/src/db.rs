@@ -41,6 +41,12 @@ pub fn require_url(url: &Option<String>) -> Result<String> {
 
 /// Connects a pool of `max` connections, failing within a few seconds.
 pub async fn connect(url: &str, max: u32) -> Result<PgPool> {
+    connect_flagging_slow(url, max, Duration::from_secs(10)).await
+}
+
+/// [`connect`], warning about statements slower than `slow` (bulk loads
+/// in benchmarks are slow on purpose).
+pub async fn connect_flagging_slow(url: &str, max: u32, slow: Duration) -> Result<PgPool> {
     let options: PgConnectOptions = url.parse().map_err(|e| {
         anyhow!(
             "invalid database URL {}: {e} (expected postgres://USER:PASS@HOST:PORT/DB)",
@@ -51,7 +57,7 @@ pub async fn connect(url: &str, max: u32) -> Result<PgPool> {
     // legitimately slow now and then; only flag the pathological ones.
     let options = options
         .log_statements(log::LevelFilter::Debug)
-        .log_slow_statements(log::LevelFilter::Warn, Duration::from_secs(10));
+        .log_slow_statements(log::LevelFilter::Warn, slow);
     PgPoolOptions::new()
         .max_connections(max)
         .acquire_timeout(Duration::from_secs(5))

@@ -129,20 +129,23 @@ pub async fn run(global: &Global, fsync: bool, args: LatencyArgs) -> Result<serd
     }
     relay.shutdown().await?;
 
-    let acked = clock.acked.lock().expect("lock");
-    let committed = committed.lock().expect("lock");
-    let mut early = 0u64;
-    let mut samples: Vec<Duration> = committed
-        .iter()
-        .filter_map(|(id, at)| {
-            let ack = acked.get(id)?;
-            // The relay can see a commit before the client hears of it.
-            Some(ack.checked_duration_since(*at).unwrap_or_else(|| {
-                early += 1;
-                Duration::ZERO
-            }))
-        })
-        .collect();
+    let (mut samples, early) = {
+        let acked = clock.acked.lock().expect("lock");
+        let committed = committed.lock().expect("lock");
+        let mut early = 0u64;
+        let samples: Vec<Duration> = committed
+            .iter()
+            .filter_map(|(id, at)| {
+                let ack = acked.get(id)?;
+                // The relay can see a commit before the client hears of it.
+                Some(ack.checked_duration_since(*at).unwrap_or_else(|| {
+                    early += 1;
+                    Duration::ZERO
+                }))
+            })
+            .collect();
+        (samples, early)
+    };
     ensure!(samples.len() as u64 == total, "only {} of {total} events were acknowledged", samples.len());
     samples.sort();
     let (p50, p99, p999, max) = (

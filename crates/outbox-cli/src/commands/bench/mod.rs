@@ -78,7 +78,7 @@ impl Server {
     }
 
     pub async fn pool(&self, max: u32) -> Result<PgPool> {
-        db::connect(&self.url, max).await
+        db::connect_flagging_slow(&self.url, max, std::time::Duration::from_secs(3_600)).await
     }
 }
 
