@@ -15,17 +15,28 @@ pub struct Cli {
 
 #[derive(Debug, Args)]
 pub struct Global {
-    /// PostgreSQL URL, e.g. postgres://user:pass@host:5432/db.
-    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    /// TOML config file; environment variables and flags override it (see
+    /// docs/configuration.md).
+    #[arg(long, env = "OUTBOX_CONFIG", global = true, value_name = "PATH")]
+    pub config: Option<std::path::PathBuf>,
+    /// PostgreSQL URL, e.g. postgres://user:pass@host:5432/db
+    /// [env: OUTBOX_DATABASE_URL, DATABASE_URL].
+    #[arg(long, global = true, value_name = "URL")]
     pub database_url: Option<String>,
-    /// Schema holding the outbox tables.
-    #[arg(long, env = "OUTBOX_SCHEMA", global = true, default_value = "public")]
+    /// Schema holding the outbox tables [env: OUTBOX_SCHEMA] [default:
+    /// public].
+    #[arg(long, global = true, default_value = "", hide_default_value = true)]
     pub schema: String,
-    /// Log level filter (error, warn, info, debug, trace); RUST_LOG wins.
-    #[arg(long, global = true)]
+    /// Log level (error, warn, info, debug, trace) or a RUST_LOG-style
+    /// filter; wins over RUST_LOG [env: OUTBOX_LOG_LEVEL] [default: info for
+    /// relay, warn otherwise].
+    #[arg(long, global = true, value_name = "LEVEL")]
     pub log_level: Option<String>,
-    /// Log as JSON lines.
-    #[arg(long, global = true)]
+    /// Log line format [env: OUTBOX_LOG_FORMAT] [default: text].
+    #[arg(long, global = true, value_enum)]
+    pub log_format: Option<crate::config::LogFormat>,
+    /// Same as --log-format json.
+    #[arg(long, global = true, hide = true)]
     pub log_json: bool,
 }
 
@@ -65,12 +76,14 @@ pub struct MigrateArgs {
     pub notify_trigger: Option<bool>,
 }
 
+/// Flags of `outbox relay`. Each one overrides the config file and the
+/// environment (see docs/configuration.md for the keys and variables).
 #[derive(Debug, Args)]
 pub struct RelayArgs {
     /// Where to publish: `stdout`, or `file:PATH` (JSON lines, fsynced
-    /// before acknowledging).
-    #[arg(long, default_value = "stdout")]
-    pub publisher: String,
+    /// before acknowledging) [env: OUTBOX_PUBLISHER] [default: stdout].
+    #[arg(long, value_name = "SPEC")]
+    pub publisher: Option<String>,
     /// Exit 0 once nothing is pending (all delivered or dead-lettered).
     #[arg(long)]
     pub drain: bool,
@@ -96,9 +109,14 @@ pub struct RelayArgs {
     /// Keep processed rows (retention mode) instead of deleting them.
     #[arg(long)]
     pub keep_processed: bool,
-    /// Seconds to wait for a graceful stop after SIGTERM/SIGINT.
-    #[arg(long, default_value_t = 30)]
-    pub shutdown_timeout_secs: u64,
+    /// Seconds to wait for a graceful stop after SIGTERM/SIGINT [default:
+    /// 30].
+    #[arg(long, value_name = "SECS")]
+    pub shutdown_timeout_secs: Option<u64>,
+    /// Serve /metrics, /healthz and /readyz on this address, e.g.
+    /// 127.0.0.1:9090 [env: OUTBOX_HTTP_ADDR].
+    #[arg(long, value_name = "HOST:PORT")]
+    pub http_addr: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -3,16 +3,34 @@
 
 mod cli;
 mod commands;
+mod config;
 mod db;
+mod http;
+mod metrics;
+mod progress;
 mod publisher;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
-    init_logging(&cli.global);
+    let mut cli = cli::Cli::parse();
+    // Logging is configured like everything else (file < env < flags), so
+    // the configuration is loaded first; its errors are printed plainly.
+    let loaded = match config::load(&cli).and_then(|l| init_logging(&l).map(|()| l)) {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            eprintln!("error: {}", db::redact_text(&format!("{e:#}")));
+            return ExitCode::FAILURE;
+        }
+    };
+    tracing::debug!(config = %config::redacted_json(&loaded), "configuration loaded");
+    cli.global.database_url = loaded.config.database_url.clone();
+    cli.global.schema = loaded.config.schema.clone();
+    config::install(loaded);
+
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -33,16 +51,17 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logging(global: &cli::Global) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(global.log_level.as_deref().unwrap_or("warn")));
+/// Text or JSON log lines on stderr, filtered by `--log-level`, `RUST_LOG`
+/// or `log.level`.
+fn init_logging(loaded: &config::Loaded) -> anyhow::Result<()> {
+    let filter = config::log_filter(loaded)?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
-    if global.log_json {
-        builder.json().init();
-    } else {
-        builder.init();
+    match loaded.config.log.format {
+        config::LogFormat::Json => builder.json().init(),
+        config::LogFormat::Text => builder.init(),
     }
+    Ok(())
 }

@@ -22,7 +22,15 @@ fn last_json(out: &std::process::Output) -> serde_json::Value {
 async fn bench_drain_reports_both_rates_and_memory() {
     let db = test_db().await;
     let out = common::run(
-        &["bench", "drain", "--events", "3000", "--aggregates", "100", "--json"],
+        &[
+            "bench",
+            "drain",
+            "--events",
+            "3000",
+            "--aggregates",
+            "100",
+            "--json",
+        ],
         Some(&db.url),
     );
     let v = last_json(&out);
@@ -37,13 +45,23 @@ async fn bench_drain_reports_both_rates_and_memory() {
 async fn bench_latency_reports_percentiles_in_order() {
     let db = test_db().await;
     let out = common::run(
-        &["bench", "latency", "--rate", "200", "--seconds", "2", "--json"],
+        &[
+            "bench",
+            "latency",
+            "--rate",
+            "200",
+            "--seconds",
+            "2",
+            "--json",
+        ],
         Some(&db.url),
     );
     let v = last_json(&out);
     assert_eq!(v["events"], 400);
     let p = |k: &str| v[k].as_f64().unwrap();
-    assert!(p("p50_ms") <= p("p99_ms") && p("p99_ms") <= p("p999_ms") && p("p999_ms") <= p("max_ms"));
+    assert!(
+        p("p50_ms") <= p("p99_ms") && p("p99_ms") <= p("p999_ms") && p("p999_ms") <= p("max_ms")
+    );
     assert!(p("max_ms") > 0.0);
 }
 
@@ -51,11 +69,25 @@ async fn bench_latency_reports_percentiles_in_order() {
 async fn bench_produce_reports_three_variants_and_ratios() {
     let db = test_db().await;
     let out = common::run(
-        &["bench", "produce", "--producers", "2", "--seconds", "1", "--json"],
+        &[
+            "bench",
+            "produce",
+            "--producers",
+            "2",
+            "--seconds",
+            "1",
+            "--json",
+        ],
         Some(&db.url),
     );
     let v = last_json(&out);
-    for k in ["plain_tps", "enqueue_tps", "trigger_tps", "a_over_b", "c_over_b"] {
+    for k in [
+        "plain_tps",
+        "enqueue_tps",
+        "trigger_tps",
+        "a_over_b",
+        "c_over_b",
+    ] {
         assert!(v[k].as_f64().unwrap() > 0.0, "{k} in {v}");
     }
 }

@@ -1,6 +1,7 @@
 //! `outbox demo`: a small order service on a throwaway PostgreSQL, its
 //! events relayed to stdout.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,6 +17,7 @@ use rand::Rng;
 
 use crate::cli::{DemoArgs, Global};
 use crate::db;
+use crate::progress::Progress;
 
 /// Counts events without printing them (`--quiet`).
 struct Discard;
@@ -114,8 +116,20 @@ pub async fn run(global: &Global, schema: &Schema, args: DemoArgs) -> Result<Exi
             anyhow::Ok(())
         }));
     }
-    for p in producers {
-        p.await??;
+    // Events go to stdout: draw progress only when they do not share the
+    // terminal with it.
+    let mut progress = Progress::stderr("demo", args.quiet || !std::io::stdout().is_terminal());
+    let mut redraw = tokio::time::interval(Duration::from_millis(200));
+    for mut p in producers {
+        loop {
+            tokio::select! {
+                done = &mut p => { done??; break; }
+                _ = redraw.tick() => {
+                    let done = relay.stats().delivered;
+                    progress.update(done, Some(u64::from(args.orders).saturating_sub(done)));
+                }
+            }
+        }
     }
     let committed = Instant::now();
 
@@ -126,8 +140,10 @@ pub async fn run(global: &Global, schema: &Schema, args: DemoArgs) -> Result<Exi
         if pending == 0 || Instant::now() > deadline {
             break pending;
         }
+        progress.update(relay.stats().delivered, Some(pending as u64));
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
+    progress.finish();
     let elapsed = started.elapsed();
     let stats = relay.shutdown_within(Duration::from_secs(10)).await?;
     let mut conn = pool.acquire().await?;

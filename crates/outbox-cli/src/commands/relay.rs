@@ -1,88 +1,231 @@
-//! `outbox relay`: the daemon.
+//! `outbox relay`: the daemon. Publishes until SIGTERM/SIGINT (or, with
+//! `--drain`, until nothing is pending), then stops gracefully: no new
+//! claims, the in-flight batch is published and acknowledged, partitions
+//! are released for other instances at once.
 
 use std::process::ExitCode;
-use std::time::Duration;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use anyhow::Result;
-use outbox::{Relay, RelayConfig, Retention, Schema, Status};
-use tokio::signal::unix::{signal, SignalKind};
+use anyhow::{bail, Context, Result};
+use outbox::{Relay, RelayHandle, Schema, Status};
+use sqlx::PgPool;
+use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use crate::cli::{Global, RelayArgs};
+use crate::config::{self, Loaded};
+use crate::http::{self, DbProbe, Readiness, RelayState};
+use crate::metrics::{self, Metrics};
+use crate::progress::Progress;
 use crate::{db, publisher};
 
-pub fn config_from(args: &RelayArgs) -> RelayConfig {
-    let mut config = RelayConfig::default();
-    if let Some(v) = &args.instance_id {
-        config.instance_id = Some(v.clone());
-    }
-    if let Some(v) = args.batch_size {
-        config.batch_size = v;
-    }
-    if let Some(v) = args.max_attempts {
-        config.max_attempts = v;
-    }
-    if let Some(v) = args.lease_ms {
-        config.lease_ms = v;
-    }
-    if let Some(v) = args.poll_max_ms {
-        config.poll_max_ms = v;
-    }
-    if let Some(v) = args.backoff_base_ms {
-        config.backoff_base_ms = v;
-    }
-    if args.keep_processed {
-        config.retention = Retention::Keep;
-    }
-    config
+/// How often the loop checks the relay (and, with `--drain`, the backlog).
+const TICK: Duration = Duration::from_millis(100);
+
+/// Extra time past `shutdown_timeout_secs` before the process exits no
+/// matter what (a publisher stuck in a system call cannot be cancelled).
+const HARD_EXIT_GRACE: Duration = Duration::from_secs(2);
+
+struct Signals {
+    term: Signal,
+    int: Signal,
 }
 
-pub async fn run(global: &Global, schema: &Schema, args: RelayArgs) -> Result<ExitCode> {
-    let config = config_from(&args);
-    config.validate()?;
-    let url = db::require_url(&global.database_url)?;
-    let publisher = publisher::from_spec(&args.publisher)?;
-    let pool = db::connect(&url, 5).await?;
-    let relay = Relay::builder(pool.clone(), publisher)
-        .schema(schema.clone())
-        .config(config)
-        .spawn()
-        .await?;
-    tracing::info!(instance = relay.instance_id(), "relay running");
+impl Signals {
+    fn install() -> Result<Self> {
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
+            int: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
+        })
+    }
 
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    let mut tick = tokio::time::interval(Duration::from_millis(100));
-    let reason = loop {
+    async fn next(&mut self) -> &'static str {
         tokio::select! {
-            _ = term.recv() => break "SIGTERM",
-            _ = int.recv() => break "SIGINT",
-            _ = tick.tick() => {
-                if relay.is_finished() {
-                    break "relay stopped";
-                }
-                if args.drain {
-                    let mut conn = match pool.acquire().await {
-                        Ok(c) => c,
-                        Err(e) => { tracing::warn!(error = %e, "drain check failed"); continue; }
-                    };
-                    match Status::pending(&mut conn, schema).await {
-                        Ok(0) => break "drained",
-                        Ok(_) => {}
-                        Err(e) => tracing::warn!(error = %e, "drain check failed"),
-                    }
-                }
-            }
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
+    }
+}
+
+pub async fn run(_global: &Global, schema: &Schema, _args: RelayArgs) -> Result<ExitCode> {
+    // Flags were folded into the loaded configuration with the file and
+    // the environment.
+    let loaded = config::installed()?;
+    let c = &loaded.config;
+    let mut signals = Signals::install()?;
+    let url = db::require_url(&c.database_url)?;
+    let listener =
+        match &c.http.addr {
+            Some(addr) => Some(http::bind(addr).await.with_context(|| {
+                format!("http.addr ({})", loaded.origin("http.addr").describe())
+            })?),
+            None => None,
+        };
+    let publisher = publisher::from_spec(&c.publisher.spec)?;
+    tracing::debug!(database = %db::redact_text(&url), "connecting");
+    let pool = db::connect(&url, 5).await?;
+    // The metrics refresher and the readiness probe use connections of
+    // their own, opened before the relay starts so a failure leaves nothing
+    // half-started.
+    let side = match &listener {
+        Some(_) => Some((db::connect(&url, 2).await?, DbProbe::new(&url)?)),
+        None => None,
+    };
+    let metrics = Arc::new(Metrics::new());
+    let mut builder = Relay::builder(pool.clone(), publisher.clone())
+        .schema(schema.clone())
+        .config(c.relay.clone());
+    if listener.is_some() {
+        builder = builder.observer(metrics.clone());
+    }
+    let relay = builder.spawn().await?;
+    let state = Arc::new(RelayState::default());
+    state.running.store(true, Ordering::Relaxed);
+
+    let (stop, stopped) = watch::channel(false);
+    let mut background: Vec<JoinHandle<()>> = Vec::new();
+    if let (Some(listener), Some((side, probe))) = (listener, side) {
+        background.push(tokio::spawn(metrics::refresh_loop(
+            metrics.clone(),
+            side,
+            schema.clone(),
+            Duration::from_millis(c.http.refresh_ms),
+            stopped,
+        )));
+        let addr = http::local_addr(&listener);
+        let app = http::App {
+            metrics: metrics.clone(),
+            readiness: Readiness {
+                db: probe,
+                publisher: publisher.clone(),
+                state: state.clone(),
+                metrics: metrics.clone(),
+                timeout: Duration::from_millis(c.http.check_timeout_ms),
+            },
+            instance: relay.instance_id().to_owned(),
+            started: Instant::now(),
+        };
+        background.push(http::serve(listener, Arc::new(app)));
+        if let Some(addr) = addr {
+            tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
+        }
+    }
+    tracing::info!(
+        instance = relay.instance_id(),
+        publisher = publisher.name(),
+        drain = c.drain,
+        "relay running"
+    );
+
+    let reason = watch_relay(&relay, &pool, schema, loaded, &state, &mut signals).await;
+    state.stopping.store(true, Ordering::Relaxed);
+    let deadline = Duration::from_secs(c.shutdown_timeout_secs);
+    tracing::info!(
+        reason,
+        timeout_secs = c.shutdown_timeout_secs,
+        "relay stopping: finishing the in-flight batch and releasing partitions"
+    );
+    exit_after(deadline + HARD_EXIT_GRACE, c.shutdown_timeout_secs);
+    let result = tokio::select! {
+        r = relay.shutdown_within(deadline) => r,
+        again = signals.next() => {
+            eprintln!("error: {again} during shutdown: stopped at once; the in-flight batch will be delivered again");
+            std::process::exit(1);
         }
     };
-    tracing::info!(reason, "relay shutting down");
-    let stats = relay
-        .shutdown_within(Duration::from_secs(args.shutdown_timeout_secs))
-        .await?;
-    if args.drain {
+    let _ = stop.send(true);
+    for task in &background {
+        task.abort();
+    }
+    let stats = match result {
+        Ok(stats) => stats,
+        Err(outbox::Error::ShutdownTimeout(_)) => {
+            // A publisher stuck in a system call would also hold up the
+            // runtime's own shutdown: leave now.
+            eprintln!(
+                "error: {} ({})",
+                deadline_message(c.shutdown_timeout_secs),
+                loaded.origin("shutdown_timeout_secs").describe()
+            );
+            std::process::exit(1);
+        }
+        Err(e) => return Err(e).context("the relay failed while stopping"),
+    };
+    tracing::info!(
+        reason,
+        delivered = stats.delivered,
+        retried = stats.retried,
+        dead_lettered = stats.dead_lettered,
+        "relay stopped"
+    );
+    if reason == "relay stopped" {
+        bail!("the relay stopped on its own; see the log above");
+    }
+    if c.drain {
         eprintln!(
             "relay: {reason}; delivered {} events, {} retried, {} dead-lettered",
             stats.delivered, stats.retried, stats.dead_lettered
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Runs until a signal, the end of the backlog (`--drain`) or the relay's
+/// own stop; returns why.
+async fn watch_relay(
+    relay: &RelayHandle,
+    pool: &PgPool,
+    schema: &Schema,
+    loaded: &Loaded,
+    state: &RelayState,
+    signals: &mut Signals,
+) -> &'static str {
+    let drain = loaded.config.drain;
+    let mut progress = Progress::stderr("relay", drain);
+    let mut tick = tokio::time::interval(TICK);
+    let reason = loop {
+        tokio::select! {
+            sig = signals.next() => break sig,
+            _ = tick.tick() => {
+                state.held.store(relay.held_partitions(), Ordering::Relaxed);
+                if relay.is_finished() {
+                    break "relay stopped";
+                }
+                if !drain {
+                    continue;
+                }
+                match pending(pool, schema).await {
+                    Ok(0) => break "drained",
+                    Ok(n) => progress.update(relay.stats().delivered, Some(n as u64)),
+                    Err(e) => tracing::warn!(error = %format!("{e:#}"), "drain check failed"),
+                }
+            }
+        }
+    };
+    progress.finish();
+    reason
+}
+
+async fn pending(pool: &PgPool, schema: &Schema) -> Result<i64> {
+    let mut conn = pool.acquire().await?;
+    Ok(Status::pending(&mut conn, schema).await?)
+}
+
+/// Ends the process with status 1 after `after`, whatever is still running:
+/// the last resort behind the graceful deadline.
+fn exit_after(after: Duration, timeout_secs: u64) {
+    std::thread::spawn(move || {
+        std::thread::sleep(after);
+        eprintln!("error: {}", deadline_message(timeout_secs));
+        std::process::exit(1);
+    });
+}
+
+fn deadline_message(timeout_secs: u64) -> String {
+    format!(
+        "the relay did not stop within shutdown_timeout_secs = {timeout_secs}; exiting without acknowledging the in-flight batch (it will be delivered again; its partitions move when their leases end)"
+    )
 }

@@ -80,7 +80,12 @@ async fn reference(pool: &PgPool, schema: &Schema, batch: i64) -> Result<(u64, D
 
 /// The relay with a null publisher, embedded in this process; also the
 /// process's peak RSS while it runs.
-async fn relay(pool: &PgPool, schema: &Schema, n: u64, batch: usize) -> Result<(u64, Duration, Option<u64>)> {
+async fn relay(
+    pool: &PgPool,
+    schema: &Schema,
+    n: u64,
+    batch: usize,
+) -> Result<(u64, Duration, Option<u64>)> {
     let rss_reset = reset_peak_rss();
     let publisher = Arc::new(NullPublisher::default());
     let started = Instant::now();
@@ -96,7 +101,10 @@ async fn relay(pool: &PgPool, schema: &Schema, n: u64, batch: usize) -> Result<(
     let deadline = Instant::now() + Duration::from_secs(3_600);
     let mut last_print = Instant::now();
     while handle.stats().delivered < n {
-        ensure!(Instant::now() < deadline, "relay did not drain within an hour");
+        ensure!(
+            Instant::now() < deadline,
+            "relay did not drain within an hour"
+        );
         tokio::time::sleep(Duration::from_millis(1)).await;
         if last_print.elapsed() > Duration::from_secs(5) {
             eprintln!("bench: relay {} / {n}", handle.stats().delivered);
@@ -130,7 +138,10 @@ pub async fn run(global: &Global, fsync: bool, args: DrainArgs) -> Result<serde_
     ))
     .fetch_one(&pool)
     .await?;
-    ensure!(left == 0 && relay_n == n, "relay left {left} rows, delivered {relay_n} of {n}");
+    ensure!(
+        left == 0 && relay_n == n,
+        "relay left {left} rows, delivered {relay_n} of {n}"
+    );
 
     let ref_rate = n as f64 / ref_t.as_secs_f64();
     let relay_rate = n as f64 / relay_t.as_secs_f64();

@@ -52,7 +52,10 @@ impl Publisher for AckClock {
 }
 
 pub async fn run(global: &Global, fsync: bool, args: LatencyArgs) -> Result<serde_json::Value> {
-    ensure!(args.rate > 0 && args.seconds > 0, "--rate and --seconds must be at least 1");
+    ensure!(
+        args.rate > 0 && args.seconds > 0,
+        "--rate and --seconds must be at least 1"
+    );
     let server = Server::start(global, fsync).await?;
     let pool = server.pool(args.connections + 6).await?;
     let schema = fresh_schema(&pool, "bench_latency", false).await?;
@@ -146,7 +149,11 @@ pub async fn run(global: &Global, fsync: bool, args: LatencyArgs) -> Result<serd
             .collect();
         (samples, early)
     };
-    ensure!(samples.len() as u64 == total, "only {} of {total} events were acknowledged", samples.len());
+    ensure!(
+        samples.len() as u64 == total,
+        "only {} of {total} events were acknowledged",
+        samples.len()
+    );
     samples.sort();
     let (p50, p99, p999, max) = (
         quantile(&samples, 0.50),
@@ -166,7 +173,9 @@ pub async fn run(global: &Global, fsync: bool, args: LatencyArgs) -> Result<serd
     if early > 0 {
         println!("  ({early} events were acknowledged before their commit returned to the client; counted as 0)");
     }
-    sqlx::raw_sql("DROP SCHEMA bench_latency CASCADE").execute(&pool).await?;
+    sqlx::raw_sql("DROP SCHEMA bench_latency CASCADE")
+        .execute(&pool)
+        .await?;
     Ok(json!({
         "scenario": "latency",
         "rate": args.rate,

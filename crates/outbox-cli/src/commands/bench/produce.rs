@@ -63,7 +63,12 @@ async fn setup(pool: &PgPool, v: Variant) -> Result<Schema> {
     Ok(schema)
 }
 
-async fn run_variant(pool: &PgPool, schema: &Schema, v: Variant, args: &ProduceArgs) -> Result<f64> {
+async fn run_variant(
+    pool: &PgPool,
+    schema: &Schema,
+    v: Variant,
+    args: &ProduceArgs,
+) -> Result<f64> {
     let s = schema.name();
     sqlx::raw_sql(&format!("TRUNCATE {s}.orders, {s}.outbox_events"))
         .execute(pool)
@@ -82,7 +87,8 @@ async fn run_variant(pool: &PgPool, schema: &Schema, v: Variant, args: &ProduceA
     let until = started + Duration::from_secs(args.seconds);
     let mut tasks = Vec::new();
     for _ in 0..args.producers {
-        let (pool, outbox, next_id, done) = (pool.clone(), outbox.clone(), next_id.clone(), done.clone());
+        let (pool, outbox, next_id, done) =
+            (pool.clone(), outbox.clone(), next_id.clone(), done.clone());
         let (order_sql, event_sql) = (order_sql.clone(), event_sql.clone());
         tasks.push(tokio::spawn(async move {
             while Instant::now() < until {
@@ -137,7 +143,11 @@ pub async fn run(global: &Global, fsync: bool, args: ProduceArgs) -> Result<serd
     for round in 0..args.rounds.max(1) {
         for (i, v) in variants.iter().enumerate() {
             let tps = run_variant(&pool, &schemas[i], *v, &args).await?;
-            eprintln!("bench produce: round {} {}: {tps:.0} tx/s", round + 1, v.schema());
+            eprintln!(
+                "bench produce: round {} {}: {tps:.0} tx/s",
+                round + 1,
+                v.schema()
+            );
             results[i].push(tps);
         }
     }
@@ -151,8 +161,14 @@ pub async fn run(global: &Global, fsync: bool, args: ProduceArgs) -> Result<serd
         args.producers, args.seconds, args.rounds
     );
     println!("  (b) plain INSERT, no wake-up:          {b:>8.0} tx/s");
-    println!("  (a) enqueue + coalesced wake-up:       {a:>8.0} tx/s   a/b = {:.2}", a / b);
-    println!("  (c) plain INSERT + seed NOTIFY trigger: {c:>7.0} tx/s   c/b = {:.2}", c / b);
+    println!(
+        "  (a) enqueue + coalesced wake-up:       {a:>8.0} tx/s   a/b = {:.2}",
+        a / b
+    );
+    println!(
+        "  (c) plain INSERT + seed NOTIFY trigger: {c:>7.0} tx/s   c/b = {:.2}",
+        c / b
+    );
     for s in &schemas {
         sqlx::raw_sql(&format!("DROP SCHEMA {} CASCADE", s.name()))
             .execute(&pool)

@@ -1,0 +1,187 @@
+//! Layered configuration: defaults, then a TOML file (`--config PATH` or
+//! `OUTBOX_CONFIG`), then environment variables, then flags; the later
+//! layer wins key by key. Every value remembers where it came from, so an
+//! error can say which file line, variable or flag to fix.
+
+mod env;
+mod file;
+mod flags;
+pub mod keys;
+mod logging;
+mod model;
+mod show;
+mod validate;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use anyhow::{anyhow, Result};
+
+pub use logging::log_filter;
+pub use model::{Config, LogFormat};
+pub use show::{redacted_json, render};
+
+use crate::cli::{Cli, Command};
+use crate::commands::config::ConfigCommand;
+
+/// Where a setting's value came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// Nothing set it.
+    Default,
+    /// A line of the config file.
+    File {
+        /// The file.
+        path: PathBuf,
+        /// The 1-based line.
+        line: usize,
+    },
+    /// An environment variable.
+    Env(String),
+    /// A command-line flag.
+    Flag(&'static str),
+}
+
+impl Origin {
+    /// `set by --batch-size`, `set at /etc/outbox.toml:3`, `default`.
+    pub fn describe(&self) -> String {
+        match self {
+            Origin::Default => "default".to_owned(),
+            Origin::File { path, line } => format!("set at {}:{line}", path.display()),
+            Origin::Env(var) => format!("set by {var}"),
+            Origin::Flag(flag) => format!("set by {flag}"),
+        }
+    }
+}
+
+/// The effective configuration and where each value came from.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The settings.
+    pub config: Config,
+    /// The origin of every key that was set (absent: default).
+    pub origins: BTreeMap<String, Origin>,
+    /// The config file, if one was read.
+    pub file: Option<PathBuf>,
+}
+
+impl Loaded {
+    /// Where the dotted key `path` got its value.
+    pub fn origin(&self, path: &str) -> Origin {
+        self.origins.get(path).cloned().unwrap_or(Origin::Default)
+    }
+}
+
+static LOADED: OnceLock<Loaded> = OnceLock::new();
+
+/// Keeps the configuration for the commands to read.
+pub fn install(loaded: Loaded) {
+    let _ = LOADED.set(loaded);
+}
+
+/// The configuration kept by [`install`].
+pub fn installed() -> Result<&'static Loaded> {
+    LOADED
+        .get()
+        .ok_or_else(|| anyhow!("the configuration was not loaded"))
+}
+
+/// Loads the configuration for this command line from the file, the
+/// process environment and the flags, and validates it.
+pub fn load(cli: &Cli) -> Result<Loaded> {
+    // `config check` shows what `outbox relay` would run with.
+    let (relay, path) = match &cli.command {
+        Command::Relay(args) => (Some(args), None),
+        Command::Config(ConfigCommand::Check { path, relay }) => (Some(relay), path.clone()),
+        _ => (None, None),
+    };
+    let path = path.or_else(|| cli.global.config.clone());
+    let file = path.as_deref().map(file::read).transpose()?;
+    resolve(
+        file,
+        env::read()?,
+        flags::from_cli(&cli.global, relay),
+        relay.is_some(),
+    )
+}
+
+/// Layers `file`, `env` and `flags` over the defaults and validates the
+/// result.
+fn resolve(
+    file: Option<file::FileLayer>,
+    env: env::EnvLayer,
+    flags: flags::FlagLayer,
+    relay: bool,
+) -> Result<Loaded> {
+    let mut merged = file.as_ref().map(|f| f.table.clone()).unwrap_or_default();
+    merge(&mut merged, env.table);
+    merge(&mut merged, flags.table);
+    let mut config: Config = merged.try_into().map_err(|e: toml::de::Error| {
+        anyhow!("invalid configuration: {}", one_line(&e.to_string()))
+    })?;
+
+    let mut origins = BTreeMap::new();
+    if let Some(f) = &file {
+        for (key, line) in &f.lines {
+            let origin = Origin::File {
+                path: f.path.clone(),
+                line: *line,
+            };
+            origins.insert(key.clone(), origin);
+        }
+    }
+    origins.extend(env.vars.into_iter().map(|(k, v)| (k, Origin::Env(v))));
+    origins.extend(flags.flags.into_iter().map(|(k, f)| (k, Origin::Flag(f))));
+
+    if config.log.level.is_none() {
+        config.log.level = Some(if relay { "info" } else { "warn" }.to_owned());
+    }
+    let loaded = Loaded {
+        config,
+        origins,
+        file: file.map(|f| f.path),
+    };
+    validate::validate(&loaded)?;
+    Ok(loaded)
+}
+
+/// Sets the dotted key `path` in `table`, creating tables on the way.
+pub(crate) fn set_path(table: &mut toml::Table, path: &str, value: toml::Value) {
+    match path.split_once('.') {
+        None => {
+            table.insert(path.to_owned(), value);
+        }
+        Some((head, rest)) => {
+            let entry = table
+                .entry(head.to_owned())
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            if !entry.is_table() {
+                *entry = toml::Value::Table(toml::Table::new());
+            }
+            if let toml::Value::Table(inner) = entry {
+                set_path(inner, rest, value);
+            }
+        }
+    }
+}
+
+/// Copies `over` into `base`, key by key, recursing into tables.
+fn merge(base: &mut toml::Table, over: toml::Table) {
+    for (key, value) in over {
+        match (base.get_mut(&key), value) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
+    }
+}
+
+/// `text` with its line breaks and runs of spaces folded.
+pub(crate) fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,201 @@
+//! The configuration's shape: what a config file may hold, with defaults.
+//! The same structs hold the effective configuration once every layer is
+//! applied.
+
+use std::fmt;
+
+use outbox::RelayConfig;
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// The whole configuration. Every field is optional in a file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// PostgreSQL URL, `postgres://USER:PASS@HOST:PORT/DB`.
+    pub database_url: Option<String>,
+    /// Schema holding the outbox tables.
+    pub schema: String,
+    /// Seconds the relay may take to stop gracefully after SIGTERM/SIGINT.
+    pub shutdown_timeout_secs: u64,
+    /// Exit 0 once nothing is pending (`outbox relay` only).
+    pub drain: bool,
+    /// Where events go.
+    pub publisher: PublisherConfig,
+    /// The `/metrics`, `/healthz` and `/readyz` server.
+    pub http: HttpConfig,
+    /// Logging.
+    pub log: LogConfig,
+    /// The relay engine's settings (the library's `RelayConfig`).
+    pub relay: RelayConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            database_url: None,
+            schema: "public".to_owned(),
+            shutdown_timeout_secs: 30,
+            drain: false,
+            publisher: PublisherConfig::default(),
+            http: HttpConfig::default(),
+            log: LogConfig::default(),
+            relay: RelayConfig::default(),
+        }
+    }
+}
+
+/// The HTTP server for metrics and health checks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// `HOST:PORT` to listen on; no server when unset.
+    pub addr: Option<String>,
+    /// How often the gauges read from the database are refreshed.
+    pub refresh_ms: u64,
+    /// How long each readiness check may take.
+    pub check_timeout_ms: u64,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            addr: None,
+            refresh_ms: 5_000,
+            check_timeout_ms: 2_000,
+        }
+    }
+}
+
+/// Log output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// A level (`error` … `trace`) or a `RUST_LOG`-style filter. Unset:
+    /// `info` for `outbox relay`, `warn` for other commands.
+    pub level: Option<String>,
+    /// `text` or `json`.
+    pub format: LogFormat,
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl LogFormat {
+    /// The name used in files and flags.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        }
+    }
+}
+
+/// The publisher: a spec (`stdout`, `file:PATH`, `kafka://…`, `amqp://…`)
+/// and the broker's own settings, kept as tables and handed to the broker's
+/// publisher as they are. In a file it is either a string
+/// (`publisher = "stdout"`) or a table (`[publisher]` with `spec`, and
+/// `[publisher.kafka]` / `[publisher.amqp]`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PublisherConfig {
+    /// Where to publish.
+    pub spec: String,
+    /// `[publisher.kafka]`: Kafka producer settings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kafka: Option<toml::Table>,
+    /// `[publisher.amqp]`: RabbitMQ settings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub amqp: Option<toml::Table>,
+}
+
+impl Default for PublisherConfig {
+    fn default() -> Self {
+        PublisherConfig {
+            spec: "stdout".to_owned(),
+            kafka: None,
+            amqp: None,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct PublisherTable {
+    spec: String,
+    kafka: Option<toml::Table>,
+    amqp: Option<toml::Table>,
+}
+
+impl Default for PublisherTable {
+    fn default() -> Self {
+        let d = PublisherConfig::default();
+        PublisherTable {
+            spec: d.spec,
+            kafka: d.kafka,
+            amqp: d.amqp,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for PublisherConfig {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct SpecOrTable;
+        impl<'de> Visitor<'de> for SpecOrTable {
+            type Value = PublisherConfig;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(
+                    "a publisher spec such as \"stdout\" or \"file:PATH\", or a [publisher] table",
+                )
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<PublisherConfig, E> {
+                Ok(PublisherConfig {
+                    spec: v.to_owned(),
+                    ..PublisherConfig::default()
+                })
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<PublisherConfig, A::Error> {
+                let t = PublisherTable::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(PublisherConfig {
+                    spec: t.spec,
+                    kafka: t.kafka,
+                    amqp: t.amqp,
+                })
+            }
+        }
+        deserializer.deserialize_any(SpecOrTable)
+    }
+}
+
+impl PublisherConfig {
+    /// The broker scheme of the spec (`kafka`, `amqp`), if it is a URL.
+    pub fn scheme(&self) -> Option<&str> {
+        self.spec.split_once("://").map(|(scheme, _)| scheme)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn publisher_is_a_string_or_a_table() {
+        let c: Config = toml::from_str("publisher = \"file:/tmp/x\"").unwrap();
+        assert_eq!(c.publisher.spec, "file:/tmp/x");
+        let c: Config = toml::from_str(
+            "[publisher]\nspec = \"kafka://k:9092\"\n[publisher.kafka]\nclient_id = \"a\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.publisher.spec, "kafka://k:9092");
+        assert_eq!(c.publisher.kafka.unwrap()["client_id"].as_str(), Some("a"));
+        let err = toml::from_str::<Config>("[publisher]\nspek = \"x\"\n").unwrap_err();
+        assert!(err.message().contains("spek"), "{err}");
+    }
+}

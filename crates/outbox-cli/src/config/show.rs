@@ -1,0 +1,117 @@
+//! Printing the effective configuration, secrets redacted, each value
+//! followed by where it came from.
+
+use std::fmt::Write;
+
+use super::keys::KEYS;
+use super::Loaded;
+use crate::db::redact_text;
+
+/// Whether a key names a secret (`sasl.password`, `api_token`, …).
+fn is_secret(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    ["password", "secret", "token", "credential"]
+        .iter()
+        .any(|s| k.contains(s))
+}
+
+/// Hides URL passwords in strings and the values of secret keys.
+fn redact(value: &mut toml::Value) {
+    match value {
+        toml::Value::String(s) => *s = redact_text(s),
+        toml::Value::Array(items) => items.iter_mut().for_each(redact),
+        toml::Value::Table(t) => redact_table(t),
+        _ => {}
+    }
+}
+
+fn redact_table(table: &mut toml::Table) {
+    for (key, value) in table.iter_mut() {
+        if is_secret(key) && !value.is_table() {
+            *value = toml::Value::String("***".to_owned());
+        } else {
+            redact(value);
+        }
+    }
+}
+
+/// The effective configuration as a table, secrets redacted.
+fn redacted_table(l: &Loaded) -> toml::Table {
+    let mut table = toml::Table::try_from(&l.config).unwrap_or_default();
+    redact_table(&mut table);
+    table
+}
+
+/// The effective configuration as one line of JSON, secrets redacted (for
+/// a debug log line).
+pub fn redacted_json(l: &Loaded) -> String {
+    serde_json::to_string(&redacted_table(l)).unwrap_or_default()
+}
+
+fn lookup<'a>(table: &'a toml::Table, path: &str) -> Option<&'a toml::Value> {
+    match path.split_once('.') {
+        None => table.get(path),
+        Some((head, rest)) => lookup(table.get(head)?.as_table()?, rest),
+    }
+}
+
+/// The effective configuration as TOML that could be used as a config
+/// file, each key commented with its origin; unset keys are commented out.
+pub fn render(l: &Loaded) -> String {
+    let table = redacted_table(l);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# effective configuration: flags > environment > {} > defaults",
+        l.file
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "config file (none)".to_owned())
+    );
+    let mut section = "";
+    for key in KEYS {
+        let (sect, name) = key.path.rsplit_once('.').unwrap_or(("", key.path));
+        if sect != section {
+            let _ = writeln!(out, "\n[{sect}]");
+            section = sect;
+        }
+        let origin = l.origin(key.path).describe();
+        let line = match lookup(&table, key.path) {
+            Some(v) => format!("{name} = {v}"),
+            None => format!("# {name} = (unset)"),
+        };
+        let _ = writeln!(out, "{line:<40} # {origin}");
+    }
+    for broker in ["kafka", "amqp"] {
+        if let Some(t) = lookup(&table, &format!("publisher.{broker}")).and_then(|v| v.as_table()) {
+            let mut wrapped = toml::Table::new();
+            let mut inner = toml::Table::new();
+            inner.insert(broker.to_owned(), toml::Value::Table(t.clone()));
+            wrapped.insert("publisher".to_owned(), toml::Value::Table(inner));
+            let _ = writeln!(
+                out,
+                "\n# passed to the {broker} publisher as it is ({})",
+                l.origin(&format!("publisher.{broker}")).describe()
+            );
+            out.push_str(&toml::to_string(&wrapped).unwrap_or_default());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_hidden() {
+        let mut t: toml::Table = toml::from_str(
+            "url = \"amqp://u:hunter2@h/v\"\n[properties]\n\"sasl.password\" = \"hunter2\"\n\"linger.ms\" = \"5\"\n",
+        )
+        .unwrap();
+        redact_table(&mut t);
+        let text = toml::to_string(&t).unwrap();
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(text.contains("linger.ms"), "{text}");
+    }
+}

@@ -1,0 +1,213 @@
+//! Layering, origins and the completeness of the key list and the docs.
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::path::Path;
+
+use super::keys::KEYS;
+use super::*;
+
+fn file(text: &str) -> Option<file::FileLayer> {
+    Some(file::parse(Path::new("/etc/outbox.toml"), text).unwrap())
+}
+
+fn env_of(pairs: &[(&str, &str)]) -> env::EnvLayer {
+    env::from_vars(
+        pairs
+            .iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v))),
+    )
+    .unwrap()
+}
+
+fn flags_of(path: &str, flag: &'static str, value: toml::Value) -> flags::FlagLayer {
+    let mut l = flags::FlagLayer::default();
+    set_path(&mut l.table, path, value);
+    l.flags.insert(path.to_owned(), flag);
+    l
+}
+
+#[test]
+fn flags_beat_env_beat_file_beat_defaults() {
+    let f = file("[relay]\nbatch_size = 10\nmax_attempts = 3\nlease_ms = 2000\n");
+    let e = env_of(&[
+        ("OUTBOX_RELAY_BATCH_SIZE", "20"),
+        ("OUTBOX_RELAY_MAX_ATTEMPTS", "4"),
+    ]);
+    let fl = flags_of("relay.batch_size", "--batch-size", toml::Value::Integer(30));
+    let l = resolve(f, e, fl, true).unwrap();
+    assert_eq!(l.config.relay.batch_size, 30);
+    assert_eq!(l.config.relay.max_attempts, 4);
+    assert_eq!(l.config.relay.lease_ms, 2000);
+    assert_eq!(l.config.relay.poll_max_ms, 500, "default");
+    assert_eq!(l.origin("relay.batch_size"), Origin::Flag("--batch-size"));
+    assert_eq!(
+        l.origin("relay.max_attempts"),
+        Origin::Env("OUTBOX_RELAY_MAX_ATTEMPTS".into())
+    );
+    assert_eq!(
+        l.origin("relay.lease_ms").describe(),
+        "set at /etc/outbox.toml:4"
+    );
+    assert_eq!(l.origin("relay.poll_max_ms"), Origin::Default);
+    assert_eq!(l.config.log.level.as_deref(), Some("info"), "relay default");
+}
+
+#[test]
+fn env_publisher_replaces_the_file_spec_but_keeps_its_table() {
+    let f = file("[publisher]\nspec = \"kafka://a:1\"\n[publisher.kafka]\nclient_id = \"x\"\n");
+    let e = env_of(&[("OUTBOX_PUBLISHER", "kafka://b:2")]);
+    let l = resolve(f, e, Default::default(), false).unwrap();
+    assert_eq!(l.config.publisher.spec, "kafka://b:2");
+    assert!(l.config.publisher.kafka.is_some());
+    assert_eq!(
+        l.config.log.level.as_deref(),
+        Some("warn"),
+        "non-relay default"
+    );
+}
+
+#[test]
+fn range_errors_name_key_value_origin_and_range() {
+    let e = resolve(
+        file("[relay]\nbatch_size = 0\n"),
+        Default::default(),
+        Default::default(),
+        true,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("relay.batch_size") && e.contains("/etc/outbox.toml:2"),
+        "{e}"
+    );
+    assert!(e.contains(" 0 ") && e.contains("1 to 100000"), "{e}");
+
+    let e = resolve(
+        None,
+        env_of(&[("OUTBOX_SHUTDOWN_TIMEOUT_SECS", "0")]),
+        Default::default(),
+        true,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("shutdown_timeout_secs = 0") && e.contains("OUTBOX_SHUTDOWN_TIMEOUT_SECS"),
+        "{e}"
+    );
+    assert!(e.contains("1 to 3600"), "{e}");
+
+    let bad = [
+        ("http.addr", toml::Value::from("nowhere"), "HOST:PORT"),
+        ("log.level", toml::Value::from("loud"), "debug"),
+        ("schema", toml::Value::from("Bad-Name"), "lowercase"),
+        (
+            "publisher.spec",
+            toml::Value::from("kafkaa://x"),
+            "unknown --x",
+        ),
+        (
+            "database_url",
+            toml::Value::from("postgres://u:pw@h:99999/d"),
+            "invalid database URL",
+        ),
+    ];
+    for (key, value, needle) in bad {
+        let e = resolve(None, Default::default(), flags_of(key, "--x", value), true)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(needle) && e.contains("--x"), "{key}: {e}");
+        assert!(!e.contains(":pw@"), "{e}");
+    }
+}
+
+#[test]
+fn broker_tables_must_match_the_publisher() {
+    let e = resolve(
+        file("publisher = \"stdout\"\n[relay]\n"),
+        Default::default(),
+        Default::default(),
+        true,
+    );
+    assert!(e.is_ok());
+    let f = file("[publisher]\nspec = \"stdout\"\n[publisher.amqp]\nexchange = \"x\"\n");
+    let e = resolve(f, Default::default(), Default::default(), true)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("[publisher.amqp]") && e.contains("stdout"),
+        "{e}"
+    );
+}
+
+/// Every scalar key of the schema, found by serialising a config with every
+/// optional value set.
+fn schema_keys() -> BTreeSet<String> {
+    let mut c = Config {
+        database_url: Some("postgres://h/d".into()),
+        ..Config::default()
+    };
+    c.http.addr = Some("127.0.0.1:1".into());
+    c.log.level = Some("info".into());
+    c.relay.instance_id = Some("i".into());
+    let table = toml::Table::try_from(&c).unwrap();
+    let mut out = BTreeSet::new();
+    fn walk(t: &toml::Table, prefix: &str, out: &mut BTreeSet<String>) {
+        for (k, v) in t {
+            let path = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}.{k}")
+            };
+            match v {
+                toml::Value::Table(inner) => walk(inner, &path, out),
+                _ => {
+                    out.insert(path);
+                }
+            }
+        }
+    }
+    walk(&table, "", &mut out);
+    out
+}
+
+#[test]
+fn the_key_list_covers_the_whole_schema() {
+    let listed: BTreeSet<String> = KEYS.iter().map(|k| k.path.to_owned()).collect();
+    assert_eq!(listed, schema_keys());
+}
+
+#[test]
+fn every_key_and_variable_is_documented() {
+    let doc = include_str!("../../../../docs/configuration.md");
+    for key in KEYS {
+        let name = key.path.rsplit('.').next().unwrap();
+        assert!(
+            doc.contains(&format!("`{name}`")),
+            "{} is not in docs/configuration.md",
+            key.path
+        );
+        for var in key.env {
+            assert!(doc.contains(var), "{var} is not in docs/configuration.md");
+        }
+        if let Some(flag) = key.flag {
+            assert!(doc.contains(flag), "{flag} is not in docs/configuration.md");
+        }
+    }
+}
+
+#[test]
+fn the_rendered_config_is_valid_toml_and_hides_passwords() {
+    let f = file("database_url = \"postgres://app:hunter2@db/x\"\n[relay]\nbatch_size = 7\n");
+    let l = resolve(f, Default::default(), Default::default(), true).unwrap();
+    let text = render(&l);
+    assert!(!text.contains("hunter2"), "{text}");
+    assert!(text.contains("postgres://app:***@db/x"), "{text}");
+    assert!(
+        text.contains("batch_size = 7") && text.contains("/etc/outbox.toml:3"),
+        "{text}"
+    );
+    let back: Config = toml::from_str(&text).unwrap();
+    assert_eq!(back.relay.batch_size, 7);
+    assert!(!redacted_json(&l).contains("hunter2"));
+}

@@ -1,0 +1,410 @@
+//! Prometheus metrics of `outbox relay`: a [`RelayObserver`] counts what
+//! each batch did, and a refresher sets the gauges that only the database
+//! knows (pending, oldest pending age, dead letters) every few seconds, so
+//! scrapes never query the database. Labels are few and bounded: no ids.
+
+use std::collections::HashSet;
+use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use outbox::relay::{BatchReport, OutageKind, RelayObserver};
+use outbox::{Schema, Status};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use sqlx::PgPool;
+use tokio::sync::watch;
+
+/// Distinct `event_type` label values kept; later ones count as `other`.
+const MAX_EVENT_TYPES: usize = 100;
+
+/// Seconds, for batch durations.
+const BATCH_BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// Seconds, for commit-to-acknowledgement latency (outages make it long).
+const LATENCY_BUCKETS: [f64; 17] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0,
+    3600.0, 21600.0,
+];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EventType {
+    event_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Reason {
+    reason: &'static str,
+}
+
+/// The relay's metrics and their registry.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    published: Counter,
+    failed: Family<EventType, Counter>,
+    dead_lettered: Counter,
+    retries: Family<Reason, Counter>,
+    batches: Counter,
+    batch_duration: Histogram,
+    commit_to_ack: Histogram,
+    pending: Gauge,
+    retrying: Gauge,
+    oldest_pending_age: Gauge<f64, AtomicU64>,
+    dead_letters: Gauge,
+    partitions_owned: Gauge,
+    partitions_total: Gauge,
+    database_up: Gauge,
+    event_types: Mutex<HashSet<String>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every metric at zero.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let m = Metrics {
+            published: Counter::default(),
+            failed: Family::default(),
+            dead_lettered: Counter::default(),
+            retries: Family::default(),
+            batches: Counter::default(),
+            batch_duration: Histogram::new(BATCH_BUCKETS),
+            commit_to_ack: Histogram::new(LATENCY_BUCKETS),
+            pending: Gauge::default(),
+            retrying: Gauge::default(),
+            oldest_pending_age: Gauge::default(),
+            dead_letters: Gauge::default(),
+            partitions_owned: Gauge::default(),
+            partitions_total: Gauge::default(),
+            database_up: Gauge::default(),
+            event_types: Mutex::new(HashSet::new()),
+            registry: Registry::default(),
+        };
+        let r = &mut registry;
+        r.register(
+            "outbox_events_published",
+            "Events acknowledged by the broker and marked done",
+            m.published.clone(),
+        );
+        r.register(
+            "outbox_events_failed",
+            "Failed delivery attempts (retried or dead-lettered), by event type",
+            m.failed.clone(),
+        );
+        r.register(
+            "outbox_events_dead_lettered",
+            "Events dead-lettered by this relay",
+            m.dead_lettered.clone(),
+        );
+        r.register("outbox_retries", "Retries: reason=retry per event scheduled for another attempt; unavailable / database per round abandoned because the broker / PostgreSQL was down", m.retries.clone());
+        r.register(
+            "outbox_batches",
+            "Batches claimed and processed",
+            m.batches.clone(),
+        );
+        r.register(
+            "outbox_batch_duration_seconds",
+            "Time from claiming a batch to acknowledging it",
+            m.batch_duration.clone(),
+        );
+        r.register("outbox_commit_to_ack_seconds", "Time from an event's created_at (its transaction's start) to the broker's acknowledgement", m.commit_to_ack.clone());
+        r.register(
+            "outbox_events_pending",
+            "Events not yet delivered, including those waiting for a retry (from the database)",
+            m.pending.clone(),
+        );
+        r.register(
+            "outbox_events_retrying",
+            "Pending events that failed at least once (from the database)",
+            m.retrying.clone(),
+        );
+        r.register(
+            "outbox_oldest_pending_age_seconds",
+            "Age of the oldest pending event; 0 when none (from the database)",
+            m.oldest_pending_age.clone(),
+        );
+        r.register(
+            "outbox_dead_letters",
+            "Dead-lettered events in the table (from the database)",
+            m.dead_letters.clone(),
+        );
+        r.register(
+            "outbox_partitions_owned",
+            "Partitions this instance holds a lease on",
+            m.partitions_owned.clone(),
+        );
+        r.register(
+            "outbox_partitions",
+            "Partitions of the outbox",
+            m.partitions_total.clone(),
+        );
+        r.register(
+            "outbox_database_up",
+            "1 when the last gauge refresh reached PostgreSQL, else 0",
+            m.database_up.clone(),
+        );
+        for reason in ["retry", "unavailable", "database"] {
+            let _ = m.retries.get_or_create(&Reason { reason });
+        }
+        Metrics { registry, ..m }
+    }
+
+    /// The exposition, OpenMetrics text format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// Sets the gauges read from the database.
+    pub fn set_status(&self, status: &Status) {
+        self.pending.set(status.pending);
+        self.retrying.set(status.retrying);
+        self.dead_letters.set(status.dead_letters);
+        self.oldest_pending_age
+            .set(status.oldest_pending_age_seconds.unwrap_or(0.0).max(0.0));
+        self.partitions_total.set(status.partitions.len() as i64);
+        self.database_up.set(1);
+    }
+
+    /// Marks the database unreachable (the other gauges keep their last
+    /// values).
+    pub fn set_database_down(&self) {
+        self.database_up.set(0);
+    }
+
+    /// The partitions held, as of the last lease round.
+    pub fn partitions(&self) -> (i64, i64) {
+        (self.partitions_owned.get(), self.partitions_total.get())
+    }
+
+    fn event_type_label(&self, event_type: &str) -> EventType {
+        let mut seen = self.event_types.lock().unwrap_or_else(|e| e.into_inner());
+        let known = seen.contains(event_type);
+        let event_type = if known || seen.len() < MAX_EVENT_TYPES {
+            if !known {
+                seen.insert(event_type.to_owned());
+            }
+            event_type.to_owned()
+        } else {
+            "other".to_owned()
+        };
+        EventType { event_type }
+    }
+}
+
+impl RelayObserver for Metrics {
+    fn on_batch(&self, report: &BatchReport<'_>) {
+        self.batches.inc();
+        self.batch_duration.observe(report.duration.as_secs_f64());
+        self.published.inc_by(report.delivered.len() as u64);
+        for event in report.delivered {
+            let latency = (report.acked_at - event.created_at)
+                .to_std()
+                .unwrap_or(Duration::ZERO);
+            self.commit_to_ack.observe(latency.as_secs_f64());
+        }
+        for (event, _) in report.retried {
+            self.failed
+                .get_or_create(&self.event_type_label(&event.event_type))
+                .inc();
+            self.retries
+                .get_or_create(&Reason { reason: "retry" })
+                .inc();
+        }
+        for (event, _) in report.dead_lettered {
+            self.failed
+                .get_or_create(&self.event_type_label(&event.event_type))
+                .inc();
+            self.dead_lettered.inc();
+        }
+    }
+
+    fn on_outage(&self, kind: OutageKind, _error: &str) {
+        let reason = match kind {
+            OutageKind::Broker => "unavailable",
+            OutageKind::Database => "database",
+        };
+        self.retries.get_or_create(&Reason { reason }).inc();
+    }
+
+    fn on_ownership(&self, held: usize, total: usize) {
+        self.partitions_owned.set(held as i64);
+        self.partitions_total.set(total as i64);
+    }
+}
+
+/// Refreshes the database gauges every `every` until `stop` turns true.
+pub async fn refresh_loop(
+    metrics: std::sync::Arc<Metrics>,
+    pool: PgPool,
+    schema: Schema,
+    every: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while !*stop.borrow() {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => break,
+        }
+        let read = async {
+            let mut conn = pool.acquire().await.map_err(|e| e.to_string())?;
+            Status::read(&mut conn, &schema)
+                .await
+                .map_err(|e| format!("{e:#}"))
+        };
+        match tokio::time::timeout(every.max(Duration::from_secs(1)), read).await {
+            Ok(Ok(status)) => metrics.set_status(&status),
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "metrics refresh failed");
+                metrics.set_database_down();
+            }
+            Err(_) => {
+                tracing::debug!("metrics refresh timed out");
+                metrics.set_database_down();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use outbox::Event;
+
+    fn event(event_type: &str, age_ms: i64) -> Event {
+        Event {
+            id: uuid::Uuid::new_v4(),
+            seq: 1,
+            aggregate_type: "order".into(),
+            aggregate_id: "1".into(),
+            event_type: event_type.into(),
+            payload: "{}".into(),
+            headers: Default::default(),
+            topic: None,
+            attempts: 0,
+            created_at: chrono::Utc::now() - chrono::TimeDelta::milliseconds(age_ms),
+            partition: 0,
+        }
+    }
+
+    fn value(text: &str, sample: &str) -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no sample {sample} in\n{text}"))
+    }
+
+    #[test]
+    fn batches_outages_and_ownership_are_counted() {
+        let m = Metrics::new();
+        let delivered = vec![event("order.created", 200), event("order.created", 20)];
+        let retried = vec![(event("order.paid", 0), "timeout".to_owned())];
+        let dead = vec![(event("order.paid", 0), "too large".to_owned())];
+        m.on_batch(&BatchReport {
+            claimed: 4,
+            delivered: &delivered,
+            retried: &retried,
+            dead_lettered: &dead,
+            outage: None,
+            acked_at: chrono::Utc::now(),
+            duration: Duration::from_millis(3),
+        });
+        m.on_outage(OutageKind::Broker, "down");
+        m.on_outage(OutageKind::Database, "down");
+        m.on_outage(OutageKind::Database, "down");
+        m.on_ownership(7, 32);
+        let text = m.encode();
+        assert_eq!(value(&text, "outbox_events_published_total"), 2.0);
+        assert_eq!(
+            value(
+                &text,
+                "outbox_events_failed_total{event_type=\"order.paid\"}"
+            ),
+            2.0
+        );
+        assert_eq!(value(&text, "outbox_events_dead_lettered_total"), 1.0);
+        assert_eq!(value(&text, "outbox_retries_total{reason=\"retry\"}"), 1.0);
+        assert_eq!(
+            value(&text, "outbox_retries_total{reason=\"unavailable\"}"),
+            1.0
+        );
+        assert_eq!(
+            value(&text, "outbox_retries_total{reason=\"database\"}"),
+            2.0
+        );
+        assert_eq!(value(&text, "outbox_batch_duration_seconds_count"), 1.0);
+        assert_eq!(value(&text, "outbox_commit_to_ack_seconds_count"), 2.0);
+        assert_eq!(
+            value(&text, "outbox_commit_to_ack_seconds_bucket{le=\"0.1\"}"),
+            1.0
+        );
+        assert_eq!(
+            value(&text, "outbox_commit_to_ack_seconds_bucket{le=\"0.25\"}"),
+            2.0
+        );
+        assert_eq!(value(&text, "outbox_partitions_owned"), 7.0);
+        assert_eq!(value(&text, "outbox_partitions"), 32.0);
+    }
+
+    #[test]
+    fn event_type_labels_are_bounded() {
+        let m = Metrics::new();
+        for i in 0..MAX_EVENT_TYPES + 20 {
+            let retried = vec![(event(&format!("type.{i}"), 0), "x".to_owned())];
+            m.on_batch(&BatchReport {
+                claimed: 1,
+                delivered: &[],
+                retried: &retried,
+                dead_lettered: &[],
+                outage: None,
+                acked_at: chrono::Utc::now(),
+                duration: Duration::ZERO,
+            });
+        }
+        let text = m.encode();
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with("outbox_events_failed_total{"))
+            .count();
+        assert_eq!(series, MAX_EVENT_TYPES + 1);
+        assert_eq!(
+            value(&text, "outbox_events_failed_total{event_type=\"other\"}"),
+            20.0
+        );
+    }
+
+    #[test]
+    fn database_gauges_come_from_the_status() {
+        let m = Metrics::new();
+        m.set_status(&Status {
+            schema: "public".into(),
+            pending: 12,
+            retrying: 2,
+            dead_letters: 3,
+            oldest_pending_age_seconds: Some(4.5),
+            partitions: Vec::new(),
+        });
+        let text = m.encode();
+        assert_eq!(value(&text, "outbox_events_pending"), 12.0);
+        assert_eq!(value(&text, "outbox_dead_letters"), 3.0);
+        assert_eq!(value(&text, "outbox_oldest_pending_age_seconds"), 4.5);
+        assert_eq!(value(&text, "outbox_database_up"), 1.0);
+        m.set_database_down();
+        assert_eq!(value(&m.encode(), "outbox_database_up"), 0.0);
+    }
+}
