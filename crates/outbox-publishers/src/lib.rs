@@ -6,3 +6,9 @@
 pub mod stream;
 
 pub use stream::{FilePublisher, StdoutPublisher};
+
+#[cfg(feature = "kafka")]
+pub mod kafka;
+
+#[cfg(feature = "amqp")]
+pub mod amqp;

@@ -1,6 +1,8 @@
 //! Test kit for the outbox: a throwaway PostgreSQL, a publisher that records
 //! and fails on command, and checks of the guarantees.
 
+pub mod brokers;
+pub mod conformance;
 pub mod order;
 pub mod postgres;
 pub mod publisher;

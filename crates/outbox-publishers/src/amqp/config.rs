@@ -1,0 +1,343 @@
+//! Settings of the RabbitMQ (AMQP 0-9-1) publisher.
+
+use std::fmt;
+
+use lapin::uri::AMQPUri;
+use serde::{Deserialize, Serialize};
+
+/// The default exchange.
+pub const DEFAULT_EXCHANGE: &str = "outbox";
+/// The default routing-key template.
+pub const DEFAULT_ROUTING_KEY_TEMPLATE: &str = "{event_type}";
+/// RabbitMQ's own default `max_message_size` (128 MiB).
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 128 * 1024 * 1024;
+
+/// The exchange's type, used when the publisher declares it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ExchangeType {
+    /// Routing keys matched against binding patterns (`order.*`, `#`).
+    #[default]
+    Topic,
+    /// Routing keys matched exactly.
+    Direct,
+    /// Every bound queue gets every message.
+    Fanout,
+    /// Routed on header values.
+    Headers,
+}
+
+/// What to do when the broker returns a message because no queue is bound
+/// for its routing key (`basic.return`, 312 NO_ROUTE).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Unroutable {
+    /// Retry with backoff (default): a missing binding is usually a consumer
+    /// not deployed yet or an operator's slip; the event waits (blocking
+    /// only its own aggregate) and is dead-lettered after the relay's
+    /// `max_attempts` if nobody binds a queue.
+    #[default]
+    Retry,
+    /// Dead-letter at once: for setups where an unroutable event is a bug.
+    Reject,
+    /// Publish without the `mandatory` flag: the broker drops unroutable
+    /// messages and they count as delivered (fire-and-forget fan-out).
+    Drop,
+}
+
+/// A setting that cannot work, with what to do instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid amqp setting {field} = {value}: {fix}")]
+pub struct AmqpConfigError {
+    /// The field.
+    pub field: String,
+    /// The offending value, with any password redacted.
+    pub value: String,
+    /// What is wrong and how to fix it.
+    pub fix: String,
+}
+
+impl AmqpConfigError {
+    fn new(field: &str, value: impl fmt::Display, fix: impl Into<String>) -> Self {
+        AmqpConfigError {
+            field: field.to_owned(),
+            value: value.to_string(),
+            fix: fix.into(),
+        }
+    }
+}
+
+/// Settings of [`crate::amqp::AmqpPublisher`].
+///
+/// ```
+/// use outbox_publishers::amqp::AmqpConfig;
+/// let config = AmqpConfig::from_url("amqp://app:secret@127.0.0.1:5672/%2f").unwrap();
+/// assert_eq!(config.exchange, "outbox");
+/// assert!(!format!("{config:?}").contains("secret"));
+/// ```
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AmqpConfig {
+    /// Where to connect: `amqp://USER:PASS@HOST:PORT/VHOST` (`amqps://` for
+    /// TLS; `%2f` is the default vhost `/`). The password is never shown in
+    /// `Debug`, `Display` or errors.
+    pub url: String,
+    /// The exchange every event is published to. Default `outbox`.
+    pub exchange: String,
+    /// The exchange's type when the publisher declares it. Default `topic`.
+    pub exchange_type: ExchangeType,
+    /// Declare the exchange (durable) on connect if it does not exist. If it
+    /// exists with other settings the publisher reports the broker's error
+    /// as an outage. Default `true`.
+    pub declare_exchange: bool,
+    /// Routing key for an event without a topic override; `{event_type}` and
+    /// `{aggregate_type}` are replaced by the event's values. Default
+    /// `{event_type}`.
+    pub routing_key_template: String,
+    /// What to do with a message no queue is bound for. Default `retry`.
+    pub unroutable: Unroutable,
+    /// Largest message body, in bytes; a larger event is rejected before it
+    /// is sent. Default 134217728, RabbitMQ's default `max_message_size`; a
+    /// broker with a lower limit closes the channel instead, which the
+    /// publisher also classifies as a rejection of that event.
+    pub max_message_bytes: usize,
+    /// How long to wait for the broker's publisher confirms of a batch.
+    /// Keep it below the relay's `publish_timeout_ms`. Default 15000.
+    pub confirm_timeout_ms: u64,
+    /// How long connecting (TCP, TLS, AMQP handshake, channel setup) may
+    /// take. Default 5000.
+    pub connect_timeout_ms: u64,
+    /// The connection name shown in RabbitMQ's management UI. Default
+    /// `outbox-relay`.
+    pub connection_name: String,
+}
+
+impl Default for AmqpConfig {
+    fn default() -> Self {
+        AmqpConfig {
+            url: "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned(),
+            exchange: DEFAULT_EXCHANGE.to_owned(),
+            exchange_type: ExchangeType::Topic,
+            declare_exchange: true,
+            routing_key_template: DEFAULT_ROUTING_KEY_TEMPLATE.to_owned(),
+            unroutable: Unroutable::Retry,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            confirm_timeout_ms: 15_000,
+            connect_timeout_ms: 5_000,
+            connection_name: "outbox-relay".to_owned(),
+        }
+    }
+}
+
+/// `url` with the password replaced by `***`.
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    match authority.rfind('@') {
+        Some(at) => {
+            let userinfo = &authority[..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            let masked = if userinfo.contains(':') {
+                format!("{user}:***")
+            } else {
+                user.to_owned()
+            };
+            format!("{}{}@{}", &url[..scheme_end + 3], masked, &rest[at + 1..])
+        }
+        None => url.to_owned(),
+    }
+}
+
+impl fmt::Debug for AmqpConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AmqpConfig")
+            .field("url", &redact_url(&self.url))
+            .field("exchange", &self.exchange)
+            .field("exchange_type", &self.exchange_type)
+            .field("declare_exchange", &self.declare_exchange)
+            .field("routing_key_template", &self.routing_key_template)
+            .field("unroutable", &self.unroutable)
+            .field("max_message_bytes", &self.max_message_bytes)
+            .field("confirm_timeout_ms", &self.confirm_timeout_ms)
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("connection_name", &self.connection_name)
+            .finish()
+    }
+}
+
+impl fmt::Display for AmqpConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} exchange {}", redact_url(&self.url), self.exchange)
+    }
+}
+
+impl AmqpConfig {
+    /// Settings for `amqp://USER:PASS@HOST:PORT/VHOST`, every other field at
+    /// its default.
+    pub fn from_url(url: &str) -> Result<Self, AmqpConfigError> {
+        let config = AmqpConfig {
+            url: url.to_owned(),
+            ..AmqpConfig::default()
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The parsed URL.
+    pub(crate) fn uri(&self) -> Result<AMQPUri, AmqpConfigError> {
+        let shown = redact_url(&self.url);
+        if !(self.url.starts_with("amqp://") || self.url.starts_with("amqps://")) {
+            return Err(AmqpConfigError::new(
+                "url",
+                shown,
+                "must start with amqp:// or amqps://, e.g. amqp://USER:PASS@HOST:5672/%2f",
+            ));
+        }
+        let uri: AMQPUri = self.url.parse().map_err(|e: String| {
+            AmqpConfigError::new(
+                "url",
+                &shown,
+                format!(
+                    "cannot be parsed ({}); use amqp://USER:PASS@HOST:PORT/VHOST",
+                    e.replace(&self.url, &shown)
+                ),
+            )
+        })?;
+        if uri.vhost.is_empty() {
+            return Err(AmqpConfigError::new(
+                "url",
+                shown,
+                "names an empty vhost: write %2f for the default vhost /, e.g. amqp://HOST:5672/%2f",
+            ));
+        }
+        Ok(uri)
+    }
+
+    /// Checks every field; the error names the field, its value and the fix.
+    pub fn validate(&self) -> Result<(), AmqpConfigError> {
+        self.uri()?;
+        if self.exchange.is_empty() || self.exchange.len() > 255 {
+            return Err(AmqpConfigError::new(
+                "exchange",
+                format!("{:?}", self.exchange),
+                "use a name of 1 to 255 bytes (the default exchange \"\" cannot route by topic)",
+            ));
+        }
+        if self.exchange.starts_with("amq.") && self.declare_exchange {
+            return Err(AmqpConfigError::new(
+                "exchange",
+                &self.exchange,
+                "names starting with amq. are reserved: set declare_exchange = false to use a built-in exchange",
+            ));
+        }
+        let literal = self
+            .routing_key_template
+            .replace("{event_type}", "e")
+            .replace("{aggregate_type}", "a");
+        if literal.contains(['{', '}']) {
+            return Err(AmqpConfigError::new(
+                "routing_key_template",
+                &self.routing_key_template,
+                "the only placeholders are {event_type} and {aggregate_type}",
+            ));
+        }
+        if literal.len() > 255 {
+            return Err(AmqpConfigError::new(
+                "routing_key_template",
+                &self.routing_key_template,
+                "routing keys are at most 255 bytes",
+            ));
+        }
+        if self.max_message_bytes == 0 || self.max_message_bytes > 512 * 1024 * 1024 {
+            return Err(AmqpConfigError::new(
+                "max_message_bytes",
+                self.max_message_bytes,
+                "use 1 to 536870912 (RabbitMQ's largest max_message_size)",
+            ));
+        }
+        if !(100..=3_600_000).contains(&self.confirm_timeout_ms) {
+            return Err(AmqpConfigError::new(
+                "confirm_timeout_ms",
+                self.confirm_timeout_ms,
+                "use 100 to 3600000, and keep it below the relay's publish_timeout_ms",
+            ));
+        }
+        if !(100..=600_000).contains(&self.connect_timeout_ms) {
+            return Err(AmqpConfigError::new(
+                "connect_timeout_ms",
+                self.connect_timeout_ms,
+                "use 100 to 600000",
+            ));
+        }
+        if self.connection_name.len() > 255 {
+            return Err(AmqpConfigError::new(
+                "connection_name",
+                &self.connection_name,
+                "use at most 255 bytes",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        AmqpConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn passwords_never_show() {
+        let c = AmqpConfig::from_url("amqp://app:hunter2@rabbit:5672/prod").unwrap();
+        assert!(!format!("{c:?}").contains("hunter2"));
+        assert!(!format!("{c}").contains("hunter2"));
+        assert!(format!("{c}").contains("app:***@rabbit:5672/prod"), "{c}");
+        let e = AmqpConfig::from_url("amqp://app:hunter2@rabbit:notaport/x").unwrap_err();
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+        assert_eq!(redact_url("amqp://rabbit/x"), "amqp://rabbit/x");
+        assert_eq!(redact_url("amqp://u@rabbit/x"), "amqp://u@rabbit/x");
+    }
+
+    #[test]
+    fn errors_name_field_value_and_fix() {
+        let e = AmqpConfig::from_url("http://x").unwrap_err();
+        assert_eq!(e.field, "url");
+        let e = AmqpConfig::from_url("amqp://h:5672/")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("%2f"), "{e}");
+        let c = AmqpConfig {
+            routing_key_template: "{aggregate_id}".into(),
+            ..AmqpConfig::default()
+        };
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("routing_key_template") && e.contains("{aggregate_id}"),
+            "{e}"
+        );
+        let c = AmqpConfig {
+            confirm_timeout_ms: 1,
+            ..AmqpConfig::default()
+        };
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("confirm_timeout_ms = 1"));
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let e = serde_json::from_str::<AmqpConfig>(r#"{"exchang": "x"}"#).unwrap_err();
+        assert!(e.to_string().contains("exchang"), "{e}");
+        let c: AmqpConfig = serde_json::from_str(r#"{"unroutable": "reject"}"#).unwrap();
+        assert_eq!(c.unroutable, Unroutable::Reject);
+    }
+}

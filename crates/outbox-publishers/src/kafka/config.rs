@@ -1,0 +1,430 @@
+//! Settings of the Kafka publisher.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// The default destination template.
+pub const DEFAULT_TOPIC_TEMPLATE: &str = "outbox.event.{aggregate_type}";
+
+/// Producer properties the publisher sets itself: they carry the delivery
+/// guarantees (or have a field of their own), so `properties` may not set
+/// them.
+const RESERVED: &[(&str, &str)] = &[
+    ("bootstrap.servers", "use the `brokers` field"),
+    ("metadata.broker.list", "use the `brokers` field"),
+    (
+        "acks",
+        "it is always `all`: an event is delivered only once every in-sync replica has it",
+    ),
+    ("request.required.acks", "it is always `all`"),
+    (
+        "enable.idempotence",
+        "it is always on: retries must not duplicate or reorder messages",
+    ),
+    (
+        "max.in.flight.requests.per.connection",
+        "use the `max_in_flight` field (1 to 5)",
+    ),
+    ("max.in.flight", "use the `max_in_flight` field (1 to 5)"),
+    ("message.timeout.ms", "use the `message_timeout_ms` field"),
+    ("delivery.timeout.ms", "use the `message_timeout_ms` field"),
+    ("client.id", "use the `client_id` field"),
+    (
+        "transactional.id",
+        "the outbox producer is idempotent, not transactional",
+    ),
+];
+
+/// Property names whose values are secrets: never shown in `Debug` or errors.
+fn is_secret(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    name.contains("password") || name.contains("secret") || name.ends_with(".key.pem")
+}
+
+/// A setting that cannot work, with what to do instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid kafka setting {field} = {value}: {fix}")]
+pub struct KafkaConfigError {
+    /// The field (or `properties.NAME`).
+    pub field: String,
+    /// The offending value, redacted if it is a secret.
+    pub value: String,
+    /// What is wrong and how to fix it.
+    pub fix: String,
+}
+
+impl KafkaConfigError {
+    fn new(field: impl Into<String>, value: impl fmt::Display, fix: impl Into<String>) -> Self {
+        KafkaConfigError {
+            field: field.into(),
+            value: value.to_string(),
+            fix: fix.into(),
+        }
+    }
+}
+
+/// Settings of [`crate::kafka::KafkaPublisher`].
+///
+/// ```
+/// use outbox_publishers::kafka::KafkaConfig;
+/// let config: KafkaConfig = serde_json::from_str(r#"{
+///     "brokers": ["127.0.0.1:9092"],
+///     "properties": {"compression.type": "lz4", "linger.ms": "5"}
+/// }"#).unwrap();
+/// config.validate().unwrap();
+/// assert_eq!(config.topic_template, "outbox.event.{aggregate_type}");
+/// ```
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KafkaConfig {
+    /// Bootstrap brokers, each `HOST:PORT` (librdkafka `bootstrap.servers`).
+    pub brokers: Vec<String>,
+    /// Topic for an event without a topic override. `{aggregate_type}` and
+    /// `{event_type}` are replaced by the event's values. Default
+    /// `outbox.event.{aggregate_type}`.
+    pub topic_template: String,
+    /// How long the producer keeps trying to deliver one message (librdkafka
+    /// `message.timeout.ms`, which bounds its internal retries). Keep it below
+    /// the relay's `publish_timeout_ms`, so the publisher can say what failed
+    /// before the relay gives up on the call. Default 15000.
+    pub message_timeout_ms: u64,
+    /// Requests in flight per broker connection (librdkafka
+    /// `max.in.flight.requests.per.connection`); at most 5, which the
+    /// idempotent producer needs to keep order across retries. Default 5.
+    pub max_in_flight: u32,
+    /// How long a health check (a metadata request) may take. Default 5000.
+    pub health_timeout_ms: u64,
+    /// The producer's `client.id`, shown in broker logs and quotas. Default
+    /// `outbox-relay`.
+    pub client_id: String,
+    /// Further librdkafka producer properties, passed through as they are:
+    /// compression (`compression.type`), batching (`linger.ms`,
+    /// `batch.size`), size limits (`message.max.bytes`), TLS
+    /// (`security.protocol`, `ssl.ca.location`, …) and SASL
+    /// (`sasl.mechanism`, `sasl.username`, `sasl.password`, …). Properties
+    /// that carry the delivery guarantees (`acks`, `enable.idempotence`, …)
+    /// are refused; secrets are never shown in `Debug` output or errors.
+    pub properties: BTreeMap<String, String>,
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        KafkaConfig {
+            brokers: vec!["127.0.0.1:9092".to_owned()],
+            topic_template: DEFAULT_TOPIC_TEMPLATE.to_owned(),
+            message_timeout_ms: 15_000,
+            max_in_flight: 5,
+            health_timeout_ms: 5_000,
+            client_id: "outbox-relay".to_owned(),
+            properties: BTreeMap::new(),
+        }
+    }
+}
+
+impl fmt::Debug for KafkaConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let properties: BTreeMap<&str, &str> = self
+            .properties
+            .iter()
+            .map(|(k, v)| {
+                let shown = if is_secret(k) {
+                    "<redacted>"
+                } else {
+                    v.as_str()
+                };
+                (k.as_str(), shown)
+            })
+            .collect();
+        f.debug_struct("KafkaConfig")
+            .field("brokers", &self.brokers)
+            .field("topic_template", &self.topic_template)
+            .field("message_timeout_ms", &self.message_timeout_ms)
+            .field("max_in_flight", &self.max_in_flight)
+            .field("health_timeout_ms", &self.health_timeout_ms)
+            .field("client_id", &self.client_id)
+            .field("properties", &properties)
+            .finish()
+    }
+}
+
+/// Whether `name` is a legal Kafka topic name.
+pub(crate) fn topic_problem(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("is empty".to_owned());
+    }
+    if name == "." || name == ".." {
+        return Some("cannot be `.` or `..`".to_owned());
+    }
+    if name.len() > 249 {
+        return Some(format!("is {} bytes long; Kafka allows 249", name.len()));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Some(format!(
+            "contains {c:?}; Kafka topics use only ASCII letters, digits, `.`, `_` and `-`"
+        ));
+    }
+    None
+}
+
+impl KafkaConfig {
+    /// Settings for `kafka://HOST:PORT[,HOST:PORT…]`, every other field at
+    /// its default.
+    ///
+    /// ```
+    /// use outbox_publishers::kafka::KafkaConfig;
+    /// let c = KafkaConfig::from_url("kafka://k1:9092,k2:9092").unwrap();
+    /// assert_eq!(c.brokers, vec!["k1:9092", "k2:9092"]);
+    /// ```
+    pub fn from_url(url: &str) -> Result<Self, KafkaConfigError> {
+        let rest = url.strip_prefix("kafka://").ok_or_else(|| {
+            KafkaConfigError::new(
+                "url",
+                url,
+                "must start with kafka://, e.g. kafka://127.0.0.1:9092,broker2:9092",
+            )
+        })?;
+        if rest.contains('@') {
+            return Err(KafkaConfigError::new(
+                "url",
+                "kafka://<credentials>@…",
+                "credentials do not go in the URL: set properties sasl.username and sasl.password in the config file",
+            ));
+        }
+        if rest.contains(['/', '?', '#']) {
+            return Err(KafkaConfigError::new(
+                "url",
+                url,
+                "takes only a broker list (kafka://HOST:PORT,HOST:PORT); set other options in the config file",
+            ));
+        }
+        let config = KafkaConfig {
+            brokers: rest.split(',').map(|b| b.trim().to_owned()).collect(),
+            ..KafkaConfig::default()
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks every field; the error names the field, its value and the fix.
+    pub fn validate(&self) -> Result<(), KafkaConfigError> {
+        if self.brokers.is_empty() {
+            return Err(KafkaConfigError::new(
+                "brokers",
+                "[] (empty)",
+                "name at least one broker as HOST:PORT, e.g. [\"127.0.0.1:9092\"]",
+            ));
+        }
+        for broker in &self.brokers {
+            let ok = broker.rsplit_once(':').is_some_and(|(host, port)| {
+                !host.is_empty()
+                    && !host.contains([',', ' ', '/'])
+                    && port.parse::<u16>().is_ok_and(|p| p > 0)
+            });
+            if !ok {
+                return Err(KafkaConfigError::new(
+                    "brokers",
+                    broker,
+                    "each broker is HOST:PORT with a port from 1 to 65535, e.g. 127.0.0.1:9092",
+                ));
+            }
+        }
+        self.validate_template()?;
+        if !(1_000..=3_600_000).contains(&self.message_timeout_ms) {
+            return Err(KafkaConfigError::new(
+                "message_timeout_ms",
+                self.message_timeout_ms,
+                "use 1000 to 3600000, and keep it below the relay's publish_timeout_ms",
+            ));
+        }
+        if !(1..=5).contains(&self.max_in_flight) {
+            return Err(KafkaConfigError::new(
+                "max_in_flight",
+                self.max_in_flight,
+                "use 1 to 5: the idempotent producer keeps order only up to 5 requests in flight",
+            ));
+        }
+        if !(100..=600_000).contains(&self.health_timeout_ms) {
+            return Err(KafkaConfigError::new(
+                "health_timeout_ms",
+                self.health_timeout_ms,
+                "use 100 to 600000",
+            ));
+        }
+        if self.client_id.trim().is_empty() {
+            return Err(KafkaConfigError::new(
+                "client_id",
+                &self.client_id,
+                "must not be empty; the default is outbox-relay",
+            ));
+        }
+        for (name, value) in &self.properties {
+            let key = name.trim().to_ascii_lowercase();
+            let shown = if is_secret(&key) { "<redacted>" } else { value };
+            if let Some((_, fix)) = RESERVED.iter().find(|(k, _)| *k == key) {
+                return Err(KafkaConfigError::new(
+                    format!("properties.{name}"),
+                    shown,
+                    format!("cannot be set here: {fix}"),
+                ));
+            }
+            if key.is_empty() {
+                return Err(KafkaConfigError::new(
+                    "properties",
+                    "(an empty name)",
+                    "property names cannot be empty",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_template(&self) -> Result<(), KafkaConfigError> {
+        let t = &self.topic_template;
+        let literal = t
+            .replace("{aggregate_type}", "a")
+            .replace("{event_type}", "e");
+        if literal.contains(['{', '}']) {
+            return Err(KafkaConfigError::new(
+                "topic_template",
+                t,
+                "the only placeholders are {aggregate_type} and {event_type}",
+            ));
+        }
+        if let Some(problem) = topic_problem(&literal) {
+            return Err(KafkaConfigError::new(
+                "topic_template",
+                t,
+                format!("does not make a valid topic name: it {problem}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The librdkafka producer properties: the guarantees, then the
+    /// pass-through properties.
+    pub(crate) fn client_properties(&self) -> Vec<(String, String)> {
+        let mut out = vec![
+            ("bootstrap.servers".to_owned(), self.brokers.join(",")),
+            ("client.id".to_owned(), self.client_id.clone()),
+            ("acks".to_owned(), "all".to_owned()),
+            ("enable.idempotence".to_owned(), "true".to_owned()),
+            (
+                "max.in.flight.requests.per.connection".to_owned(),
+                self.max_in_flight.to_string(),
+            ),
+            (
+                "message.timeout.ms".to_owned(),
+                self.message_timeout_ms.to_string(),
+            ),
+        ];
+        out.extend(self.properties.iter().map(|(k, v)| (k.clone(), v.clone())));
+        out
+    }
+
+    /// Whether a property holds a secret (for redaction elsewhere).
+    pub(crate) fn is_secret(name: &str) -> bool {
+        is_secret(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        KafkaConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn from_url_reads_brokers_and_refuses_the_rest() {
+        let c = KafkaConfig::from_url("kafka://a:1,b:2").unwrap();
+        assert_eq!(c.brokers, vec!["a:1", "b:2"]);
+        let e = KafkaConfig::from_url("http://a:1").unwrap_err();
+        assert_eq!(e.field, "url");
+        let e = KafkaConfig::from_url("kafka://a").unwrap_err();
+        assert!(
+            e.to_string().contains("brokers") && e.to_string().contains("HOST:PORT"),
+            "{e}"
+        );
+        let e = KafkaConfig::from_url("kafka://u:hunter2@a:1").unwrap_err();
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+        assert!(KafkaConfig::from_url("kafka://a:1/x").is_err());
+    }
+
+    #[test]
+    fn errors_name_field_value_and_fix() {
+        let c = KafkaConfig {
+            max_in_flight: 6,
+            ..KafkaConfig::default()
+        };
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("max_in_flight") && e.contains('6') && e.contains("1 to 5"),
+            "{e}"
+        );
+
+        let c = KafkaConfig {
+            topic_template: "outbox {aggregate_type}".into(),
+            ..KafkaConfig::default()
+        };
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("topic_template") && e.contains("' '"), "{e}");
+
+        let c = KafkaConfig {
+            topic_template: "x.{aggregate_id}".into(),
+            ..KafkaConfig::default()
+        };
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("placeholders"));
+
+        let mut c = KafkaConfig::default();
+        c.properties.insert("acks".into(), "1".into());
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("properties.acks") && e.contains("all"), "{e}");
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let e = serde_json::from_str::<KafkaConfig>(r#"{"broker": ["a:1"]}"#).unwrap_err();
+        assert!(e.to_string().contains("broker"), "{e}");
+    }
+
+    #[test]
+    fn secrets_never_show() {
+        let mut c = KafkaConfig::default();
+        c.properties
+            .insert("sasl.password".into(), "hunter2".into());
+        c.properties.insert("sasl.username".into(), "alice".into());
+        let shown = format!("{c:?}");
+        assert!(
+            !shown.contains("hunter2") && shown.contains("alice"),
+            "{shown}"
+        );
+        c.properties.insert("acks".into(), "hunter2".into());
+        c.properties.remove("sasl.password");
+        c.properties
+            .insert("ssl.key.password".into(), "hunter2".into());
+        c.properties.remove("acks");
+        c.properties
+            .insert("enable.idempotence".into(), "false".into());
+        let e = c.validate().unwrap_err().to_string();
+        assert!(!e.contains("hunter2"), "{e}");
+    }
+
+    #[test]
+    fn topic_names_are_checked() {
+        assert!(topic_problem("outbox.event.order").is_none());
+        assert!(topic_problem("a b").is_some());
+        assert!(topic_problem(&"x".repeat(250)).is_some());
+        assert!(topic_problem("..").is_some());
+    }
+}

@@ -1,0 +1,9 @@
+//! `kafka://HOST:PORT[,HOST:PORT…]`: publishes to Apache Kafka (or any
+//! broker speaking its protocol) with an idempotent, `acks=all` producer.
+//! Behind the `kafka` feature.
+
+mod config;
+mod publisher;
+
+pub use config::{KafkaConfig, KafkaConfigError, DEFAULT_TOPIC_TEMPLATE};
+pub use publisher::{KafkaPublisher, KafkaPublisherError};

@@ -1,0 +1,457 @@
+//! The publisher conformance suite for [`AmqpPublisher`], against a real
+//! RabbitMQ node started by the test kit (`apt-get install rabbitmq-server`;
+//! `OUTBOX_SKIP_BROKER_TESTS=rabbitmq` skips these tests instead).
+//!
+//! One node is shared by the cases that leave it running; the cases that
+//! stop it get a node of their own.
+#![cfg(feature = "amqp")]
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use lapin::options::{
+    BasicGetOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{Connection, ConnectionProperties, ExchangeKind};
+use outbox::{Outcome, Publisher};
+use outbox_publishers::amqp::{AmqpConfig, AmqpPublisher, ExchangeType, Unroutable};
+use outbox_testkit::brokers::rabbitmq::{RabbitMq, MAX_MESSAGE_BYTES};
+use outbox_testkit::conformance::{self, Capabilities, Collector, Harness, Received, Scope};
+use outbox_testkit::postgres::test_db;
+
+struct AmqpHarness {
+    rabbit: Arc<Mutex<RabbitMq>>,
+    url: String,
+}
+
+/// The node shared by the cases that do not stop it; `None` if skipped.
+static SHARED: OnceLock<Option<Arc<Mutex<RabbitMq>>>> = OnceLock::new();
+
+impl AmqpHarness {
+    fn from(rabbit: RabbitMq) -> AmqpHarness {
+        eprintln!("rabbitmq ready in {:.2?}", rabbit.last_start_duration());
+        AmqpHarness {
+            url: rabbit.url(),
+            rabbit: Arc::new(Mutex::new(rabbit)),
+        }
+    }
+
+    /// The shared node.
+    async fn shared() -> Option<AmqpHarness> {
+        let rabbit = tokio::task::spawn_blocking(|| {
+            SHARED
+                .get_or_init(|| RabbitMq::start_or_skip().map(|r| Arc::new(Mutex::new(r))))
+                .clone()
+        })
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
+        let url = rabbit.lock().unwrap().url();
+        Some(AmqpHarness { rabbit, url })
+    }
+
+    /// A node of its own.
+    async fn private() -> Option<AmqpHarness> {
+        tokio::task::spawn_blocking(RabbitMq::start_or_skip)
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+            .map(AmqpHarness::from)
+    }
+
+    fn config(&self) -> AmqpConfig {
+        AmqpConfig {
+            url: self.url.clone(),
+            confirm_timeout_ms: 10_000,
+            connect_timeout_ms: 2_000,
+            ..AmqpConfig::default()
+        }
+    }
+
+    async fn connect(&self) -> Connection {
+        Connection::connect(&self.url, ConnectionProperties::default())
+            .await
+            .expect("connecting to rabbitmq")
+    }
+}
+
+fn queue(scope: &Scope) -> String {
+    format!("q.{}", scope.name())
+}
+
+fn text(value: &AMQPValue) -> String {
+    match value {
+        AMQPValue::LongString(s) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
+        AMQPValue::ShortString(s) => s.as_str().to_owned(),
+        other => format!("{other:?}"),
+    }
+}
+
+#[async_trait(?Send)]
+impl Harness for AmqpHarness {
+    type Publisher = AmqpPublisher;
+
+    fn name(&self) -> String {
+        "amqp (rabbitmq)".into()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            keyed: false,
+            oversized_payload_bytes: Some(MAX_MESSAGE_BYTES + 100_000),
+            stop_start: true,
+            keeps_data_across_restart: true,
+        }
+    }
+
+    async fn publisher(&self) -> AmqpPublisher {
+        AmqpPublisher::new(self.config()).expect("amqp publisher")
+    }
+
+    fn default_destination(&self, scope: &Scope) -> String {
+        scope.event_type()
+    }
+
+    async fn prepare(&self, scope: &Scope) {
+        let conn = self.connect().await;
+        let ch = conn.create_channel().await.expect("channel");
+        ch.exchange_declare(
+            "outbox".into(),
+            ExchangeKind::Topic,
+            ExchangeDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .expect("declaring the exchange");
+        ch.queue_declare(
+            queue(scope).into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .expect("declaring the queue");
+        ch.queue_bind(
+            queue(scope).into(),
+            "outbox".into(),
+            format!("{}.#", scope.name()).into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .expect("binding the queue");
+        let _ = conn.close(200, "prepared".into()).await;
+    }
+
+    async fn consume(&self, scope: &Scope, expected: usize, deadline: Duration) -> Vec<Received> {
+        let end = Instant::now() + deadline;
+        let conn = self.connect().await;
+        let ch = conn.create_channel().await.expect("channel");
+        let mut out = Collector::new();
+        while out.distinct() < expected && Instant::now() < end {
+            let got = ch
+                .basic_get(queue(scope).into(), BasicGetOptions { no_ack: true })
+                .await
+                .expect("basic.get");
+            let Some(m) = got else {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            };
+            let headers: BTreeMap<String, String> = m
+                .delivery
+                .properties
+                .headers()
+                .as_ref()
+                .map(|t| {
+                    t.inner()
+                        .iter()
+                        .map(|(k, v)| (k.as_str().to_owned(), text(v)))
+                        .collect()
+                })
+                .unwrap_or_default();
+            out.push(Received {
+                destination: m.delivery.routing_key.as_str().to_owned(),
+                key: None,
+                headers,
+                payload: m.delivery.data.clone(),
+            });
+        }
+        let _ = conn.close(200, "consumed".into()).await;
+        out.into_messages()
+    }
+
+    async fn stop_broker(&self) {
+        let r = self.rabbit.clone();
+        tokio::task::spawn_blocking(move || r.lock().unwrap().stop())
+            .await
+            .unwrap();
+    }
+
+    async fn start_broker(&self) {
+        let r = self.rabbit.clone();
+        let took = tokio::task::spawn_blocking(move || {
+            let mut r = r.lock().unwrap();
+            r.start_again().unwrap_or_else(|e| panic!("{e}"));
+            r.last_start_duration()
+        })
+        .await
+        .unwrap();
+        eprintln!("rabbitmq restarted in {took:.2?}");
+    }
+}
+
+// ---- the suite, on the shared node ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delivers_a_batch() {
+    let Some(h) = AmqpHarness::shared().await else {
+        return;
+    };
+    conformance::delivers_a_batch(&h).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maps_headers_key_and_destination() {
+    let Some(h) = AmqpHarness::shared().await else {
+        return;
+    };
+    conformance::maps_headers_key_and_destination(&h).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keeps_aggregate_order() {
+    let Some(h) = AmqpHarness::shared().await else {
+        return;
+    };
+    let pool = test_db().await.pool().await;
+    conformance::keeps_aggregate_order(&h, &pool).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drains_a_large_batch() {
+    let Some(h) = AmqpHarness::shared().await else {
+        return;
+    };
+    let pool = test_db().await.pool().await;
+    conformance::drains_a_large_batch(&h, &pool, 5_000).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejects_an_oversized_message() {
+    let Some(h) = AmqpHarness::shared().await else {
+        return;
+    };
+    let pool = test_db().await.pool().await;
+    conformance::rejects_an_oversized_message(&h, &pool).await;
+}
+
+// ---- the cases that stop the broker, on a node of their own ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outage_and_restart() {
+    let Some(h) = AmqpHarness::private().await else {
+        return;
+    };
+    let pool = test_db().await.pool().await;
+    conformance::outage_burns_no_attempts(&h, &pool).await;
+    let pool = test_db().await.pool().await;
+    conformance::survives_a_broker_restart(&h, &pool).await;
+}
+
+// ---- RabbitMQ specifics ----
+
+/// `message_id`, `type`, `content_type`, persistence and routing key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn message_properties() {
+    let Some(h) = AmqpHarness::shared().await else {
+        return;
+    };
+    let scope = Scope::new("props");
+    h.prepare(&scope).await;
+    let event = conformance::event(&scope, "order-1", 0);
+    let p = h.publisher().await;
+    assert_eq!(
+        p.publish(std::slice::from_ref(&event)).await.unwrap(),
+        vec![Outcome::Delivered]
+    );
+    let conn = h.connect().await;
+    let ch = conn.create_channel().await.unwrap();
+    let started = Instant::now();
+    let m = loop {
+        if let Some(m) = ch
+            .basic_get(queue(&scope).into(), BasicGetOptions { no_ack: true })
+            .await
+            .unwrap()
+        {
+            break m;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the message never arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let props = &m.delivery.properties;
+    assert_eq!(
+        props.message_id().as_ref().map(|s| s.as_str()),
+        Some(event.id.to_string().as_str())
+    );
+    assert_eq!(
+        props.kind().as_ref().map(|s| s.as_str()),
+        Some(event.event_type.as_str())
+    );
+    assert_eq!(
+        props.content_type().as_ref().map(|s| s.as_str()),
+        Some("application/json")
+    );
+    assert_eq!(*props.delivery_mode(), Some(2), "persistent");
+    assert_eq!(m.delivery.routing_key.as_str(), scope.event_type());
+    assert_eq!(m.delivery.exchange.as_str(), "outbox");
+    p.close().await;
+}
+
+/// An unroutable message (no queue bound) is retried by default, rejected
+/// with `unroutable = reject`, and dropped (counted delivered) with
+/// `unroutable = drop`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unroutable_messages_follow_the_setting() {
+    let Some(h) = AmqpHarness::shared().await else {
+        return;
+    };
+    let scope = Scope::new("unbound"); // never prepared: nothing is bound
+    let event = conformance::event(&scope, "a", 0);
+    for (setting, check) in [
+        (Unroutable::Retry, "retry"),
+        (Unroutable::Reject, "reject"),
+        (Unroutable::Drop, "drop"),
+    ] {
+        let p = AmqpPublisher::new(AmqpConfig {
+            unroutable: setting,
+            ..h.config()
+        })
+        .unwrap();
+        let outcome = p
+            .publish(std::slice::from_ref(&event))
+            .await
+            .unwrap()
+            .remove(0);
+        match (setting, &outcome) {
+            (Unroutable::Retry, Outcome::Retry(why))
+            | (Unroutable::Reject, Outcome::Rejected(why)) => {
+                assert!(
+                    why.contains("unroutable") && why.contains(&scope.event_type()),
+                    "{why}"
+                );
+            }
+            (Unroutable::Drop, Outcome::Delivered) => {}
+            _ => panic!("unroutable = {check}: unexpected outcome {outcome:?}"),
+        }
+        p.close().await;
+    }
+}
+
+/// An exchange that exists with another type is a configuration error the
+/// broker reports; it is an outage (no attempts burned), and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exchange_type_conflict_is_an_outage() {
+    let Some(h) = AmqpHarness::shared().await else {
+        return;
+    };
+    let scope = Scope::new("conflict");
+    h.prepare(&scope).await; // declares `outbox` as a topic exchange
+    let p = AmqpPublisher::new(AmqpConfig {
+        exchange_type: ExchangeType::Fanout,
+        ..h.config()
+    })
+    .unwrap();
+    let e = p
+        .publish(&[conformance::event(&scope, "a", 0)])
+        .await
+        .expect_err("a conflicting exchange declaration must be an outage");
+    assert!(
+        e.message.contains("declaring exchange") && e.message.contains("outbox"),
+        "{e}"
+    );
+    assert!(!e.message.contains("guest:guest"), "{e}");
+}
+
+/// After the broker closed the channel on an oversized message, the same
+/// publisher keeps working on a new channel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn channel_is_renewed_after_a_rejection() {
+    let Some(h) = AmqpHarness::shared().await else {
+        return;
+    };
+    let scope = Scope::new("renew");
+    h.prepare(&scope).await;
+    let p = h.publisher().await;
+    let mut big = conformance::event(&scope, "big", 0);
+    big.payload = format!("{{\"blob\":\"{}\"}}", "x".repeat(MAX_MESSAGE_BYTES + 10));
+    let small = conformance::event(&scope, "small", 0);
+    let outcomes = p.publish(&[big, small.clone()]).await.unwrap();
+    assert!(matches!(outcomes[0], Outcome::Rejected(_)), "{outcomes:?}");
+    assert_eq!(outcomes[1], Outcome::Delivered);
+    let next = conformance::event(&scope, "next", 0);
+    assert_eq!(
+        p.publish(std::slice::from_ref(&next)).await.unwrap(),
+        vec![Outcome::Delivered]
+    );
+    let got = h.consume(&scope, 2, Duration::from_secs(10)).await;
+    let ids: Vec<_> = got.iter().filter_map(Received::event_id).collect();
+    assert!(ids.contains(&small.id) && ids.contains(&next.id), "{ids:?}");
+    assert_eq!(
+        ids.len(),
+        2,
+        "the rejected message must not be on the broker"
+    );
+}
+
+/// An exchange deleted under a running publisher concerns every message: an
+/// outage (not a rejection of whichever event came first), after which the
+/// publisher reconnects and declares the exchange again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_exchange_is_an_outage_then_redeclared() {
+    let Some(h) = AmqpHarness::shared().await else {
+        return;
+    };
+    let scope = Scope::new("deleted");
+    let exchange = format!("x.{}", scope.name());
+    let p = AmqpPublisher::new(AmqpConfig {
+        exchange: exchange.clone(),
+        unroutable: Unroutable::Drop,
+        ..h.config()
+    })
+    .unwrap();
+    let first = conformance::event(&scope, "a", 0);
+    assert_eq!(
+        p.publish(std::slice::from_ref(&first)).await.unwrap(),
+        vec![Outcome::Delivered]
+    );
+    let conn = h.connect().await;
+    let ch = conn.create_channel().await.unwrap();
+    ch.exchange_delete(
+        exchange.as_str().into(),
+        lapin::options::ExchangeDeleteOptions::default(),
+    )
+    .await
+    .expect("deleting the exchange");
+    let e = p
+        .publish(&[conformance::event(&scope, "a", 1)])
+        .await
+        .expect_err("publishing to a deleted exchange must be an outage");
+    assert!(e.message.contains("NOT_FOUND"), "{e}");
+    assert_eq!(
+        p.publish(&[conformance::event(&scope, "a", 2)])
+            .await
+            .unwrap(),
+        vec![Outcome::Delivered],
+        "the next publish reconnects and declares the exchange again"
+    );
+    let _ = conn.close(200, "done".into()).await;
+}
