@@ -103,6 +103,13 @@ WHERE partition = ANY($2::int[])
   AND (owner IS NULL OR owner = $1 OR lease_until IS NULL OR lease_until < now())
 RETURNING partition, epoch";
 
+/// Asks every relay listening on the schema's channel to run a lease round
+/// now (sent when an instance joins or leaves).
+pub const REBALANCE_NOTIFY: &str = "SELECT pg_notify($1, 'rebalance')";
+
+/// The payload of a rebalance notification.
+pub const REBALANCE_PAYLOAD: &str = "rebalance";
+
 /// Gives partitions up so another instance can take them at once.
 pub const PARTITION_RELEASE: &str = "
 UPDATE {schema}.outbox_partitions SET owner = NULL, lease_until = NULL

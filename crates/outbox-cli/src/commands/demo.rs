@@ -7,10 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use async_trait::async_trait;
-use outbox::{
-    Event, NewEvent, Outbox, Outcome, Publisher, Relay, RelayConfig, Schema, Status, Unavailable,
-};
+use outbox::{NewEvent, Outbox, Publisher, Relay, RelayConfig, Schema, Status};
+use outbox_publishers::stream::NullPublisher;
 use outbox_publishers::StdoutPublisher;
 use outbox_testkit::postgres::PgCluster;
 use rand::Rng;
@@ -18,19 +16,6 @@ use rand::Rng;
 use crate::cli::{DemoArgs, Global};
 use crate::db;
 use crate::progress::Progress;
-
-/// Counts events without printing them (`--quiet`).
-struct Discard;
-
-#[async_trait]
-impl Publisher for Discard {
-    fn name(&self) -> &str {
-        "discard"
-    }
-    async fn publish(&self, batch: &[Event]) -> Result<Vec<Outcome>, Unavailable> {
-        Ok(vec![Outcome::Delivered; batch.len()])
-    }
-}
 
 pub async fn run(global: &Global, schema: &Schema, args: DemoArgs) -> Result<ExitCode> {
     if args.orders == 0 || args.producers == 0 {
@@ -67,7 +52,7 @@ pub async fn run(global: &Global, schema: &Schema, args: DemoArgs) -> Result<Exi
 
     let outbox = Outbox::with_schema(schema.clone());
     let publisher: Arc<dyn Publisher> = if args.quiet {
-        Arc::new(Discard)
+        Arc::new(NullPublisher::default())
     } else {
         Arc::new(StdoutPublisher)
     };

@@ -64,7 +64,11 @@ pub async fn run(_global: &Global, schema: &Schema, _args: RelayArgs) -> Result<
             })?),
             None => None,
         };
-    let publisher = publisher::from_spec(&c.publisher.spec)?;
+    let publisher = publisher::from_config(
+        &c.publisher.spec,
+        c.publisher.kafka.as_ref(),
+        c.publisher.amqp.as_ref(),
+    )?;
     tracing::debug!(database = %db::redact_text(&url), "connecting");
     let pool = db::connect(&url, 5).await?;
     // The metrics refresher and the readiness probe use connections of

@@ -106,22 +106,29 @@ impl RelayBuilder {
         let stats = Arc::new(RelayStats::default());
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
 
+        let rebalance = Arc::new(tokio::sync::Notify::new());
+        let channel = self.schema.channel();
         let mut tasks = Vec::new();
-        tasks.push(tokio::spawn(lease_loop(
-            store.clone(),
-            ownership.clone(),
-            wakeup.clone(),
-            self.observer.clone(),
-            partitions as usize,
-            shutdown_rx.clone(),
-        )));
         if self.config.listen {
             tasks.push(tokio::spawn(listen_loop(
                 self.pool.clone(),
-                self.schema.channel(),
+                channel.clone(),
                 wakeup.clone(),
+                rebalance.clone(),
             )));
         }
+        tasks.push(tokio::spawn(lease_loop(
+            LeaseLoop {
+                store: store.clone(),
+                ownership: ownership.clone(),
+                wakeup: wakeup.clone(),
+                observer: self.observer.clone(),
+                total: partitions as usize,
+                channel: channel.clone(),
+                rebalance,
+            },
+            shutdown_rx.clone(),
+        )));
         tracing::info!(instance = %instance_id, partitions, publisher = self.publisher.name(), "relay started");
         let worker = worker::Worker {
             store,
@@ -132,6 +139,7 @@ impl RelayBuilder {
             shutdown: shutdown_rx,
             stats: stats.clone(),
             observer: self.observer,
+            channel,
         };
         Ok(RelayHandle {
             instance_id,
@@ -144,37 +152,58 @@ impl RelayBuilder {
     }
 }
 
-async fn lease_loop(
+struct LeaseLoop {
     store: Store,
     ownership: Arc<Ownership>,
     wakeup: Arc<Wakeup>,
     observer: Option<Arc<dyn RelayObserver>>,
     total: usize,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let period = ownership.lease() / 3;
+    channel: String,
+    rebalance: Arc<tokio::sync::Notify>,
+}
+
+async fn lease_loop(l: LeaseLoop, mut shutdown: watch::Receiver<bool>) {
+    let period = l.ownership.lease() / 3;
+    let mut announced = false;
     while !*shutdown.borrow() {
-        let before = ownership.held_count();
-        match ownership.tick(&store).await {
+        let before = l.ownership.held_count();
+        match l.ownership.tick(&l.store).await {
             Ok(()) => {
-                let held = ownership.held_count();
+                let held = l.ownership.held_count();
                 if held > before {
-                    wakeup.wake_local();
+                    l.wakeup.wake_local();
                 }
-                if let Some(o) = &observer {
-                    o.on_ownership(held, total);
+                if let Some(o) = &l.observer {
+                    o.on_ownership(held, l.total);
+                }
+                if !announced {
+                    // A newcomer asks the others to hand its share over now
+                    // rather than at their next round.
+                    announced = l.store.rebalance_notify(&l.channel).await.is_ok();
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "lease round failed; retrying"),
+            Err(e) => {
+                tracing::warn!(error = %e, "lease round failed; retrying");
+                if let Some(o) = &l.observer {
+                    o.on_outage(OutageKind::Database, &e.to_string());
+                    o.on_ownership(l.ownership.held_count(), l.total);
+                }
+            }
         }
         tokio::select! {
             _ = tokio::time::sleep(period) => {}
+            _ = l.rebalance.notified() => {}
             _ = shutdown.changed() => {}
         }
     }
 }
 
-async fn listen_loop(pool: PgPool, channel: String, wakeup: Arc<Wakeup>) {
+async fn listen_loop(
+    pool: PgPool,
+    channel: String,
+    wakeup: Arc<Wakeup>,
+    rebalance: Arc<tokio::sync::Notify>,
+) {
     loop {
         let mut listener = match PgListener::connect_with(&pool).await {
             Ok(l) => l,
@@ -191,6 +220,9 @@ async fn listen_loop(pool: PgPool, channel: String, wakeup: Arc<Wakeup>) {
         }
         loop {
             match listener.recv().await {
+                Ok(n) if n.payload() == crate::queries::REBALANCE_PAYLOAD => {
+                    rebalance.notify_one();
+                }
                 Ok(_) => wakeup.wake_local(),
                 Err(e) => {
                     tracing::debug!(error = %e, "wake-up listener lost its connection");

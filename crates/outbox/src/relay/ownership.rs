@@ -111,8 +111,11 @@ impl Ownership {
     }
 
     /// How many partitions are held.
+    /// How many partitions are held with a lease that has not lapsed.
     pub fn held_count(&self) -> usize {
-        self.state.lock().expect("ownership lock").held.len()
+        let now = Instant::now();
+        let st = self.state.lock().expect("ownership lock");
+        st.held.values().filter(|h| h.valid_until > now).count()
     }
 
     /// One round of the lease task: heartbeat, renew, rebalance, acquire.
@@ -174,15 +177,15 @@ impl Ownership {
     }
 
     /// Releases the partitions marked for hand-over; the worker calls it
-    /// between batches.
-    pub async fn release_pending(&self, store: &Store) -> Result<()> {
+    /// between batches. Returns how many were released.
+    pub async fn release_pending(&self, store: &Store) -> Result<usize> {
         let _ops = self.ops.lock().await;
         let release: Vec<i32> = {
             let st = self.state.lock().expect("ownership lock");
             st.to_release.iter().copied().collect()
         };
         if release.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
         store.partition_release(&self.me, &release).await?;
         let mut st = self.state.lock().expect("ownership lock");
@@ -190,7 +193,7 @@ impl Ownership {
             st.held.remove(p);
             st.to_release.remove(p);
         }
-        Ok(())
+        Ok(release.len())
     }
 
     /// Releases everything and leaves the group (graceful stop).

@@ -242,6 +242,16 @@ impl Store {
             .map_err(Error::db(during))
     }
 
+    /// Asks the other instances for a lease round now.
+    pub async fn rebalance_notify(&self, channel: &str) -> Result<()> {
+        sqlx::query(q::REBALANCE_NOTIFY)
+            .bind(channel)
+            .execute(&self.pool)
+            .await
+            .map_err(Error::db("announcing a rebalance"))?;
+        Ok(())
+    }
+
     /// Releases partitions.
     pub async fn partition_release(&self, me: &str, partitions: &[i32]) -> Result<()> {
         if partitions.is_empty() {

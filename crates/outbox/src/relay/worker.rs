@@ -26,6 +26,8 @@ pub(crate) struct Worker {
     pub shutdown: watch::Receiver<bool>,
     pub stats: Arc<RelayStats>,
     pub observer: Option<Arc<dyn RelayObserver>>,
+    /// Where to announce a departure, so others take over at once.
+    pub channel: String,
 }
 
 /// Splits a batch (in seq order) into waves: wave `k` holds the `k`-th event
@@ -99,9 +101,16 @@ impl Worker {
                         continue;
                     }
                 }
-                if let Err(e) = self.ownership.release_pending(&self.store).await {
-                    self.database_down(&e.to_string(), &mut outage).await;
-                    continue;
+                match self.ownership.release_pending(&self.store).await {
+                    Ok(0) => {}
+                    // Tell the new owners, so they take over now.
+                    Ok(_) => {
+                        let _ = self.store.rebalance_notify(&self.channel).await;
+                    }
+                    Err(e) => {
+                        self.database_down(&e.to_string(), &mut outage).await;
+                        continue;
+                    }
                 }
             }
             let claim = self.ownership.claimable();
@@ -211,8 +220,13 @@ impl Worker {
                 self.report_lost_ack(&still);
             }
         }
-        if let Err(e) = self.ownership.release_all(&self.store).await {
-            tracing::warn!(error = %e, "could not release partitions; they move when the lease ends");
+        match self.ownership.release_all(&self.store).await {
+            Ok(()) => {
+                let _ = self.store.rebalance_notify(&self.channel).await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not release partitions; they move when the lease ends")
+            }
         }
         self.publisher.close().await;
         Ok(())
