@@ -7,19 +7,12 @@ mod common;
 use std::time::{Duration, Instant};
 
 use outbox::Outbox;
-use outbox_testkit::postgres::test_db;
+use outbox_testkit::postgres::migrated_test_db;
 use rand::Rng;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_at_random_moments_loses_nothing_and_keeps_order() {
-    let db = test_db().await;
-    let pool = db.pool().await;
-    {
-        let mut conn = pool.acquire().await.unwrap();
-        outbox::migrate(&mut conn, &Default::default(), &Default::default())
-            .await
-            .unwrap();
-    }
+    let (db, pool) = migrated_test_db().await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("events.jsonl");
 

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use outbox::Outbox;
-use outbox_testkit::postgres::test_db;
+use outbox_testkit::postgres::migrated_test_db;
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
@@ -247,14 +247,7 @@ fn bad_environment_variables_are_named() {
 /// The file is not only shown: a relay runs from it.
 #[tokio::test]
 async fn a_relay_runs_from_the_config_file() {
-    let db = test_db().await;
-    let pool = db.pool().await;
-    {
-        let mut conn = pool.acquire().await.unwrap();
-        outbox::migrate(&mut conn, &Default::default(), &Default::default())
-            .await
-            .unwrap();
-    }
+    let (db, pool) = migrated_test_db().await;
     let events: Vec<_> = (0..120)
         .map(|n| common::event(&format!("a{}", n % 7), n))
         .collect();

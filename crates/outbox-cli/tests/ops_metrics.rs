@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use outbox::Outbox;
-use outbox_testkit::postgres::{free_port, test_db};
+use outbox_testkit::postgres::free_port;
 use outbox_testkit::wait_until;
 use sqlx::PgPool;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -52,12 +52,7 @@ async fn scrape(port: u16) -> Option<BTreeMap<String, f64>> {
 }
 
 async fn migrated_db() -> (String, PgPool) {
-    let db = test_db().await;
-    let pool = db.pool().await;
-    let mut conn = pool.acquire().await.unwrap();
-    outbox::migrate(&mut conn, &Default::default(), &Default::default())
-        .await
-        .unwrap();
+    let (db, pool) = outbox_testkit::postgres::migrated_test_db().await;
     (db.url, pool)
 }
 

@@ -6,19 +6,12 @@ mod common;
 use std::time::Duration;
 
 use outbox::Outbox;
-use outbox_testkit::postgres::test_db;
+use outbox_testkit::postgres::migrated_test_db;
 use outbox_testkit::wait_until;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_relays_one_killed_one_joining_keep_per_aggregate_order() {
-    let db = test_db().await;
-    let pool = db.pool().await;
-    {
-        let mut conn = pool.acquire().await.unwrap();
-        outbox::migrate(&mut conn, &Default::default(), &Default::default())
-            .await
-            .unwrap();
-    }
+    let (db, pool) = migrated_test_db().await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("events.jsonl");
     let mut a = common::spawn_relay(&db.url, &file, "relay-a", &[]);

@@ -1052,6 +1052,22 @@ pub async fn test_db() -> TestDb {
     }
 }
 
+/// [`test_db`] with the outbox migrated into its `public` schema, and a
+/// pool on it.
+pub async fn migrated_test_db() -> (TestDb, PgPool) {
+    let db = test_db().await;
+    let pool = db.pool().await;
+    let mut conn = pool
+        .acquire()
+        .await
+        .expect("a connection to the test database");
+    outbox::migrate(&mut conn, &Default::default(), &Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("migrating the test database: {e}"));
+    drop(conn);
+    (db, pool)
+}
+
 /// `url` with its database (path) replaced by `db`, keeping any query string.
 fn with_database(url: &str, db: &str) -> String {
     let (base, query) = url.split_at(url.find('?').unwrap_or(url.len()));

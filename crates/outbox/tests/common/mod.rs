@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use outbox::{NewEvent, Outbox, Relay, RelayConfig, RelayHandle};
-use outbox_testkit::postgres::{test_db, TestDb};
+use outbox_testkit::postgres::{migrated_test_db, TestDb};
 use outbox_testkit::TestPublisher;
 use sqlx::PgPool;
 
@@ -15,12 +15,7 @@ pub struct Ctx {
 }
 
 pub async fn setup() -> Ctx {
-    let db = test_db().await;
-    let pool = db.pool().await;
-    let mut conn = pool.acquire().await.unwrap();
-    outbox::migrate(&mut conn, &Default::default(), &Default::default())
-        .await
-        .unwrap();
+    let (db, pool) = migrated_test_db().await;
     Ctx {
         db,
         pool,
