@@ -7,6 +7,7 @@ mod config;
 mod observe;
 mod ownership;
 mod store;
+mod waves;
 mod worker;
 
 use std::sync::Arc;
