@@ -117,6 +117,16 @@ async fn retention_mode_keeps_processed_rows_with_processed_at() {
         publisher.delivered_count() == 10
     })
     .await;
+    // Acknowledged while running, not only by the final flush at shutdown.
+    wait_until("processed_at set on every row", LONG, || async {
+        count(
+            &ctx.pool,
+            "SELECT count(*) FROM outbox_events WHERE processed_at IS NOT NULL",
+        )
+        .await
+            == 10
+    })
+    .await;
     relay.shutdown().await.unwrap();
     assert_eq!(
         count(

@@ -132,7 +132,7 @@ impl RelayBuilder {
         )));
         tracing::info!(instance = %instance_id, partitions, publisher = self.publisher.name(), "relay started");
         let worker = worker::Worker {
-            store,
+            store: Arc::new(store),
             ownership: ownership.clone(),
             publisher: self.publisher,
             config: self.config,

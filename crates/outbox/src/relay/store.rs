@@ -1,7 +1,7 @@
 //! The relay's database calls, one method per statement in
 //! [`crate::queries`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use sqlx::{PgPool, Row};
@@ -11,6 +11,25 @@ use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::queries as q;
 use crate::schema::Schema;
+
+/// A claimed batch: the events, and where each row lies (its `ctid`), for
+/// a cheap acknowledgement.
+#[derive(Debug, Default)]
+pub struct Claimed {
+    /// The events, in seq order.
+    pub events: Vec<Event>,
+    /// Row locations by event id.
+    pub ctids: HashMap<Uuid, String>,
+}
+
+/// Rows to acknowledge: locations and ids, pairwise.
+#[derive(Debug, Default, Clone)]
+pub struct RowRefs {
+    /// Row locations (`ctid` as text).
+    pub ctids: Vec<String>,
+    /// The events' ids.
+    pub ids: Vec<Uuid>,
+}
 
 /// A failed event, as written by [`Store::event_mark_failed`].
 #[derive(Debug, Clone)]
@@ -67,24 +86,31 @@ impl Store {
 
     /// Marks `acked` done and claims up to `limit` deliverable events of
     /// `partitions`, in seq order, other than `exclude` (which must contain
-    /// `acked`), in one statement.
+    /// the acknowledged ids), in one statement.
     pub async fn event_ack_and_claim(
         &self,
         partitions: &[i32],
         limit: usize,
-        acked: &[Uuid],
+        acked: &RowRefs,
         exclude: &[Uuid],
-    ) -> Result<Vec<Event>> {
+    ) -> Result<Claimed> {
         let rows = sqlx::query(&self.ack_and_claim)
             .bind(partitions)
             .bind(limit as i64)
-            .bind(acked)
+            .bind(&acked.ctids)
+            .bind(&acked.ids)
             .bind(exclude)
             .fetch_all(&self.pool)
             .await
             .map_err(Error::db("acknowledging and claiming a batch"))?;
-        rows.into_iter()
-            .map(|row| {
+        let mut claimed = Claimed {
+            events: Vec::with_capacity(rows.len()),
+            ctids: HashMap::with_capacity(rows.len()),
+        };
+        for row in rows {
+            let id: Uuid = row.get(0);
+            claimed.ctids.insert(id, row.get(11));
+            claimed.events.push({
                 let headers: String = row.get(6);
                 let headers: BTreeMap<String, String> = if headers == "{}" {
                     BTreeMap::new()
@@ -100,8 +126,8 @@ impl Store {
                         })
                         .collect()
                 };
-                Ok(Event {
-                    id: row.get(0),
+                Event {
+                    id,
                     seq: row.get(1),
                     aggregate_type: row.get(2),
                     aggregate_id: row.get(3),
@@ -112,9 +138,10 @@ impl Store {
                     attempts: row.get(8),
                     created_at: row.get(9),
                     partition: row.get(10),
-                })
-            })
-            .collect()
+                }
+            });
+        }
+        Ok(claimed)
     }
 
     /// Milliseconds until the earliest backoff in `partitions` ends, if any.

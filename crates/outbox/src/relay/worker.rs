@@ -14,12 +14,12 @@ use crate::relay::backoff::{retry_delay, OutageBackoff};
 use crate::relay::config::{RelayConfig, Retention};
 use crate::relay::observe::{BatchReport, OutageKind, RelayObserver, RelayStats};
 use crate::relay::ownership::{Claimable, Ownership};
-use crate::relay::store::{Failure, Store};
+use crate::relay::store::{Claimed, Failure, RowRefs, Store};
 use crate::relay::waves::into_waves;
 use crate::wakeup::Wakeup;
 
 pub(crate) struct Worker {
-    pub store: Store,
+    pub store: Arc<Store>,
     pub ownership: Arc<Ownership>,
     pub publisher: Arc<dyn Publisher>,
     pub config: RelayConfig,
@@ -43,11 +43,24 @@ struct Published {
     retried: Vec<(Event, String)>,
     dead: Vec<(Event, String)>,
     outage: Option<String>,
+    /// Row locations of the claimed events, by id.
+    ctids: std::collections::HashMap<uuid::Uuid, String>,
 }
 
 impl Published {
-    fn ids(&self) -> Vec<uuid::Uuid> {
-        self.delivered.iter().map(|e| e.id).collect()
+    /// The delivered events' rows, for the acknowledgement.
+    fn refs(&self) -> RowRefs {
+        let mut refs = RowRefs {
+            ctids: Vec::with_capacity(self.delivered.len()),
+            ids: Vec::with_capacity(self.delivered.len()),
+        };
+        for e in &self.delivered {
+            if let Some(ct) = self.ctids.get(&e.id) {
+                refs.ctids.push(ct.clone());
+                refs.ids.push(e.id);
+            }
+        }
+        refs
     }
 
     fn all_delivered(&self) -> bool {
@@ -66,7 +79,7 @@ impl Worker {
         // the next claim.
         let mut unacked: Option<Published> = None;
         // The next batch, claimed while the previous one was being published.
-        let mut prefetched: Option<Vec<Event>> = None;
+        let mut prefetched: Option<Claimed> = None;
         while !*self.shutdown.borrow() {
             if self.ownership.has_pending_release() {
                 // Hand partitions over only with nothing claimed or in flight.
@@ -99,17 +112,17 @@ impl Worker {
                     .await;
                 continue;
             }
-            let batch = match prefetched.take().filter(|b| !b.is_empty()) {
+            let batch = match prefetched.take().filter(|b| !b.events.is_empty()) {
                 Some(batch) => batch,
                 None => {
-                    let acked = unacked.as_ref().map(Published::ids).unwrap_or_default();
+                    let acked = unacked.as_ref().map(Published::refs).unwrap_or_default();
                     match self
                         .store
                         .event_ack_and_claim(
                             &claim.partitions,
                             self.config.batch_size,
                             &acked,
-                            &acked,
+                            &acked.ids,
                         )
                         .await
                     {
@@ -126,7 +139,7 @@ impl Worker {
                     }
                 }
             };
-            if batch.is_empty() {
+            if batch.events.is_empty() {
                 let mut delay = idle.next_delay();
                 if let Ok(Some(retry)) = self.store.event_next_retry(&claim.partitions).await {
                     delay = delay.min(retry + Duration::from_millis(1));
@@ -138,18 +151,29 @@ impl Worker {
 
             // Publish this batch while the database acknowledges the previous
             // one and claims the next (excluding this one, still in flight).
-            let acked = unacked.as_ref().map(Published::ids).unwrap_or_default();
-            let mut exclude = acked.clone();
-            exclude.extend(batch.iter().map(|e| e.id));
-            let (published, next) = tokio::join!(
-                self.publish(batch, &claim),
-                self.store.event_ack_and_claim(
-                    &claim.partitions,
-                    self.config.batch_size,
-                    &acked,
-                    &exclude
-                )
-            );
+            let acked = unacked.as_ref().map(Published::refs).unwrap_or_default();
+            let mut exclude = acked.ids.clone();
+            exclude.extend(batch.events.iter().map(|e| e.id));
+            // On its own task, so the round trip and the decoding of the rows
+            // run in parallel with publishing, not just interleaved with it.
+            let prefetch = {
+                let (store, partitions) = (self.store.clone(), claim.partitions.clone());
+                let limit = self.config.batch_size;
+                tokio::spawn(async move {
+                    store
+                        .event_ack_and_claim(&partitions, limit, &acked, &exclude)
+                        .await
+                })
+            };
+            let mut published = self.publish(batch.events, &claim).await;
+            published.ctids = batch.ctids;
+            let next = match prefetch.await {
+                Ok(result) => result,
+                Err(e) => {
+                    tracing::error!(error = %e, "prefetch task failed");
+                    Err(crate::Error::invalid("prefetch", e.to_string()))
+                }
+            };
             match next {
                 Ok(next) => {
                     if let Some(done) = unacked.take() {
@@ -371,6 +395,7 @@ impl Worker {
             retried,
             dead,
             outage,
+            ctids: Default::default(),
         }
     }
 
