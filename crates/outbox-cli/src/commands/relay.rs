@@ -70,7 +70,8 @@ pub async fn run(_global: &Global, schema: &Schema, _args: RelayArgs) -> Result<
         c.publisher.amqp.as_ref(),
     )?;
     tracing::debug!(database = %db::redact_text(&url), "connecting");
-    let pool = db::connect(&url, 5).await?;
+    // Worker, leases, wake-up listener, claim-ahead, and the cleaner.
+    let pool = db::connect(&url, 6).await?;
     // The metrics refresher and the readiness probe use connections of
     // their own, opened before the relay starts so a failure leaves nothing
     // half-started.
@@ -86,6 +87,16 @@ pub async fn run(_global: &Global, schema: &Schema, _args: RelayArgs) -> Result<
         builder = builder.observer(metrics.clone());
     }
     let relay = builder.spawn().await?;
+    // Retention mode keeps processed rows: the cleaner removes expired ones.
+    let cleaner = if c.relay.retention == outbox::Retention::Keep {
+        Some(outbox::Cleaner::spawn(
+            pool.clone(),
+            schema.clone(),
+            c.cleaner.clone(),
+        )?)
+    } else {
+        None
+    };
     let state = Arc::new(RelayState::default());
     state.running.store(true, Ordering::Relaxed);
 
@@ -143,6 +154,16 @@ pub async fn run(_global: &Global, schema: &Schema, _args: RelayArgs) -> Result<
     let _ = stop.send(true);
     for task in &background {
         task.abort();
+    }
+    if let Some(cleaner) = cleaner {
+        match cleaner.shutdown().await {
+            Ok(totals) => tracing::info!(
+                events_deleted = totals.events_deleted,
+                inbox_deleted = totals.inbox_deleted,
+                "cleaner stopped"
+            ),
+            Err(e) => tracing::warn!(error = %e, "cleaner failed while stopping"),
+        }
     }
     let stats = match result {
         Ok(stats) => stats,

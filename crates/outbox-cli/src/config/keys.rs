@@ -148,11 +148,40 @@ pub const KEYS: &[Key] = &[
         Some("--keep-processed"),
     ),
     key("relay.listen", Bool, &["OUTBOX_RELAY_LISTEN"], None),
+    key(
+        "cleaner.events_retention_secs",
+        Int,
+        &["OUTBOX_CLEANER_EVENTS_RETENTION_SECS"],
+        None,
+    ),
+    key(
+        "cleaner.inbox_retention_secs",
+        Int,
+        &["OUTBOX_CLEANER_INBOX_RETENTION_SECS"],
+        None,
+    ),
+    key(
+        "cleaner.interval_secs",
+        Int,
+        &["OUTBOX_CLEANER_INTERVAL_SECS"],
+        None,
+    ),
+    key(
+        "cleaner.batch_size",
+        Int,
+        &["OUTBOX_CLEANER_BATCH_SIZE"],
+        None,
+    ),
 ];
 
 /// Prefixes of variables that belong to the configuration: an unknown
 /// variable under one of them is a typo and is refused.
-pub const RESERVED_ENV_PREFIXES: &[&str] = &["OUTBOX_RELAY_", "OUTBOX_HTTP_", "OUTBOX_LOG_"];
+pub const RESERVED_ENV_PREFIXES: &[&str] = &[
+    "OUTBOX_RELAY_",
+    "OUTBOX_HTTP_",
+    "OUTBOX_LOG_",
+    "OUTBOX_CLEANER_",
+];
 
 #[cfg(test)]
 mod tests {

@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use outbox::RelayConfig;
+use outbox::{CleanerConfig, RelayConfig};
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -28,6 +28,9 @@ pub struct Config {
     pub log: LogConfig,
     /// The relay engine's settings (the library's `RelayConfig`).
     pub relay: RelayConfig,
+    /// Retention mode's cleaner (the library's `CleanerConfig`); runs inside
+    /// `outbox relay` when `relay.retention = "keep"`.
+    pub cleaner: CleanerConfig,
 }
 
 impl Default for Config {
@@ -41,6 +44,7 @@ impl Default for Config {
             http: HttpConfig::default(),
             log: LogConfig::default(),
             relay: RelayConfig::default(),
+            cleaner: CleanerConfig::default(),
         }
     }
 }

@@ -150,6 +150,7 @@ fn schema_keys() -> BTreeSet<String> {
     c.http.addr = Some("127.0.0.1:1".into());
     c.log.level = Some("info".into());
     c.relay.instance_id = Some("i".into());
+    c.cleaner.inbox_retention_secs = Some(1);
     let table = toml::Table::try_from(&c).unwrap();
     let mut out = BTreeSet::new();
     fn walk(t: &toml::Table, prefix: &str, out: &mut BTreeSet<String>) {

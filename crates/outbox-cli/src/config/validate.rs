@@ -26,6 +26,15 @@ pub fn validate(l: &Loaded) -> Result<()> {
             other => anyhow!(other),
         });
     }
+    if let Err(e) = c.cleaner.validate() {
+        return Err(match e {
+            outbox::Error::Invalid { field, reason } => {
+                let key = format!("cleaner.{field}");
+                anyhow!("invalid {key} ({}): {reason}", at(&key))
+            }
+            other => anyhow!(other),
+        });
+    }
     if let Err(e) = outbox::Schema::new(&c.schema) {
         let reason = match e {
             outbox::Error::Invalid { reason, .. } => reason,
