@@ -17,6 +17,8 @@ pub enum Fail {
     Retry,
     /// A permanent rejection ([`Outcome::Rejected`]).
     Reject,
+    /// The transport failed for this event only ([`Outcome::Unavailable`]).
+    Unavailable,
 }
 
 /// Which events a failure rule applies to.
@@ -157,6 +159,9 @@ impl TestPublisher {
                 return match rule.fail {
                     Fail::Retry => Outcome::Retry(format!("test failure for {}", e.id)),
                     Fail::Reject => Outcome::Rejected(format!("test rejection of {}", e.id)),
+                    Fail::Unavailable => {
+                        Outcome::Unavailable(format!("test transport failure for {}", e.id))
+                    }
                 };
             }
         }

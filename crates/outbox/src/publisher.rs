@@ -15,6 +15,11 @@ pub enum Outcome {
     /// The broker will never take this event (too large, invalid
     /// destination): the relay dead-letters it at once with this error.
     Rejected(String),
+    /// The transport failed before this event was acknowledged, while
+    /// others of the batch got through (a connection lost mid-batch). Like
+    /// [`Unavailable`] for the whole batch, it counts no attempt: the relay
+    /// backs off and sends the event again.
+    Unavailable(String),
 }
 
 /// The whole transport is down (broker unreachable, connection lost). The

@@ -53,3 +53,57 @@ async fn an_outage_burns_no_attempts_and_delivery_resumes() {
         publisher.deliveries().iter().map(|e| e.id).collect();
     assert_eq!(distinct.len(), 300);
 }
+
+#[tokio::test]
+async fn a_transport_failure_mid_batch_keeps_deliveries_and_burns_no_attempts() {
+    use outbox_testkit::{first_delivery_violation, Fail, Match};
+    let ctx = common::setup().await;
+    let publisher = TestPublisher::new();
+    // The connection "drops" for aggregate a3's events, five times, while
+    // the rest of each batch gets through.
+    publisher.fail(Match::Aggregate("a3".into()), Fail::Unavailable, Some(5));
+    let mut events = Vec::new();
+    for n in 1..=3 {
+        for a in 0..10 {
+            events.push(event(&format!("a{a}"), n));
+        }
+    }
+    ctx.outbox.enqueue_many(&ctx.pool, &events).await.unwrap();
+    let config = RelayConfig {
+        max_attempts: 2,
+        retention: outbox::Retention::Keep,
+        ..fast_config("r1")
+    };
+    let relay = start_relay(&ctx, &publisher, config).await;
+    wait_until("everything processed", LONG, || async {
+        count(
+            &ctx.pool,
+            "SELECT count(*) FROM outbox_events WHERE processed_at IS NULL",
+        )
+        .await
+            == 0
+    })
+    .await;
+    let stats = relay.shutdown().await.unwrap();
+    assert_eq!(
+        count(&ctx.pool, "SELECT max(attempts)::int8 FROM outbox_events").await,
+        0,
+        "a transport failure is not an attempt"
+    );
+    assert_eq!(stats.dead_lettered, 0);
+    assert!(stats.outages >= 1);
+    let a3_failures = publisher
+        .attempts()
+        .iter()
+        .filter(|a| a.aggregate_id == "a3" && a.outcome != outbox::Outcome::Delivered)
+        .count();
+    assert_eq!(a3_failures, 5);
+    let deliveries = publisher.deliveries();
+    let positions: Vec<(String, i64)> = deliveries
+        .iter()
+        .map(|e| (e.aggregate_id.clone(), common::position(e)))
+        .collect();
+    assert!(first_delivery_violation(positions.iter().map(|(a, p)| (a.as_str(), *p))).is_none());
+    let distinct: std::collections::HashSet<_> = deliveries.iter().map(|e| e.id).collect();
+    assert_eq!(distinct.len(), 30);
+}

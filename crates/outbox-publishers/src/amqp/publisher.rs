@@ -392,11 +392,11 @@ impl Publisher for AmqpPublisher {
         {
             Ok(()) => {}
             Err(Failure::Transport(message)) => {
-                // The connection is gone: everything unconfirmed is sent
-                // again on a new connection (confirmed ones too, as the
-                // relay acknowledges nothing of an outage batch).
+                // The connection is gone: what was confirmed stays
+                // delivered; the rest is sent again on a new connection,
+                // with no attempt counted.
                 close_quietly(guard.take()).await;
-                return Err(Unavailable::new(message));
+                return partial_outage(outcomes, message);
             }
             Err(Failure::Channel(first)) => {
                 // The broker closed the channel (for example a message
@@ -439,7 +439,7 @@ impl Publisher for AmqpPublisher {
                         }
                         Err(Failure::Transport(message)) => {
                             close_quietly(guard.take()).await;
-                            return Err(Unavailable::new(message));
+                            return partial_outage(outcomes, message);
                         }
                     }
                 }
@@ -508,4 +508,20 @@ mod tests {
         assert!(p.health().await.is_err());
         assert!(!format!("{p:?}").contains("hunter2"));
     }
+}
+
+/// After a lost connection: confirmed events stay delivered and the rest are
+/// [`Outcome::Unavailable`]; with nothing confirmed the whole batch is an
+/// outage.
+fn partial_outage(
+    outcomes: Vec<Option<Outcome>>,
+    message: String,
+) -> Result<Vec<Outcome>, Unavailable> {
+    if !outcomes.iter().any(|o| o == &Some(Outcome::Delivered)) {
+        return Err(Unavailable::new(message));
+    }
+    Ok(outcomes
+        .into_iter()
+        .map(|o| o.unwrap_or_else(|| Outcome::Unavailable(message.clone())))
+        .collect())
 }

@@ -368,6 +368,9 @@ impl Publisher for KafkaPublisher {
             .map(|r| match r {
                 Ok(()) => Outcome::Delivered,
                 Err((Class::Permanent, m)) => Outcome::Rejected(m),
+                // Others got through: this one waits for the transport
+                // without an attempt counted against it.
+                Err((Class::Transport, m)) => Outcome::Unavailable(m),
                 Err((_, m)) => Outcome::Retry(m),
             })
             .collect())

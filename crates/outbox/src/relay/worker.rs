@@ -281,6 +281,9 @@ impl Worker {
         let mut outage: Option<String> = None;
 
         for wave in into_waves(batch) {
+            if outage.is_some() {
+                break;
+            }
             let wave: Vec<Event> = if blocked.is_empty() {
                 wave
             } else {
@@ -349,6 +352,12 @@ impl Worker {
                         } else {
                             retried.push((event, error));
                         }
+                    }
+                    Outcome::Unavailable(error) => {
+                        // Not sent: no attempt counted, successors held, and
+                        // the batch ends here as an outage.
+                        blocked.insert(event.aggregate_id.clone());
+                        outage.get_or_insert(error);
                     }
                     Outcome::Rejected(error) => {
                         failures.push(Failure {
