@@ -2,7 +2,10 @@
 //! with publisher confirms and persistent messages. Behind the `amqp`
 //! feature.
 
+mod classify;
 mod config;
+mod connection;
+mod message;
 mod publisher;
 
 pub use config::{

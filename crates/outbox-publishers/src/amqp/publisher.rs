@@ -4,21 +4,17 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions};
-use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
-use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::options::BasicPublishOptions;
+use lapin::types::ShortString;
 use lapin::uri::AMQPUri;
-use lapin::{
-    BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, ExchangeKind,
-};
+use lapin::{BasicProperties, Channel, Connection};
 use outbox::{Event, Outcome, Publisher, Unavailable};
 use tokio::sync::Mutex;
 use tokio::time::{timeout, timeout_at, Instant};
 
-use super::config::{redact_url, AmqpConfig, AmqpConfigError, ExchangeType, Unroutable};
-
-/// AMQP `delivery_mode` of a persistent message.
-const PERSISTENT: u8 = 2;
+use super::classify::{classify, Failure};
+use super::config::{redact_url, AmqpConfig, AmqpConfigError, Unroutable};
+use super::connection::{close_quietly, Link};
 
 /// Publishes events to a RabbitMQ exchange.
 ///
@@ -39,20 +35,9 @@ const PERSISTENT: u8 = 2;
 /// the first publish and again after it is lost. See `docs/publishers.md`
 /// for how each failure is classified.
 pub struct AmqpPublisher {
-    config: AmqpConfig,
-    uri: AMQPUri,
+    pub(super) config: AmqpConfig,
+    pub(super) uri: AMQPUri,
     link: Mutex<Option<Link>>,
-}
-
-struct Link {
-    connection: Connection,
-    channel: Channel,
-}
-
-impl Link {
-    fn usable(&self) -> bool {
-        self.connection.status().connected() && self.channel.status().connected()
-    }
 }
 
 impl std::fmt::Debug for AmqpPublisher {
@@ -61,14 +46,6 @@ impl std::fmt::Debug for AmqpPublisher {
             .field("config", &self.config)
             .finish_non_exhaustive()
     }
-}
-
-/// A failure while publishing, before classification.
-enum Failure {
-    /// The connection is gone (or never came): an outage.
-    Transport(String),
-    /// The broker closed the channel; the connection is fine.
-    Channel(String),
 }
 
 impl AmqpPublisher {
@@ -94,13 +71,13 @@ impl AmqpPublisher {
         &self.config
     }
 
-    fn where_(&self) -> String {
+    pub(super) fn where_(&self) -> String {
         redact_url(&self.config.url)
     }
 
     /// Removes the password from `text`, should a client error quote it
     /// (the already redacted URL in it is left alone).
-    fn scrub(&self, text: String) -> String {
+    pub(super) fn scrub(&self, text: String) -> String {
         let password = &self.uri.authority.userinfo.password;
         if password.is_empty() {
             return text;
@@ -110,153 +87,6 @@ impl AmqpPublisher {
             .map(|part| part.replace(password.as_str(), "***"))
             .collect::<Vec<_>>()
             .join(&shown)
-    }
-
-    async fn connect(&self) -> Result<Link, String> {
-        let wait = Duration::from_millis(self.config.connect_timeout_ms);
-        let props = ConnectionProperties::default()
-            .with_connection_name(self.config.connection_name.clone().into());
-        let connection = match timeout(wait, Connection::connect_uri(self.uri.clone(), props)).await
-        {
-            Err(_) => {
-                return Err(format!(
-                    "connecting to rabbitmq at {} timed out after {} ms",
-                    self.where_(),
-                    wait.as_millis()
-                ))
-            }
-            Ok(Err(e)) => {
-                return Err(self.scrub(format!(
-                    "cannot connect to rabbitmq at {}: {e}",
-                    self.where_()
-                )))
-            }
-            Ok(Ok(c)) => c,
-        };
-        let channel = match timeout(wait, self.open_channel(&connection)).await {
-            Err(_) => Err(format!(
-                "opening a channel on {} timed out after {} ms",
-                self.where_(),
-                wait.as_millis()
-            )),
-            Ok(r) => r,
-        };
-        match channel {
-            Ok(channel) => Ok(Link {
-                connection,
-                channel,
-            }),
-            Err(e) => {
-                let _ = timeout(wait, connection.close(200, "setup failed".into())).await;
-                Err(e)
-            }
-        }
-    }
-
-    async fn open_channel(&self, connection: &Connection) -> Result<Channel, String> {
-        let channel = connection
-            .create_channel()
-            .await
-            .map_err(|e| self.scrub(format!("opening a channel on {}: {e}", self.where_())))?;
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await
-            .map_err(|e| {
-                self.scrub(format!(
-                    "enabling publisher confirms on {}: {e}",
-                    self.where_()
-                ))
-            })?;
-        if self.config.declare_exchange {
-            let kind = match self.config.exchange_type {
-                ExchangeType::Topic => ExchangeKind::Topic,
-                ExchangeType::Direct => ExchangeKind::Direct,
-                ExchangeType::Fanout => ExchangeKind::Fanout,
-                ExchangeType::Headers => ExchangeKind::Headers,
-            };
-            channel
-                .exchange_declare(
-                    self.config.exchange.as_str().into(),
-                    kind,
-                    ExchangeDeclareOptions {
-                        durable: true,
-                        ..ExchangeDeclareOptions::default()
-                    },
-                    FieldTable::default(),
-                )
-                .await
-                .map_err(|e| {
-                    self.scrub(format!(
-                        "declaring exchange {:?} ({:?}, durable) on {}: {e}; if it exists with other settings, \
-                         match them in the config or set declare_exchange = false",
-                        self.config.exchange,
-                        self.config.exchange_type,
-                        self.where_()
-                    ))
-                })?;
-        }
-        Ok(channel)
-    }
-
-    /// The message for `event`, or why it can never be sent.
-    fn message(&self, event: &Event) -> Result<(ShortString, BasicProperties), String> {
-        let key = event.destination(&self.config.routing_key_template);
-        let routing_key = ShortString::try_new(key.clone()).map_err(|_| {
-            format!(
-                "routing key {:?}… is {} bytes long; AMQP allows 255",
-                key.chars().take(40).collect::<String>(),
-                key.len()
-            )
-        })?;
-        if event.payload.len() > self.config.max_message_bytes {
-            return Err(format!(
-                "message of {} bytes is larger than max_message_bytes ({})",
-                event.payload.len(),
-                self.config.max_message_bytes
-            ));
-        }
-        let mut headers = FieldTable::default();
-        for (name, value) in event.message_headers() {
-            let name = ShortString::try_new(name.clone()).map_err(|_| {
-                format!("header name {name:?} is longer than 255 bytes, which AMQP does not allow")
-            })?;
-            headers.insert(name, AMQPValue::LongString(LongString::from(value)));
-        }
-        let mut props = BasicProperties::default()
-            .with_content_type("application/json".into())
-            .with_delivery_mode(PERSISTENT)
-            .with_message_id(event.id.to_string().into())
-            .with_headers(headers);
-        if let Ok(kind) = ShortString::try_new(event.event_type.clone()) {
-            props = props.with_type(kind);
-        }
-        if let Ok(ts) = u64::try_from(event.created_at.timestamp()) {
-            props = props.with_timestamp(ts);
-        }
-        Ok((routing_key, props))
-    }
-
-    fn confirmed(&self, confirmation: Confirmation, routing_key: &str) -> Outcome {
-        match confirmation {
-            Confirmation::Ack(None) => Outcome::Delivered,
-            Confirmation::Ack(Some(returned)) | Confirmation::Nack(Some(returned)) => {
-                let why = format!(
-                    "rabbitmq returned the message as unroutable: no queue is bound to exchange {:?} for routing key {routing_key:?} ({} {})",
-                    self.config.exchange, returned.reply_code, returned.reply_text
-                );
-                match self.config.unroutable {
-                    Unroutable::Reject => Outcome::Rejected(why),
-                    Unroutable::Retry | Unroutable::Drop => Outcome::Retry(why),
-                }
-            }
-            Confirmation::Nack(None) => Outcome::Retry(format!(
-                "rabbitmq refused the message (basic.nack) on exchange {:?}, routing key {routing_key:?}",
-                self.config.exchange
-            )),
-            Confirmation::NotRequested => {
-                Outcome::Retry("rabbitmq channel is not in confirm mode".to_owned())
-            }
-        }
     }
 
     /// Publishes `todo` (indexes into `batch`) on `channel` and waits for
@@ -323,41 +153,6 @@ impl AmqpPublisher {
                 Err(classify(&e, connection.status().connected(), text))
             }
         }
-    }
-}
-
-/// Closes a connection that is being given up, if it still lives.
-async fn close_quietly(link: Option<Link>) {
-    if let Some(link) = link {
-        if link.connection.status().connected() {
-            let _ = timeout(
-                Duration::from_millis(500),
-                link.connection.close(200, "reconnecting".into()),
-            )
-            .await;
-        }
-    }
-}
-
-/// Sorts a publish failure: only a channel closed for the message's sake
-/// (`PRECONDITION_FAILED`, e.g. above the broker's `max_message_size`), or
-/// closed without a reason while the connection lives, is worth finding
-/// the culprit for. A missing exchange (404), refused access (403) and the
-/// like concern every message: they are outages, and the next connection
-/// declares the exchange again.
-fn classify(e: &lapin::Error, connected: bool, text: String) -> Failure {
-    if !connected || e.is_io_error() || e.is_amqp_hard_error() {
-        return Failure::Transport(text);
-    }
-    match e.kind() {
-        lapin::ErrorKind::ProtocolError(amqp) => match amqp.kind() {
-            AMQPErrorKind::Soft(AMQPSoftError::PRECONDITIONFAILED) => Failure::Channel(text),
-            _ => Failure::Transport(text),
-        },
-        lapin::ErrorKind::InvalidChannelState(..) | lapin::ErrorKind::InvalidChannel(_) => {
-            Failure::Channel(text)
-        }
-        _ => Failure::Transport(text),
     }
 }
 
@@ -477,6 +272,22 @@ impl Publisher for AmqpPublisher {
     }
 }
 
+/// After a lost connection: confirmed events stay delivered and the rest are
+/// [`Outcome::Unavailable`]; with nothing confirmed the whole batch is an
+/// outage.
+fn partial_outage(
+    outcomes: Vec<Option<Outcome>>,
+    message: String,
+) -> Result<Vec<Outcome>, Unavailable> {
+    if !outcomes.iter().any(|o| o == &Some(Outcome::Delivered)) {
+        return Err(Unavailable::new(message));
+    }
+    Ok(outcomes
+        .into_iter()
+        .map(|o| o.unwrap_or_else(|| Outcome::Unavailable(message.clone())))
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -508,20 +319,4 @@ mod tests {
         assert!(p.health().await.is_err());
         assert!(!format!("{p:?}").contains("hunter2"));
     }
-}
-
-/// After a lost connection: confirmed events stay delivered and the rest are
-/// [`Outcome::Unavailable`]; with nothing confirmed the whole batch is an
-/// outage.
-fn partial_outage(
-    outcomes: Vec<Option<Outcome>>,
-    message: String,
-) -> Result<Vec<Outcome>, Unavailable> {
-    if !outcomes.iter().any(|o| o == &Some(Outcome::Delivered)) {
-        return Err(Unavailable::new(message));
-    }
-    Ok(outcomes
-        .into_iter()
-        .map(|o| o.unwrap_or_else(|| Outcome::Unavailable(message.clone())))
-        .collect())
 }

@@ -1,0 +1,105 @@
+//! The relay side of the cases that go through PostgreSQL: the test
+//! database, a relay on it, and what the relay left there.
+
+use std::time::Duration;
+
+use outbox::relay::StatsSnapshot;
+use outbox::{Relay, RelayConfig, RelayHandle};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::scope::Scope;
+use super::Harness;
+use crate::wait::wait_until;
+
+/// The relay settings the suite uses: quick polls and backoffs, so
+/// failures show within seconds.
+pub fn relay_config(batch_size: usize) -> RelayConfig {
+    RelayConfig {
+        batch_size,
+        backoff_base_ms: 50,
+        backoff_max_ms: 1_000,
+        poll_min_ms: 2,
+        poll_max_ms: 50,
+        outage_backoff_max_ms: 500,
+        listen: false,
+        ..RelayConfig::default()
+    }
+}
+
+async fn migrate(pool: &PgPool) {
+    let mut conn = pool
+        .acquire()
+        .await
+        .expect("connecting to the test database");
+    outbox::migrate(
+        &mut conn,
+        &outbox::Schema::default(),
+        &outbox::MigrateOptions::default(),
+    )
+    .await
+    .expect("migrating the test database");
+}
+
+/// Migrates `pool` and prepares a fresh [`Scope`] for `case` on the
+/// harness's broker.
+pub(super) async fn migrated_scope<H: Harness>(h: &H, pool: &PgPool, case: &str) -> Scope {
+    migrate(pool).await;
+    let scope = Scope::new(case);
+    h.prepare(&scope).await;
+    scope
+}
+
+/// A relay on `pool` publishing with a new publisher of the harness,
+/// with [`relay_config`].
+pub(super) async fn spawn_relay<H: Harness>(
+    h: &H,
+    pool: &PgPool,
+    batch_size: usize,
+) -> RelayHandle {
+    Relay::builder(pool.clone(), h.publisher().await)
+        .config(relay_config(batch_size))
+        .spawn()
+        .await
+        .unwrap_or_else(|e| panic!("{}: starting the relay: {e}", h.name()))
+}
+
+async fn pending(pool: &PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM outbox_events WHERE processed_at IS NULL AND dead_lettered_at IS NULL",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("counting pending events")
+}
+
+/// Waits (up to `deadline`) until no event is pending.
+pub(super) async fn wait_drained(pool: &PgPool, what: &str, deadline: Duration) {
+    wait_until(what, deadline, || {
+        let pool = pool.clone();
+        async move { pending(&pool).await == 0 }
+    })
+    .await;
+}
+
+/// Dead letters as `(id, attempts, last_error)`.
+pub(super) async fn dead_letters(pool: &PgPool) -> Vec<(Uuid, i32, Option<String>)> {
+    sqlx::query_as("SELECT id, attempts, last_error FROM outbox_dead_letters")
+        .fetch_all(pool)
+        .await
+        .expect("reading outbox_dead_letters")
+}
+
+/// Waits (up to `deadline`) until the relay has settled every event, then
+/// stops it. Returns its totals as they were when the outbox was drained.
+pub(super) async fn drain_and_stop(
+    relay: RelayHandle,
+    pool: &PgPool,
+    what: &str,
+    deadline: Duration,
+) -> StatsSnapshot {
+    wait_drained(pool, what, deadline).await;
+    let stats = relay.stats();
+    relay.shutdown().await.expect("relay shutdown");
+    stats
+}

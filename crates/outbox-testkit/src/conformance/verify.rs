@@ -1,0 +1,109 @@
+//! Checking what came back from the broker against what was enqueued, and
+//! reporting a passed case.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::received::{Received, EVENT_ID_HEADER};
+use super::relay::dead_letters;
+use super::scope::Scope;
+use super::Harness;
+use crate::order::first_delivery_violation;
+
+/// One expected event: its id, aggregate, position in the aggregate and
+/// payload.
+#[derive(Debug, Clone)]
+pub(super) struct Expected {
+    pub(super) aggregate: String,
+    pub(super) n: i64,
+    pub(super) payload: serde_json::Value,
+}
+
+/// Checks what came back: every expected event, nothing else of the scope,
+/// payloads intact, first deliveries in order per aggregate.
+pub(super) fn verify(
+    harness: &str,
+    case: &str,
+    expected: &HashMap<Uuid, Expected>,
+    received: &[Received],
+) {
+    let mut seen = HashSet::new();
+    let mut order = Vec::with_capacity(received.len());
+    for (i, r) in received.iter().enumerate() {
+        let id = r.event_id().unwrap_or_else(|| {
+            panic!(
+                "{harness} / {case}: message {i} has no valid {EVENT_ID_HEADER} header: {:?}",
+                r.headers
+            )
+        });
+        let Some(e) = expected.get(&id) else {
+            panic!("{harness} / {case}: message {i} is event {id}, which was not expected here (dead-lettered events must not reach the broker)");
+        };
+        let body: serde_json::Value = serde_json::from_slice(&r.payload).unwrap_or_else(|err| {
+            panic!("{harness} / {case}: event {id}: payload is not JSON ({err})")
+        });
+        assert_eq!(
+            body, e.payload,
+            "{harness} / {case}: event {id}: payload changed in transit"
+        );
+        seen.insert(id);
+        order.push((e.aggregate.as_str(), e.n));
+    }
+    let missing: Vec<&Uuid> = expected.keys().filter(|id| !seen.contains(id)).collect();
+    assert!(
+        missing.is_empty(),
+        "{harness} / {case}: {} of {} events never reached the broker (read back {} messages); first missing: {:?}",
+        missing.len(),
+        expected.len(),
+        received.len(),
+        missing.iter().take(5).collect::<Vec<_>>()
+    );
+    if let Some(v) = first_delivery_violation(order) {
+        panic!("{harness} / {case}: order broken: {v}");
+    }
+}
+
+/// Reads back `scope`'s messages (waiting up to `deadline` for every
+/// expected event) and [`verify`]s them.
+pub(super) async fn read_back<H: Harness>(
+    h: &H,
+    harness: &str,
+    case: &str,
+    scope: &Scope,
+    expected: &HashMap<Uuid, Expected>,
+    deadline: Duration,
+) -> Vec<Received> {
+    let received = h.consume(scope, expected.len(), deadline).await;
+    verify(harness, case, expected, &received);
+    received
+}
+
+/// The end of a relayed case where every event must arrive: nothing
+/// dead-lettered, and everything expected read back ([`read_back`]).
+pub(super) async fn check_delivered<H: Harness>(
+    h: &H,
+    pool: &PgPool,
+    harness: &str,
+    case: &str,
+    scope: &Scope,
+    expected: &HashMap<Uuid, Expected>,
+    deadline: Duration,
+) {
+    assert!(
+        dead_letters(pool).await.is_empty(),
+        "{harness} / {case}: nothing dead-lettered"
+    );
+    read_back(h, harness, case, scope, expected, deadline).await;
+}
+
+/// Reports a passed case, with how long it took and `detail`.
+pub(super) fn done(harness: &str, case: &str, started: Instant, detail: &str) {
+    eprintln!(
+        "conformance {harness}: {case} passed in {:.2?}{}{detail}",
+        started.elapsed(),
+        if detail.is_empty() { "" } else { "; " }
+    );
+}
