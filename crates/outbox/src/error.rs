@@ -82,5 +82,17 @@ impl Error {
     }
 }
 
+/// Checks that a setting lies in `min..=max`; the error names the field,
+/// the value and the range.
+pub(crate) fn range(field: &str, value: u64, min: u64, max: u64) -> Result<()> {
+    if value < min || value > max {
+        return Err(Error::invalid(
+            field,
+            format!("{value} is out of range: use {min} to {max}"),
+        ));
+    }
+    Ok(())
+}
+
 /// The library's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

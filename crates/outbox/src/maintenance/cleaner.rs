@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::cleanup::{Cleanup, CleanupParams, CleanupTarget, MAX_CLEANUP_BATCH_SIZE};
-use crate::error::{Error, Result};
+use crate::error::{range, Error, Result};
 use crate::schema::Schema;
 
 /// Longest retention accepted, in seconds (ten years).
@@ -45,16 +45,6 @@ impl Default for CleanerConfig {
             batch_size: super::cleanup::DEFAULT_CLEANUP_BATCH_SIZE,
         }
     }
-}
-
-fn range(field: &str, value: u64, min: u64, max: u64) -> Result<()> {
-    if value < min || value > max {
-        return Err(Error::invalid(
-            field,
-            format!("{value} is out of range: use {min} to {max}"),
-        ));
-    }
-    Ok(())
 }
 
 impl CleanerConfig {

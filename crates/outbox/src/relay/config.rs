@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::{range, Error, Result};
 
 /// What happens to an event once the broker acknowledged it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -65,16 +65,6 @@ impl Default for RelayConfig {
             listen: true,
         }
     }
-}
-
-fn range(field: &str, value: u64, min: u64, max: u64) -> Result<()> {
-    if value < min || value > max {
-        return Err(Error::invalid(
-            field,
-            format!("{value} is out of range: use {min} to {max}"),
-        ));
-    }
-    Ok(())
 }
 
 impl RelayConfig {
