@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{find_program, free_port, skipped, tail, BrokerError, Group};
+use super::{find_program, free_port, tail, BrokerError, Group};
 
 /// The name [`super::skipped`] knows this broker by.
 pub const NAME: &str = "kafka-real";
@@ -81,14 +81,7 @@ impl Tansu {
     ///
     /// If the broker cannot be started (the message says what is missing).
     pub fn start_or_skip() -> Option<Tansu> {
-        if skipped(NAME) {
-            eprintln!("skipped: {} names {NAME}", super::SKIP_ENV);
-            return None;
-        }
-        match Tansu::start() {
-            Ok(t) => Some(t),
-            Err(e) => panic!("{e}"),
-        }
+        super::start_or_skip(NAME, Tansu::start)
     }
 
     /// `127.0.0.1:PORT`, for `bootstrap.servers`.

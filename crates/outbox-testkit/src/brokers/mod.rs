@@ -145,6 +145,26 @@ impl Drop for Group {
 }
 
 /// The last `n` lines of a file, or a note that it could not be read.
+/// Runs `start` unless [`SKIP_ENV`] names `broker`, in which case it says so
+/// on stderr and returns `None`.
+///
+/// # Panics
+///
+/// If the broker cannot be started (the message says what is missing).
+pub(crate) fn start_or_skip<T>(
+    broker: &str,
+    start: impl FnOnce() -> Result<T, BrokerError>,
+) -> Option<T> {
+    if skipped(broker) {
+        eprintln!("skipped: {SKIP_ENV} names {broker}");
+        return None;
+    }
+    match start() {
+        Ok(b) => Some(b),
+        Err(e) => panic!("{e}"),
+    }
+}
+
 pub(crate) fn tail(path: &Path, n: usize) -> String {
     match fs::read(path) {
         Ok(bytes) => {

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{find_program, free_port, skipped, tail, BrokerError, Group};
+use super::{find_program, free_port, tail, BrokerError, Group};
 
 /// The name [`super::skipped`] knows this broker by.
 pub const NAME: &str = "rabbitmq";
@@ -110,14 +110,7 @@ impl RabbitMq {
     ///
     /// If the broker cannot be started (the message says what is missing).
     pub fn start_or_skip() -> Option<RabbitMq> {
-        if skipped(NAME) {
-            eprintln!("skipped: {} names {NAME}", super::SKIP_ENV);
-            return None;
-        }
-        match RabbitMq::start() {
-            Ok(r) => Some(r),
-            Err(e) => panic!("{e}"),
-        }
+        super::start_or_skip(NAME, RabbitMq::start)
     }
 
     /// `amqp://guest:guest@127.0.0.1:PORT/%2f`.
