@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use outbox::{DeadLetter, DeadLetterFilter, DeadLetters, Schema, Selector, DEFAULT_LIST_LIMIT};
+use outbox::{DeadLetter, DeadLetters, Schema, Selector, DEFAULT_LIST_LIMIT};
 use sqlx::pool::PoolConnection;
 use sqlx::Postgres;
 use uuid::Uuid;
@@ -45,6 +45,21 @@ pub struct Criteria {
     /// Only those dead-lettered less than this long ago (30s, 15m, 2h, 7d).
     #[arg(long, value_name = "AGE", value_parser = parse_age)]
     pub newer_than: Option<Duration>,
+}
+
+impl Criteria {
+    /// The library's selector for these criteria.
+    fn into_selector(self, all: bool) -> Selector {
+        Selector {
+            ids: self.ids,
+            aggregate_type: self.aggregate_type,
+            aggregate_id: self.aggregate_id,
+            event_type: self.event_type,
+            older_than: self.older_than,
+            newer_than: self.newer_than,
+            all,
+        }
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -95,16 +110,7 @@ async fn list(
     conn: &mut PoolConnection<Postgres>,
     args: ListArgs,
 ) -> Result<()> {
-    let c = args.criteria;
-    let filter = DeadLetterFilter {
-        ids: c.ids,
-        aggregate_type: c.aggregate_type,
-        aggregate_id: c.aggregate_id,
-        event_type: c.event_type,
-        older_than: c.older_than,
-        newer_than: c.newer_than,
-        limit: args.limit,
-    };
+    let filter = args.criteria.into_selector(false).to_filter(args.limit);
     let page = dead.list(conn, &filter).await?;
     let shown = page.items.len() as u64;
     if args.json {
@@ -150,16 +156,7 @@ async fn act(
     action: Action,
     args: ActionArgs,
 ) -> Result<()> {
-    let c = args.criteria;
-    let selector = Selector {
-        ids: c.ids,
-        aggregate_type: c.aggregate_type,
-        aggregate_id: c.aggregate_id,
-        event_type: c.event_type,
-        older_than: c.older_than,
-        newer_than: c.newer_than,
-        all: args.all,
-    };
+    let selector = args.criteria.into_selector(args.all);
     let verb = action.verb();
     if selector.validate().is_err() {
         bail!(

@@ -93,11 +93,16 @@ impl Ownership {
         Claimable { partitions, epochs }
     }
 
-    /// Whether `partition` is still held with time to spare.
-    pub fn still_valid(&self, partition: i32) -> bool {
+    /// Which partitions are still held with time to spare, indexed by
+    /// partition (one lock for a whole wave, not one per event).
+    pub fn still_valid(&self) -> Vec<bool> {
         let now = Instant::now() + self.margin();
         let st = self.state.lock().expect("ownership lock");
-        st.held.get(&partition).is_some_and(|h| h.valid_until > now)
+        let mut valid = vec![false; self.partitions as usize];
+        for (p, h) in &st.held {
+            valid[*p as usize] = h.valid_until > now;
+        }
+        valid
     }
 
     /// Whether partitions wait to be handed over.

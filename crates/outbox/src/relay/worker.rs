@@ -168,11 +168,8 @@ impl Worker {
             let mut published = self.publish(batch.events, &claim).await;
             published.ctids = batch.ctids;
             let next = match prefetch.await {
-                Ok(result) => result,
-                Err(e) => {
-                    tracing::error!(error = %e, "prefetch task failed");
-                    Err(crate::Error::invalid("prefetch", e.to_string()))
-                }
+                Ok(result) => result.map_err(|e| e.to_string()),
+                Err(panicked) => Err(format!("prefetch task failed: {panicked}")),
             };
             match next {
                 Ok(next) => {
@@ -293,9 +290,10 @@ impl Worker {
             };
             // Never publish from a partition whose lease is about to lapse:
             // its next owner may already be publishing.
+            let valid = self.ownership.still_valid();
             let (wave, lapsed): (Vec<Event>, Vec<Event>) = wave
                 .into_iter()
-                .partition(|e| self.ownership.still_valid(e.partition));
+                .partition(|e| valid.get(e.partition as usize) == Some(&true));
             for e in lapsed {
                 blocked.insert(e.aggregate_id);
             }
