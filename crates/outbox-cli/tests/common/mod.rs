@@ -22,6 +22,14 @@ pub fn run(args: &[&str], url: Option<&str>) -> Output {
     cmd.output().expect("run outbox")
 }
 
+/// The `--batch-size` of relays started by [`spawn_relay`].
+pub const BATCH_SIZE: usize = 200;
+
+/// What one crash of such a relay may deliver again: the batch delivered but
+/// not yet acknowledged (its acknowledgement rides on the next claim) plus
+/// the batch being published.
+pub const IN_FLIGHT_WINDOW: usize = 2 * BATCH_SIZE;
+
 /// Starts `outbox relay` publishing to the JSON-lines file `file`.
 pub fn spawn_relay(url: &str, file: &Path, instance: &str, extra: &[&str]) -> Child {
     bin()
@@ -33,7 +41,7 @@ pub fn spawn_relay(url: &str, file: &Path, instance: &str, extra: &[&str]) -> Ch
             "--instance-id",
             instance,
             "--batch-size",
-            "200",
+            &BATCH_SIZE.to_string(),
             "--lease-ms",
             "1500",
             "--poll-max-ms",
