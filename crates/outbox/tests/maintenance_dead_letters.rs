@@ -111,25 +111,26 @@ async fn list_filters_by_type_aggregate_age_ids_and_limit_in_seq_order() {
         f(&mut filter);
         filter
     };
-    let by_type = list!(f(|f| f.event_type = Some("order.created".into())));
+    let by_type = list!(f(|f| f.selector.event_type = Some("order.created".into())));
     assert_eq!(ids(&by_type), [a1, b1]);
-    let by_agg = list!(f(|f| f.aggregate_id = Some("a".into())));
+    let by_agg = list!(f(|f| f.selector.aggregate_id = Some("a".into())));
     assert_eq!(ids(&by_agg), [a1, a2]);
-    let by_agg_type = list!(f(|f| f.aggregate_type = Some("invoice".into())));
+    let by_agg_type = list!(f(|f| f.selector.aggregate_type = Some("invoice".into())));
     assert_eq!(ids(&by_agg_type), [c1]);
     let old = list!(DeadLetterFilter {
-        older_than: Some(hour),
+        selector: Selector::default().older_than(hour),
         ..Default::default()
     });
     assert_eq!(ids(&old), [a1, a2, c1]);
     let recent = list!(DeadLetterFilter {
-        newer_than: Some(hour),
+        selector: Selector::default().newer_than(hour),
         ..Default::default()
     });
     assert_eq!(ids(&recent), [b1]);
     let window = list!(DeadLetterFilter {
-        older_than: Some(hour * 3 / 2),
-        newer_than: Some(hour * 5 / 2),
+        selector: Selector::default()
+            .older_than(hour * 3 / 2)
+            .newer_than(hour * 5 / 2),
         ..Default::default()
     });
     assert_eq!(ids(&window), [a2], "both age bounds apply");
@@ -139,11 +140,11 @@ async fn list_filters_by_type_aggregate_age_ids_and_limit_in_seq_order() {
     });
     assert_eq!((ids(&limited), limited.total), (vec![a1, a2], 4));
     let by_id = list!(DeadLetterFilter {
-        ids: vec![c1, b1],
+        selector: Selector::ids([c1, b1]),
         ..Default::default()
     });
     assert_eq!(ids(&by_id), [b1, c1]);
-    let none = list!(f(|f| f.event_type = Some("nope".into())));
+    let none = list!(f(|f| f.selector.event_type = Some("nope".into())));
     assert_eq!((none.items.len(), none.total), (0, 0));
 }
 

@@ -110,7 +110,7 @@ impl DeadLetters {
         filter: &DeadLetterFilter,
     ) -> Result<DeadLetterPage> {
         filter.validate()?;
-        let rows = Criteria::of_filter(filter)
+        let rows = Criteria::of(&filter.selector)
             .bind(sqlx::query(&self.list))
             .bind(i64::from(filter.limit))
             .fetch_all(conn)
@@ -125,7 +125,7 @@ impl DeadLetters {
     /// would touch, were it run now).
     pub async fn count(&self, conn: &mut PgConnection, selector: &Selector) -> Result<u64> {
         selector.validate()?;
-        let row = Criteria::of_selector(selector)
+        let row = Criteria::of(selector)
             .bind(sqlx::query(&self.count))
             .fetch_one(conn)
             .await
@@ -147,7 +147,7 @@ impl DeadLetters {
     /// their order among themselves.
     pub async fn retry(&self, conn: &mut PgConnection, selector: &Selector) -> Result<u64> {
         selector.validate()?;
-        let done = Criteria::of_selector(selector)
+        let done = Criteria::of(selector)
             .bind(sqlx::query(&self.retry))
             .execute(conn)
             .await
@@ -160,7 +160,7 @@ impl DeadLetters {
     /// a record.
     pub async fn discard(&self, conn: &mut PgConnection, selector: &Selector) -> Result<u64> {
         selector.validate()?;
-        let done = Criteria::of_selector(selector)
+        let done = Criteria::of(selector)
             .bind(sqlx::query(&self.discard))
             .execute(conn)
             .await

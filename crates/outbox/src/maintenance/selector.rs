@@ -116,12 +116,7 @@ impl Selector {
     /// The same criteria as a listing filter, for previews (dry runs).
     pub fn to_filter(&self, limit: u32) -> DeadLetterFilter {
         DeadLetterFilter {
-            ids: self.ids.clone(),
-            aggregate_type: self.aggregate_type.clone(),
-            aggregate_id: self.aggregate_id.clone(),
-            event_type: self.event_type.clone(),
-            older_than: self.older_than,
-            newer_than: self.newer_than,
+            selector: self.clone(),
             limit,
         }
     }
@@ -171,22 +166,14 @@ impl fmt::Display for Selector {
     }
 }
 
-/// What [`DeadLetters::list`](super::DeadLetters::list) shows. Criteria
-/// combine with AND; the default lists the first 100 dead letters.
+/// What [`DeadLetters::list`](super::DeadLetters::list) shows: the dead
+/// letters a [`Selector`] picks, at most `limit` of them. Listing needs no
+/// criterion: the default lists the first 100 dead letters (the selector's
+/// `all` flag changes nothing here).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeadLetterFilter {
-    /// Only these event ids (empty: any).
-    pub ids: Vec<Uuid>,
-    /// Only this aggregate type.
-    pub aggregate_type: Option<String>,
-    /// Only this aggregate id.
-    pub aggregate_id: Option<String>,
-    /// Only this event type.
-    pub event_type: Option<String>,
-    /// Only those dead-lettered at least this long ago.
-    pub older_than: Option<Duration>,
-    /// Only those dead-lettered less than this long ago.
-    pub newer_than: Option<Duration>,
+    /// Which dead letters; criteria combine with AND.
+    pub selector: Selector,
     /// Most dead letters returned, in seq order (1 to
     /// [`MAX_LIST_LIMIT`]).
     pub limit: u32,
@@ -200,12 +187,7 @@ pub const MAX_LIST_LIMIT: u32 = 100_000;
 impl Default for DeadLetterFilter {
     fn default() -> Self {
         DeadLetterFilter {
-            ids: Vec::new(),
-            aggregate_type: None,
-            aggregate_id: None,
-            event_type: None,
-            older_than: None,
-            newer_than: None,
+            selector: Selector::default(),
             limit: DEFAULT_LIST_LIMIT,
         }
     }
@@ -236,40 +218,14 @@ pub(crate) struct Criteria<'a> {
 }
 
 impl<'a> Criteria<'a> {
-    pub(crate) fn of_selector(s: &'a Selector) -> Self {
-        Self::new(
-            &s.ids,
-            &s.aggregate_type,
-            &s.aggregate_id,
-            &s.event_type,
-            (s.older_than, s.newer_than),
-        )
-    }
-
-    pub(crate) fn of_filter(f: &'a DeadLetterFilter) -> Self {
-        Self::new(
-            &f.ids,
-            &f.aggregate_type,
-            &f.aggregate_id,
-            &f.event_type,
-            (f.older_than, f.newer_than),
-        )
-    }
-
-    fn new(
-        ids: &'a [Uuid],
-        aggregate_type: &'a Option<String>,
-        aggregate_id: &'a Option<String>,
-        event_type: &'a Option<String>,
-        (older, newer): (Option<Duration>, Option<Duration>),
-    ) -> Self {
+    pub(crate) fn of(s: &'a Selector) -> Self {
         Criteria {
-            ids: (!ids.is_empty()).then_some(ids),
-            aggregate_type: aggregate_type.as_deref(),
-            aggregate_id: aggregate_id.as_deref(),
-            event_type: event_type.as_deref(),
-            older_than_ms: older.map(millis),
-            newer_than_ms: newer.map(millis),
+            ids: (!s.ids.is_empty()).then_some(s.ids.as_slice()),
+            aggregate_type: s.aggregate_type.as_deref(),
+            aggregate_id: s.aggregate_id.as_deref(),
+            event_type: s.event_type.as_deref(),
+            older_than_ms: s.older_than.map(millis),
+            newer_than_ms: s.newer_than.map(millis),
         }
     }
 
