@@ -125,7 +125,7 @@ async fn drain_with(url: &str, pool: &PgPool, spec: &str) -> Duration {
 /// destination and position, nothing else arrived, and first deliveries kept
 /// per-aggregate order; returns the number of duplicates.
 fn check(broker: &str, expected: &Expected, got: &[Got], destination: &str) -> usize {
-    let mut seen: HashMap<&str, usize> = HashMap::new();
+    let mut deliveries = Vec::with_capacity(got.len());
     for g in got {
         let id: Uuid =
             g.id.parse()
@@ -142,25 +142,13 @@ fn check(broker: &str, expected: &Expected, got: &[Got], destination: &str) -> u
             assert_eq!(key, aggregate, "{broker}: message key of {g:?}");
         }
         assert_eq!(g.destination, destination, "{broker}: destination of {g:?}");
-        *seen.entry(g.id.as_str()).or_default() += 1;
+        deliveries.push((id, g.aggregate.as_str(), g.n));
     }
-    let missing: Vec<_> = expected
-        .keys()
-        .filter(|id| !seen.contains_key(id.to_string().as_str()))
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "{broker}: {} of {} events never arrived, e.g. {:?}",
-        missing.len(),
-        expected.len(),
-        &missing[..missing.len().min(5)]
-    );
-    if let Some(v) =
-        outbox_testkit::first_delivery_violation(got.iter().map(|g| (g.aggregate.as_str(), g.n)))
-    {
-        panic!("{broker}: per-aggregate order broken: {v}");
-    }
-    got.len() - seen.len()
+    outbox_testkit::assert_delivered_once_in_order(
+        &format!("{broker}: "),
+        expected.keys(),
+        &deliveries,
+    )
 }
 
 fn payload_n(data: &[u8]) -> i64 {

@@ -8,6 +8,6 @@ pub mod postgres;
 pub mod publisher;
 pub mod wait;
 
-pub use order::first_delivery_violation;
+pub use order::{assert_delivered_once_in_order, first_delivery_violation};
 pub use publisher::{Attempt, Fail, Match, TestPublisher};
 pub use wait::wait_until;

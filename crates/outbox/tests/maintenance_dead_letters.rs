@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::{count, event, fast_config, position, start_relay, LONG};
 use outbox::{DeadLetterFilter, DeadLetters, Error, RelayConfig, Schema, Selector};
-use outbox_testkit::{first_delivery_violation, wait_until, Fail, Match, TestPublisher};
+use outbox_testkit::{wait_until, Fail, Match, TestPublisher};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -269,10 +269,7 @@ async fn retried_dead_letters_are_delivered_in_their_original_order() {
         .collect();
     assert_eq!(a, [1, 2, 3, 4, 5], "delivered in their original seq order");
     let all = publisher.deliveries();
-    assert_eq!(
-        first_delivery_violation(all.iter().map(|e| (e.aggregate_id.as_str(), position(e)))),
-        None
-    );
+    common::assert_first_deliveries_in_order(&all);
 }
 
 #[tokio::test]

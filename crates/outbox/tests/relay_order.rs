@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::{count, event, fast_config, position, start_relay, LONG};
 use outbox::NewEvent;
-use outbox_testkit::{first_delivery_violation, wait_until, Fail, Match, TestPublisher};
+use outbox_testkit::{wait_until, Fail, Match, TestPublisher};
 
 /// Producers write `per_agg` events to each of `aggs` aggregates, one
 /// transaction per event, serialised per aggregate (as the contract asks)
@@ -86,13 +86,7 @@ async fn order_holds_across_two_relays_a_crash_and_a_join() {
     let deliveries = publisher.deliveries();
     let distinct: std::collections::HashSet<_> = deliveries.iter().map(|e| e.id).collect();
     assert_eq!(distinct.len() as i64, total, "every event delivered");
-    let positions: Vec<(String, i64)> = deliveries
-        .iter()
-        .map(|e| (e.aggregate_id.clone(), position(e)))
-        .collect();
-    if let Some(v) = first_delivery_violation(positions.iter().map(|(a, p)| (a.as_str(), *p))) {
-        panic!("order broken: {v}");
-    }
+    common::assert_first_deliveries_in_order(&deliveries);
     assert!(!publisher.saw_same_aggregate_in_batch());
 }
 
@@ -184,13 +178,7 @@ async fn failures_with_successors_in_the_next_batches_keep_order() {
     .await;
     relay.shutdown().await.unwrap();
     let deliveries = publisher.deliveries();
-    let positions: Vec<(String, i64)> = deliveries
-        .iter()
-        .map(|e| (e.aggregate_id.clone(), position(e)))
-        .collect();
-    if let Some(v) = first_delivery_violation(positions.iter().map(|(a, p)| (a.as_str(), *p))) {
-        panic!("order broken: {v}");
-    }
+    common::assert_first_deliveries_in_order(&deliveries);
     let distinct: std::collections::HashSet<_> = deliveries.iter().map(|e| e.id).collect();
     assert_eq!(distinct.len(), 100);
 }

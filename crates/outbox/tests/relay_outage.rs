@@ -56,7 +56,7 @@ async fn an_outage_burns_no_attempts_and_delivery_resumes() {
 
 #[tokio::test]
 async fn a_transport_failure_mid_batch_keeps_deliveries_and_burns_no_attempts() {
-    use outbox_testkit::{first_delivery_violation, Fail, Match};
+    use outbox_testkit::{Fail, Match};
     let ctx = common::setup().await;
     let publisher = TestPublisher::new();
     // The connection "drops" for aggregate a3's events, five times, while
@@ -99,11 +99,7 @@ async fn a_transport_failure_mid_batch_keeps_deliveries_and_burns_no_attempts() 
         .count();
     assert_eq!(a3_failures, 5);
     let deliveries = publisher.deliveries();
-    let positions: Vec<(String, i64)> = deliveries
-        .iter()
-        .map(|e| (e.aggregate_id.clone(), common::position(e)))
-        .collect();
-    assert!(first_delivery_violation(positions.iter().map(|(a, p)| (a.as_str(), *p))).is_none());
+    common::assert_first_deliveries_in_order(&deliveries);
     let distinct: std::collections::HashSet<_> = deliveries.iter().map(|e| e.id).collect();
     assert_eq!(distinct.len(), 30);
 }

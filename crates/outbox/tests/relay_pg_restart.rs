@@ -7,10 +7,10 @@ mod common;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::{event, fast_config, position};
+use common::{event, fast_config};
 use outbox::{Outbox, Relay};
 use outbox_testkit::postgres::{PgCluster, PgOptions};
-use outbox_testkit::{first_delivery_violation, wait_until, TestPublisher};
+use outbox_testkit::{wait_until, TestPublisher};
 use sqlx::postgres::PgPoolOptions;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -94,12 +94,5 @@ async fn the_relay_survives_a_postgres_crash_and_restart() {
     // reconnected under it; either way it must still be running.
     assert!(!relay.is_finished());
     relay.shutdown().await.unwrap();
-    let positions: Vec<(String, i64)> = publisher
-        .deliveries()
-        .iter()
-        .map(|e| (e.aggregate_id.clone(), position(e)))
-        .collect();
-    if let Some(v) = first_delivery_violation(positions.iter().map(|(a, p)| (a.as_str(), *p))) {
-        panic!("order broken: {v}");
-    }
+    common::assert_first_deliveries_in_order(&publisher.deliveries());
 }

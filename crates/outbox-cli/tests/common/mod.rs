@@ -1,7 +1,6 @@
 //! Helpers for tests that run the `outbox` program as a child process.
 #![allow(dead_code)]
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 
@@ -75,30 +74,15 @@ pub fn read_deliveries(file: &Path) -> Vec<(String, String, i64)> {
         .collect()
 }
 
-/// Asserts every id in `expected` was delivered and first deliveries kept
-/// per-aggregate order; returns (deliveries, duplicates).
+/// Asserts every id in `expected` was delivered, nothing else was, and
+/// first deliveries kept per-aggregate order; returns (deliveries,
+/// duplicates).
 pub fn check_deliveries(file: &Path, expected: &[uuid::Uuid]) -> (usize, usize) {
     let got = read_deliveries(file);
-    let mut seen: HashMap<&str, usize> = HashMap::new();
-    for (id, _, _) in &got {
-        *seen.entry(id.as_str()).or_default() += 1;
-    }
-    let missing: Vec<_> = expected
+    let got: Vec<(uuid::Uuid, &str, i64)> = got
         .iter()
-        .filter(|id| !seen.contains_key(id.to_string().as_str()))
+        .map(|(id, a, n)| (id.parse().expect("an event id"), a.as_str(), *n))
         .collect();
-    assert!(
-        missing.is_empty(),
-        "{} events lost, e.g. {:?}",
-        missing.len(),
-        &missing[..missing.len().min(5)]
-    );
-    assert_eq!(seen.len(), expected.len(), "no invented events");
-    if let Some(v) =
-        outbox_testkit::first_delivery_violation(got.iter().map(|(_, a, n)| (a.as_str(), *n)))
-    {
-        panic!("order broken: {v}");
-    }
-    let dups = got.len() - seen.len();
+    let dups = outbox_testkit::assert_delivered_once_in_order("", expected, &got);
     (got.len(), dups)
 }

@@ -1,7 +1,7 @@
 //! Checking what came back from the broker against what was enqueued, and
 //! reporting a passed case.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
@@ -11,7 +11,7 @@ use super::received::{Received, EVENT_ID_HEADER};
 use super::relay::dead_letters;
 use super::scope::Scope;
 use super::Harness;
-use crate::order::first_delivery_violation;
+use crate::order::assert_delivered_once_in_order;
 
 /// One expected event: its id, aggregate, position in the aggregate and
 /// payload.
@@ -30,8 +30,7 @@ pub(super) fn verify(
     expected: &HashMap<Uuid, Expected>,
     received: &[Received],
 ) {
-    let mut seen = HashSet::new();
-    let mut order = Vec::with_capacity(received.len());
+    let mut deliveries = Vec::with_capacity(received.len());
     for (i, r) in received.iter().enumerate() {
         let id = r.event_id().unwrap_or_else(|| {
             panic!(
@@ -49,21 +48,16 @@ pub(super) fn verify(
             body, e.payload,
             "{harness} / {case}: event {id}: payload changed in transit"
         );
-        seen.insert(id);
-        order.push((e.aggregate.as_str(), e.n));
+        deliveries.push((id, e.aggregate.as_str(), e.n));
     }
-    let missing: Vec<&Uuid> = expected.keys().filter(|id| !seen.contains(id)).collect();
-    assert!(
-        missing.is_empty(),
-        "{harness} / {case}: {} of {} events never reached the broker (read back {} messages); first missing: {:?}",
-        missing.len(),
-        expected.len(),
-        received.len(),
-        missing.iter().take(5).collect::<Vec<_>>()
+    assert_delivered_once_in_order(
+        &format!(
+            "{harness} / {case} (read back {} messages): ",
+            received.len()
+        ),
+        expected.keys(),
+        &deliveries,
     );
-    if let Some(v) = first_delivery_violation(order) {
-        panic!("{harness} / {case}: order broken: {v}");
-    }
 }
 
 /// Reads back `scope`'s messages (waiting up to `deadline` for every

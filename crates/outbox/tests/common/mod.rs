@@ -58,6 +58,17 @@ pub fn position(e: &outbox::Event) -> i64 {
     v["n"].as_i64().unwrap()
 }
 
+/// Panics unless the first deliveries of every aggregate came in enqueue
+/// order ([`position`]); redeliveries are ignored.
+pub fn assert_first_deliveries_in_order(deliveries: &[outbox::Event]) {
+    let order = deliveries
+        .iter()
+        .map(|e| (e.aggregate_id.as_str(), position(e)));
+    if let Some(v) = outbox_testkit::first_delivery_violation(order) {
+        panic!("order broken: {v}");
+    }
+}
+
 pub async fn count(pool: &PgPool, sql: &str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
 }
