@@ -9,14 +9,15 @@
 //! (Tests that only need the Kafka protocol can use librdkafka's built-in
 //! mock cluster instead, which needs nothing installed.)
 
-use std::fs;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::{find_program, free_port, tail, BrokerError, Group};
+use super::{
+    find_program, free_port, log_to, tail, temp_dir, wait_ready, BrokerError, Group, NotReady,
+};
 
 /// The name [`super::skipped`] knows this broker by.
 pub const NAME: &str = "kafka-real";
@@ -55,14 +56,7 @@ impl Tansu {
                  and set {BIN_ENV}=DIR/bin/tansu"
             ),
         })?;
-        let dir = tempfile::Builder::new()
-            .prefix("outbox-tansu-")
-            .tempdir()
-            .map_err(|source| BrokerError::Io {
-                broker: NAME,
-                context: "creating a temporary directory".into(),
-                source,
-            })?;
+        let dir = temp_dir(NAME)?;
         let mut tansu = Tansu {
             dir,
             bin,
@@ -106,16 +100,7 @@ impl Tansu {
         self.stop();
         let started = Instant::now();
         let log = self.dir.path().join("tansu.log");
-        let io = |context: &str| {
-            let context = context.to_owned();
-            move |source| BrokerError::Io {
-                broker: NAME,
-                context,
-                source,
-            }
-        };
-        let out = fs::File::create(&log).map_err(io("creating tansu.log"))?;
-        let err = out.try_clone().map_err(io("creating tansu.log"))?;
+        let (out, err) = log_to(NAME, &log)?;
         let url = format!("tcp://127.0.0.1:{}", self.port);
         let mut cmd = Command::new(&self.bin);
         cmd.arg("broker")
@@ -128,35 +113,36 @@ impl Tansu {
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
             .env("RUST_LOG", "warn")
             .current_dir(self.dir.path())
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err));
-        self.broker =
-            Some(Group::spawn_cleaning(cmd, Some(self.dir.path())).map_err(io("running tansu"))?);
-        let deadline = started + READY_TIMEOUT;
-        loop {
-            if kafka_ready(self.port) {
+            .stdout(out)
+            .stderr(err);
+        let group = self.broker.insert(
+            Group::spawn_cleaning(cmd, Some(self.dir.path()))
+                .map_err(BrokerError::io(NAME, "running tansu"))?,
+        );
+        let port = self.port;
+        let waited = wait_ready(
+            group,
+            started + READY_TIMEOUT,
+            Duration::from_millis(20),
+            || kafka_ready(port),
+        );
+        let reason = match waited {
+            Ok(()) => {
                 self.last_start = started.elapsed();
                 return Ok(());
             }
-            let exited = self.broker.as_mut().and_then(Group::exited);
-            if exited.is_some() || Instant::now() > deadline {
-                let reason = match exited {
-                    Some(status) => format!("tansu exited with {status}"),
-                    None => format!(
-                        "no ApiVersions answer on 127.0.0.1:{} within {READY_TIMEOUT:?}",
-                        self.port
-                    ),
-                };
-                self.stop();
-                return Err(BrokerError::Start {
-                    broker: NAME,
-                    reason,
-                    log: log.display().to_string(),
-                    tail: tail(&log, 30),
-                });
+            Err(NotReady::Exited(status)) => format!("tansu exited with {status}"),
+            Err(NotReady::TimedOut) => {
+                format!("no ApiVersions answer on 127.0.0.1:{port} within {READY_TIMEOUT:?}")
             }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        };
+        self.stop();
+        Err(BrokerError::Start {
+            broker: NAME,
+            reason,
+            log: log.display().to_string(),
+            tail: tail(&log, 30),
+        })
     }
 }
 

@@ -17,6 +17,7 @@ use std::io;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 
 pub use crate::postgres::free_port;
 
@@ -68,6 +69,70 @@ pub enum BrokerError {
         /// The error.
         source: io::Error,
     },
+}
+
+impl BrokerError {
+    /// Turns an I/O error of `broker` while `context` into a [`BrokerError::Io`].
+    pub(crate) fn io(
+        broker: &'static str,
+        context: impl Into<String>,
+    ) -> impl FnOnce(io::Error) -> BrokerError {
+        let context = context.into();
+        move |source| BrokerError::Io {
+            broker,
+            context,
+            source,
+        }
+    }
+}
+
+/// A temporary directory `outbox-{broker}-…` for a broker's data and logs.
+pub(crate) fn temp_dir(broker: &'static str) -> Result<tempfile::TempDir, BrokerError> {
+    tempfile::Builder::new()
+        .prefix(&format!("outbox-{broker}-"))
+        .tempdir()
+        .map_err(BrokerError::io(broker, "creating a temporary directory"))
+}
+
+/// Creates (truncates) `path` and returns it twice, as a child's stdout and
+/// stderr.
+pub(crate) fn log_to(broker: &'static str, path: &Path) -> Result<(Stdio, Stdio), BrokerError> {
+    let context = || format!("creating {}", path.display());
+    let out = fs::File::create(path).map_err(BrokerError::io(broker, context()))?;
+    let err = out
+        .try_clone()
+        .map_err(BrokerError::io(broker, context()))?;
+    Ok((Stdio::from(out), Stdio::from(err)))
+}
+
+/// Why a broker did not become ready.
+pub(crate) enum NotReady {
+    /// Its process exited.
+    Exited(ExitStatus),
+    /// The deadline passed.
+    TimedOut,
+}
+
+/// Polls `ready` every `every` until it holds, `group`'s leader exits, or
+/// `deadline` passes.
+pub(crate) fn wait_ready(
+    group: &mut Group,
+    deadline: Instant,
+    every: Duration,
+    mut ready: impl FnMut() -> bool,
+) -> Result<(), NotReady> {
+    loop {
+        if ready() {
+            return Ok(());
+        }
+        if let Some(status) = group.exited() {
+            return Err(NotReady::Exited(status));
+        }
+        if Instant::now() > deadline {
+            return Err(NotReady::TimedOut);
+        }
+        std::thread::sleep(every);
+    }
 }
 
 /// Kills `$2`'s process group once process `$1` is gone, then removes

@@ -18,7 +18,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{find_program, free_port, tail, BrokerError, Group};
+use super::{
+    find_program, free_port, log_to, tail, temp_dir, wait_ready, BrokerError, Group, NotReady,
+};
 
 /// The name [`super::skipped`] knows this broker by.
 pub const NAME: &str = "rabbitmq";
@@ -63,18 +65,7 @@ impl RabbitMq {
                  install it: apt-get install rabbitmq-server"
             ),
         })?;
-        let io = |context: &str| {
-            let context = context.to_owned();
-            move |source| BrokerError::Io {
-                broker: NAME,
-                context,
-                source,
-            }
-        };
-        let dir = tempfile::Builder::new()
-            .prefix("outbox-rabbitmq-")
-            .tempdir()
-            .map_err(io("creating a temporary directory"))?;
+        let dir = temp_dir(NAME)?;
         let port = free_port();
         let dist_port = free_port();
         let epmd_port = free_port();
@@ -85,9 +76,10 @@ impl RabbitMq {
              log.file.level = info\n\
              disk_free_limit.absolute = 10MB\n"
         );
-        fs::write(dir.path().join("rabbitmq.conf"), config).map_err(io("writing rabbitmq.conf"))?;
+        fs::write(dir.path().join("rabbitmq.conf"), config)
+            .map_err(BrokerError::io(NAME, "writing rabbitmq.conf"))?;
         fs::write(dir.path().join("enabled_plugins"), "[].\n")
-            .map_err(io("writing enabled_plugins"))?;
+            .map_err(BrokerError::io(NAME, "writing enabled_plugins"))?;
         let mut rabbit = RabbitMq {
             server,
             port,
@@ -159,16 +151,7 @@ impl RabbitMq {
             self.epmd = Some(self.spawn_epmd()?);
         }
         let base = self.dir.path();
-        let out = fs::File::create(base.join("server.out")).map_err(|source| BrokerError::Io {
-            broker: NAME,
-            context: "creating server.out".into(),
-            source,
-        })?;
-        let err = out.try_clone().map_err(|source| BrokerError::Io {
-            broker: NAME,
-            context: "creating server.out".into(),
-            source,
-        })?;
+        let (out, err) = log_to(NAME, &base.join("server.out"))?;
         let mut cmd = Command::new(&self.server);
         cmd.current_dir(base)
             .env("HOME", base)
@@ -196,35 +179,33 @@ impl RabbitMq {
                 "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS",
                 "-kernel inet_dist_use_interface {127,0,0,1}",
             )
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err));
-        let group = Group::spawn_cleaning(cmd, Some(self.dir.path())).map_err(|source| {
-            BrokerError::Io {
-                broker: NAME,
-                context: format!("running {}", self.server.display()),
-                source,
-            }
-        })?;
-        self.broker = Some(group);
-        let deadline = started + READY_TIMEOUT;
-        loop {
-            if amqp_ready(self.port) {
+            .stdout(out)
+            .stderr(err);
+        let group =
+            self.broker
+                .insert(Group::spawn_cleaning(cmd, Some(self.dir.path())).map_err(
+                    BrokerError::io(NAME, format!("running {}", self.server.display())),
+                )?);
+        let port = self.port;
+        let waited = wait_ready(
+            group,
+            started + READY_TIMEOUT,
+            Duration::from_millis(50),
+            || amqp_ready(port),
+        );
+        let reason = match waited {
+            Ok(()) => {
                 self.last_start = started.elapsed();
                 return Ok(());
             }
-            if let Some(status) = self.broker.as_mut().and_then(Group::exited) {
-                return Err(self.start_error(format!("rabbitmq-server exited with {status}")));
+            Err(NotReady::Exited(status)) => format!("rabbitmq-server exited with {status}"),
+            Err(NotReady::TimedOut) => {
+                format!("no AMQP handshake on 127.0.0.1:{port} within {READY_TIMEOUT:?}")
             }
-            if Instant::now() > deadline {
-                let e = self.start_error(format!(
-                    "no AMQP handshake on 127.0.0.1:{} within {READY_TIMEOUT:?}",
-                    self.port
-                ));
-                self.stop();
-                return Err(e);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        };
+        let e = self.start_error(reason);
+        self.stop();
+        Err(e)
     }
 
     fn start_error(&self, reason: String) -> BrokerError {
@@ -259,11 +240,7 @@ impl RabbitMq {
             .env("ERL_EPMD_ADDRESS", "127.0.0.1")
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let group = Group::spawn(cmd).map_err(|source| BrokerError::Io {
-            broker: NAME,
-            context: "running epmd".into(),
-            source,
-        })?;
+        let group = Group::spawn(cmd).map_err(BrokerError::io(NAME, "running epmd"))?;
         // Wait for it to listen, so the broker does not start one of its own.
         let deadline = Instant::now() + Duration::from_secs(10);
         while TcpStream::connect_timeout(
