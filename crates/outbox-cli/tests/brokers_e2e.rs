@@ -14,11 +14,9 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use lapin::options::{
-    BasicConsumeOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
-};
+use lapin::options::{BasicConsumeOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{Connection, ConnectionProperties, ExchangeKind};
+use lapin::{Connection, ConnectionProperties};
 use outbox::Outbox;
 use outbox_testkit::brokers::rabbitmq::RabbitMq;
 use outbox_testkit::brokers::{skipped, SKIP_ENV};
@@ -213,44 +211,14 @@ async fn relay_program_delivers_to_rabbitmq_end_to_end() {
     eprintln!("rabbitmq ready in {:.2?}", rabbit.last_start_duration());
     let (db, pool) = outbox_testkit::postgres::migrated_test_db().await;
 
-    // The exchange as the publisher declares it (durable topic), and a
-    // durable queue taking every routing key, bound before anything is
-    // published (unbound messages would come back as unroutable).
+    // A durable queue taking every routing key, bound before anything is
+    // published.
     let queue = "brokers-e2e";
     let conn = Connection::connect(&rabbit.url(), ConnectionProperties::default())
         .await
         .expect("connecting to rabbitmq");
     let ch = conn.create_channel().await.expect("channel");
-    ch.exchange_declare(
-        EXCHANGE.into(),
-        ExchangeKind::Topic,
-        ExchangeDeclareOptions {
-            durable: true,
-            ..Default::default()
-        },
-        FieldTable::default(),
-    )
-    .await
-    .expect("declaring the exchange");
-    ch.queue_declare(
-        queue.into(),
-        QueueDeclareOptions {
-            durable: true,
-            ..Default::default()
-        },
-        FieldTable::default(),
-    )
-    .await
-    .expect("declaring the queue");
-    ch.queue_bind(
-        queue.into(),
-        EXCHANGE.into(),
-        "#".into(),
-        QueueBindOptions::default(),
-        FieldTable::default(),
-    )
-    .await
-    .expect("binding the queue");
+    outbox_testkit::brokers::rabbitmq::bind_queue(&ch, EXCHANGE, queue, "#").await;
 
     let expected = enqueue_backlog(&pool).await;
     let took = drain_with(&db.url, &pool, &rabbit.url()).await;

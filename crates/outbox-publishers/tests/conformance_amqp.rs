@@ -11,14 +11,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use lapin::options::{
-    BasicGetOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
-};
-use lapin::types::{AMQPValue, FieldTable};
-use lapin::{Connection, ConnectionProperties, ExchangeKind};
+use lapin::options::BasicGetOptions;
+use lapin::types::AMQPValue;
+use lapin::{Connection, ConnectionProperties};
 use outbox::{Outcome, Publisher};
 use outbox_publishers::amqp::{AmqpConfig, AmqpPublisher, ExchangeType, Unroutable};
-use outbox_testkit::brokers::rabbitmq::{RabbitMq, MAX_MESSAGE_BYTES};
+use outbox_testkit::brokers::rabbitmq::{self, RabbitMq, MAX_MESSAGE_BYTES};
 use outbox_testkit::conformance::{self, Capabilities, Collector, Harness, Received, Scope};
 use outbox_testkit::postgres::test_db;
 
@@ -116,36 +114,8 @@ impl Harness for AmqpHarness {
     async fn prepare(&self, scope: &Scope) {
         let conn = self.connect().await;
         let ch = conn.create_channel().await.expect("channel");
-        ch.exchange_declare(
-            "outbox".into(),
-            ExchangeKind::Topic,
-            ExchangeDeclareOptions {
-                durable: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .expect("declaring the exchange");
-        ch.queue_declare(
-            queue(scope).into(),
-            QueueDeclareOptions {
-                durable: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .expect("declaring the queue");
-        ch.queue_bind(
-            queue(scope).into(),
-            "outbox".into(),
-            format!("{}.#", scope.name()).into(),
-            QueueBindOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .expect("binding the queue");
+        let pattern = format!("{}.#", scope.name());
+        rabbitmq::bind_queue(&ch, "outbox", &queue(scope), &pattern).await;
         let _ = conn.close(200, "prepared".into()).await;
     }
 

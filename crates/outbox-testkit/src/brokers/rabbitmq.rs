@@ -277,6 +277,51 @@ impl Drop for RabbitMq {
     }
 }
 
+/// Declares `exchange` as the AMQP publisher does (a durable topic
+/// exchange) and a durable `queue` bound to it with `pattern`, so that
+/// messages published before anyone consumes are kept for reading back
+/// (unbound ones would come back as unroutable).
+///
+/// # Panics
+///
+/// If the broker refuses any of the three declarations.
+#[cfg(feature = "amqp")]
+pub async fn bind_queue(ch: &lapin::Channel, exchange: &str, queue: &str, pattern: &str) {
+    use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
+    use lapin::types::FieldTable;
+
+    ch.exchange_declare(
+        exchange.into(),
+        lapin::ExchangeKind::Topic,
+        ExchangeDeclareOptions {
+            durable: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("declaring exchange {exchange}: {e}"));
+    ch.queue_declare(
+        queue.into(),
+        QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("declaring queue {queue}: {e}"));
+    ch.queue_bind(
+        queue.into(),
+        exchange.into(),
+        pattern.into(),
+        QueueBindOptions::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("binding queue {queue} to {exchange} with {pattern}: {e}"));
+}
+
 /// Whether an AMQP 0-9-1 server answers the protocol header on `port` with
 /// `connection.start`.
 fn amqp_ready(port: u16) -> bool {
