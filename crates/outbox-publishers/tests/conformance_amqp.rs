@@ -236,6 +236,74 @@ async fn outage_and_restart() {
 
 // ---- RabbitMQ specifics ----
 
+/// A broker that hangs with its connections open (frozen with SIGSTOP)
+/// takes no frames and sends no confirms: a publish must come back as an
+/// outage within `confirm_timeout_ms`, not wait forever on a link that
+/// looks alive, and the next publish after the thaw reconnects and
+/// delivers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_broker_is_an_outage_not_a_hang() {
+    let Some(h) = AmqpHarness::private().await else {
+        return;
+    };
+    let scope = Scope::new("frozen");
+    h.prepare(&scope).await;
+    let p = AmqpPublisher::new(AmqpConfig {
+        confirm_timeout_ms: 1_500,
+        ..h.config()
+    })
+    .unwrap();
+    let warm = conformance::event(&scope, "warm", 0);
+    assert_eq!(
+        p.publish(std::slice::from_ref(&warm)).await.unwrap(),
+        vec![Outcome::Delivered]
+    );
+
+    // About 20 MB: more than the socket buffers of a frozen peer hold, so
+    // sending itself stalls, not only the confirms.
+    let pad = "x".repeat(64 * 1024);
+    let batch: Vec<_> = (0..300)
+        .map(|n| {
+            let mut e = conformance::event(&scope, &format!("big-{n}"), n);
+            e.payload = serde_json::json!({ "n": n, "pad": pad }).to_string();
+            e
+        })
+        .collect();
+    h.rabbit.lock().unwrap().freeze();
+    let started = Instant::now();
+    let frozen = tokio::time::timeout(Duration::from_secs(20), p.publish(&batch)).await;
+    let took = started.elapsed();
+    h.rabbit.lock().unwrap().thaw();
+    let result = frozen.unwrap_or_else(|_| {
+        panic!(
+            "a publish to a frozen broker was still waiting after 20 s (confirm_timeout_ms 1500)"
+        )
+    });
+    match result {
+        Err(e) => assert!(e.message.contains("within 1500 ms"), "{e}"),
+        Ok(outcomes) => assert!(
+            outcomes
+                .iter()
+                .all(|o| matches!(o, Outcome::Unavailable(_))),
+            "nothing can be confirmed by a frozen broker: {outcomes:?}"
+        ),
+    }
+    eprintln!("publish to the frozen broker returned after {took:.2?}");
+
+    let after = conformance::event(&scope, "after", 0);
+    let started = Instant::now();
+    loop {
+        match p.publish(std::slice::from_ref(&after)).await {
+            Ok(outcomes) if outcomes == vec![Outcome::Delivered] => break,
+            other => assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "no delivery 30 s after the thaw: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// `message_id`, `type`, `content_type`, persistence and routing key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn message_properties() {

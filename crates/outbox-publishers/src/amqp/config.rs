@@ -101,8 +101,8 @@ pub struct AmqpConfig {
     /// broker with a lower limit closes the channel instead, which the
     /// publisher also classifies as a rejection of that event.
     pub max_message_bytes: usize,
-    /// How long to wait for the broker's publisher confirms of a batch.
-    /// Keep it below the relay's `publish_timeout_ms`. Default 15000.
+    /// How long sending a batch and receiving its publisher confirms may
+    /// take. Keep it below the relay's `publish_timeout_ms`. Default 15000.
     pub confirm_timeout_ms: u64,
     /// How long connecting (TCP, TLS, AMQP handshake, channel setup) may
     /// take. Default 5000.

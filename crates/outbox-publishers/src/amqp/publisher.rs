@@ -103,36 +103,39 @@ impl AmqpPublisher {
             mandatory: self.config.unroutable != Unroutable::Drop,
             ..BasicPublishOptions::default()
         };
+        // One deadline for sending and confirming: a connection that stops
+        // taking frames without being reported closed is given up like one
+        // that sends no confirms, and the next publish reconnects.
+        let deadline = Instant::now() + Duration::from_millis(self.config.confirm_timeout_ms);
+        let stalled = |what: &str| {
+            Failure::Transport(format!(
+                "rabbitmq at {} {what} within {} ms",
+                self.where_(),
+                self.config.confirm_timeout_ms
+            ))
+        };
         let mut confirms = Vec::with_capacity(todo.len());
         let mut failure = None;
         for (i, key, props) in todo {
-            match channel
-                .basic_publish(
-                    self.config.exchange.as_str().into(),
-                    key.clone(),
-                    options,
-                    batch[*i].payload.as_bytes(),
-                    props.clone(),
-                )
-                .await
-            {
-                Ok(confirm) => confirms.push((*i, key.as_str(), confirm)),
-                Err(e) => {
+            let sent = channel.basic_publish(
+                self.config.exchange.as_str().into(),
+                key.clone(),
+                options,
+                batch[*i].payload.as_bytes(),
+                props.clone(),
+            );
+            match timeout_at(deadline, sent).await {
+                Err(_) => return Err(stalled("took no messages")),
+                Ok(Ok(confirm)) => confirms.push((*i, key.as_str(), confirm)),
+                Ok(Err(e)) => {
                     failure = Some(e);
                     break;
                 }
             }
         }
-        let deadline = Instant::now() + Duration::from_millis(self.config.confirm_timeout_ms);
         for (i, key, confirm) in confirms {
             match timeout_at(deadline, confirm).await {
-                Err(_) => {
-                    return Err(Failure::Transport(format!(
-                        "rabbitmq at {} sent no publisher confirm within {} ms",
-                        self.where_(),
-                        self.config.confirm_timeout_ms
-                    )))
-                }
+                Err(_) => return Err(stalled("sent no publisher confirm")),
                 Ok(Ok(confirmation)) => outcomes[i] = Some(self.confirmed(confirmation, key)),
                 Ok(Err(e)) => {
                     // The broker's reason for closing the channel beats the

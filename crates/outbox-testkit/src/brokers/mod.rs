@@ -185,6 +185,15 @@ impl Group {
         self.child.try_wait().ok().flatten()
     }
 
+    /// Sends `signal` to the whole group.
+    pub(crate) fn signal(&self, signal: libc::c_int) {
+        // SAFETY: killpg only sends a signal, to the group this handle
+        // created.
+        unsafe {
+            libc::killpg(self.child.id() as libc::pid_t, signal);
+        }
+    }
+
     /// Kills the whole group (`SIGKILL`) and reaps the leader.
     pub(crate) fn kill(&mut self) {
         let group = self.child.id() as libc::pid_t;

@@ -142,6 +142,21 @@ impl RabbitMq {
         }
     }
 
+    /// Freezes the broker (`SIGSTOP` to its processes): connections stay
+    /// open but nothing is read or answered, as with a hung host.
+    pub fn freeze(&self) {
+        if let Some(g) = &self.broker {
+            g.signal(libc::SIGSTOP);
+        }
+    }
+
+    /// Lets a [frozen](RabbitMq::freeze) broker run again (`SIGCONT`).
+    pub fn thaw(&self) {
+        if let Some(g) = &self.broker {
+            g.signal(libc::SIGCONT);
+        }
+    }
+
     /// Starts the broker again on the same port with the same data, and
     /// waits until it accepts connections.
     pub fn start_again(&mut self) -> Result<(), BrokerError> {
