@@ -1,9 +1,10 @@
 //! The relay side of the cases that go through PostgreSQL: the test
 //! database, a relay on it, and what the relay left there.
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use outbox::relay::StatsSnapshot;
+use outbox::relay::{OutageKind, RelayObserver, StatsSnapshot};
 use outbox::{Relay, RelayConfig, RelayHandle};
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -50,6 +51,27 @@ pub(super) async fn migrated_scope<H: Harness>(h: &H, pool: &PgPool, case: &str)
     scope
 }
 
+/// Prints each outage the relay meets when its message differs from the
+/// previous one, so a case that times out shows what the relay was seeing
+/// (the test harness shows this output only for failed tests).
+struct OutageLog {
+    started: Instant,
+    last: Mutex<String>,
+}
+
+impl RelayObserver for OutageLog {
+    fn on_outage(&self, kind: OutageKind, error: &str) {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if *last != error {
+            eprintln!(
+                "relay outage ({kind:?}) at {:.2?}: {error}",
+                self.started.elapsed()
+            );
+            *last = error.to_owned();
+        }
+    }
+}
+
 /// A relay on `pool` publishing with a new publisher of the harness,
 /// with [`relay_config`].
 pub(super) async fn spawn_relay<H: Harness>(
@@ -57,8 +79,13 @@ pub(super) async fn spawn_relay<H: Harness>(
     pool: &PgPool,
     batch_size: usize,
 ) -> RelayHandle {
+    let log = OutageLog {
+        started: Instant::now(),
+        last: Mutex::new(String::new()),
+    };
     Relay::builder(pool.clone(), h.publisher().await)
         .config(relay_config(batch_size))
+        .observer(Arc::new(log))
         .spawn()
         .await
         .unwrap_or_else(|e| panic!("{}: starting the relay: {e}", h.name()))
