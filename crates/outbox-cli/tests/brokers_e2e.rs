@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use lapin::options::{BasicConsumeOptions, QueueDeclareOptions};
-use lapin::types::{AMQPValue, FieldTable};
+use lapin::types::FieldTable;
 use lapin::{Connection, ConnectionProperties};
 use outbox::Outbox;
 use outbox_testkit::brokers::rabbitmq::RabbitMq;
@@ -163,26 +163,8 @@ fn payload_n(data: &[u8]) -> i64 {
 
 // ---- RabbitMQ ----
 
-fn amqp_text(value: &AMQPValue) -> String {
-    match value {
-        AMQPValue::LongString(s) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
-        AMQPValue::ShortString(s) => s.as_str().to_owned(),
-        other => format!("{other:?}"),
-    }
-}
-
 fn amqp_got(d: &lapin::message::Delivery) -> Got {
-    let headers: BTreeMap<String, String> = d
-        .properties
-        .headers()
-        .as_ref()
-        .map(|t| {
-            t.inner()
-                .iter()
-                .map(|(k, v)| (k.as_str().to_owned(), amqp_text(v)))
-                .collect()
-        })
-        .unwrap_or_default();
+    let headers = outbox_testkit::brokers::rabbitmq::headers_as_text(&d.properties);
     Got {
         id: d
             .properties

@@ -6,13 +6,11 @@
 //! stop it get a node of their own.
 #![cfg(feature = "amqp")]
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use lapin::options::BasicGetOptions;
-use lapin::types::AMQPValue;
 use lapin::{Connection, ConnectionProperties};
 use outbox::{Outcome, Publisher};
 use outbox_publishers::amqp::{AmqpConfig, AmqpPublisher, ExchangeType, Unroutable};
@@ -78,14 +76,6 @@ fn queue(scope: &Scope) -> String {
     format!("q.{}", scope.name())
 }
 
-fn text(value: &AMQPValue) -> String {
-    match value {
-        AMQPValue::LongString(s) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
-        AMQPValue::ShortString(s) => s.as_str().to_owned(),
-        other => format!("{other:?}"),
-    }
-}
-
 #[async_trait(?Send)]
 impl Harness for AmqpHarness {
     type Publisher = AmqpPublisher;
@@ -133,18 +123,7 @@ impl Harness for AmqpHarness {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 continue;
             };
-            let headers: BTreeMap<String, String> = m
-                .delivery
-                .properties
-                .headers()
-                .as_ref()
-                .map(|t| {
-                    t.inner()
-                        .iter()
-                        .map(|(k, v)| (k.as_str().to_owned(), text(v)))
-                        .collect()
-                })
-                .unwrap_or_default();
+            let headers = rabbitmq::headers_as_text(&m.delivery.properties);
             out.push(Received {
                 destination: m.delivery.routing_key.as_str().to_owned(),
                 key: None,

@@ -337,6 +337,30 @@ pub async fn bind_queue(ch: &lapin::Channel, exchange: &str, queue: &str, patter
     .unwrap_or_else(|e| panic!("binding queue {queue} to {exchange} with {pattern}: {e}"));
 }
 
+/// A message's AMQP headers as text: string values as they are, others in
+/// their debug form.
+#[cfg(feature = "amqp")]
+pub fn headers_as_text(
+    properties: &lapin::BasicProperties,
+) -> std::collections::BTreeMap<String, String> {
+    use lapin::types::AMQPValue;
+    let text = |value: &AMQPValue| match value {
+        AMQPValue::LongString(s) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
+        AMQPValue::ShortString(s) => s.as_str().to_owned(),
+        other => format!("{other:?}"),
+    };
+    properties
+        .headers()
+        .as_ref()
+        .map(|t| {
+            t.inner()
+                .iter()
+                .map(|(k, v)| (k.as_str().to_owned(), text(v)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Whether an AMQP 0-9-1 server answers the protocol header on `port` with
 /// `connection.start`.
 fn amqp_ready(port: u16) -> bool {
