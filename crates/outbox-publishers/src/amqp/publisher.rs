@@ -89,6 +89,23 @@ impl AmqpPublisher {
             .join(&shown)
     }
 
+    /// A new confirm-mode channel after the broker closed one. lapin can
+    /// hand out the id of a channel whose close is still being settled, and
+    /// such a channel is unusable at once (`invalid channel state`); a fresh
+    /// connection is then opened in place of `link`'s.
+    async fn renew_channel(&self, link: &mut Link) -> Result<Channel, String> {
+        match self.open_channel(&link.connection).await {
+            Ok(ch) => Ok(ch),
+            Err(e) => {
+                tracing::debug!(error = %e, "no new channel on this connection; reconnecting");
+                let fresh = self.connect().await?;
+                let channel = fresh.channel.clone();
+                close_quietly(Some(std::mem::replace(link, fresh))).await;
+                Ok(channel)
+            }
+        }
+    }
+
     /// Publishes `todo` (indexes into `batch`) on `channel` and waits for
     /// their confirms. Fills `outcomes`; stops at the first failure.
     async fn publish_on(
@@ -210,7 +227,7 @@ impl Publisher for AmqpPublisher {
                 for one in rest {
                     let ch = match channel.take() {
                         Some(ch) if ch.status().connected() => ch,
-                        _ => match self.open_channel(&link.connection).await {
+                        _ => match self.renew_channel(link).await {
                             Ok(ch) => ch,
                             Err(e) => {
                                 close_quietly(guard.take()).await;
@@ -243,7 +260,7 @@ impl Publisher for AmqpPublisher {
                 }
                 let fresh = match channel {
                     Some(ch) => Ok(ch),
-                    None => self.open_channel(&link.connection).await,
+                    None => self.renew_channel(link).await,
                 };
                 match fresh {
                     Ok(ch) => link.channel = ch,
