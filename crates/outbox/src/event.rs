@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use serde_json::value::RawValue;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
@@ -226,21 +227,58 @@ impl Event {
         out
     }
 
-    /// The JSON-lines form used by the stdout and file publishers.
-    pub fn to_json_line(&self) -> serde_json::Value {
-        let payload: serde_json::Value =
-            serde_json::from_str(&self.payload).unwrap_or(serde_json::Value::Null);
-        serde_json::json!({
-            "id": self.id,
-            "seq": self.seq,
-            "aggregate_type": self.aggregate_type,
-            "aggregate_id": self.aggregate_id,
-            "event_type": self.event_type,
-            "payload": payload,
-            "headers": self.headers,
-            "topic": self.topic,
-            "created_at": self.created_at,
-        })
+    /// Appends the JSON-lines form used by the stdout and file publishers to
+    /// `out`, without the trailing newline.
+    ///
+    /// The payload is embedded as the very text PostgreSQL returned for the
+    /// `jsonb`, never re-parsed into numbers and back: `1e400`, a 30-digit
+    /// integer or 200 nested arrays arrive as stored. A payload that is not
+    /// JSON at all (only possible for an `Event` built by hand) is written as
+    /// a JSON string, so the line stays valid.
+    pub fn write_json_line(&self, out: &mut Vec<u8>) {
+        #[derive(Serialize)]
+        struct Line<'a> {
+            id: &'a Uuid,
+            seq: i64,
+            aggregate_type: &'a str,
+            aggregate_id: &'a str,
+            event_type: &'a str,
+            payload: Payload<'a>,
+            headers: &'a BTreeMap<String, String>,
+            topic: Option<&'a str>,
+            created_at: &'a DateTime<Utc>,
+        }
+        #[derive(Serialize)]
+        #[serde(untagged)]
+        enum Payload<'a> {
+            Json(&'a RawValue),
+            Text(&'a str),
+        }
+        let payload = match serde_json::from_str::<&RawValue>(&self.payload) {
+            Ok(raw) => Payload::Json(raw),
+            Err(_) => Payload::Text(&self.payload),
+        };
+        let line = Line {
+            id: &self.id,
+            seq: self.seq,
+            aggregate_type: &self.aggregate_type,
+            aggregate_id: &self.aggregate_id,
+            event_type: &self.event_type,
+            payload,
+            headers: &self.headers,
+            topic: self.topic.as_deref(),
+            created_at: &self.created_at,
+        };
+        // Writing plain strings, numbers and already-valid JSON into a Vec
+        // cannot fail.
+        serde_json::to_writer(out, &line).expect("a JSON line of valid parts");
+    }
+
+    /// [`Event::write_json_line`] as a string.
+    pub fn json_line(&self) -> String {
+        let mut out = Vec::with_capacity(256 + self.payload.len());
+        self.write_json_line(&mut out);
+        String::from_utf8(out).expect("serde_json writes UTF-8")
     }
 }
 

@@ -13,8 +13,14 @@ pub const MAX_PARTITIONS: u32 = 1024;
 /// The migrations, in order. Each is applied once and recorded in
 /// `{schema}.outbox_schema_migrations`; each is also written to be
 /// harmless if applied again.
-const MIGRATIONS: &[(i32, &str, &str)] =
-    &[(1, "outbox", include_str!("../migrations/0001_outbox.sql"))];
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (1, "outbox", include_str!("../migrations/0001_outbox.sql")),
+    (
+        2,
+        "finite_timestamps",
+        include_str!("../migrations/0002_finite_timestamps.sql"),
+    ),
+];
 
 const TRIGGER_ON: &str = include_str!("../migrations/notify_trigger_on.sql");
 const TRIGGER_OFF: &str = include_str!("../migrations/notify_trigger_off.sql");

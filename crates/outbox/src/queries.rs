@@ -16,12 +16,23 @@
 /// against their id (`$3`, `$4`): a direct heap access instead of a primary
 /// key lookup per row (measured: 2.3 ms instead of 7.3 ms for 1,000 rows).
 /// A row that moved meanwhile (a table rewrite) is simply not matched and
-/// is delivered again: at least once still holds. The claim is a plain read: partition ownership, not row
-/// locks, keeps other relays away.
+/// is delivered again: at least once still holds. The claim is a plain
+/// read: partition ownership, not row locks, keeps other relays away.
+///
+/// The payload and headers come back as the text PostgreSQL prints for the
+/// `jsonb`, so nothing is re-parsed on the way to the broker. A `created_at`
+/// no client can represent (`infinity`, beyond year 100000: rows written
+/// before migration 2's `CHECK`) comes back as NULL with its text beside it,
+/// so the row is dead-lettered with that reason instead of stopping the
+/// relay.
 pub const EVENT_ACK_AND_CLAIM: &str = "
 WITH acked AS ({ack})
 SELECT id, seq, aggregate_type, aggregate_id, event_type, payload::text, headers::text,
-       topic, attempts, created_at, partition, ctid::text
+       topic, attempts,
+       CASE WHEN isfinite(created_at) AND created_at < '100000-01-01' THEN created_at END,
+       partition, ctid::text,
+       CASE WHEN isfinite(created_at) AND created_at < '100000-01-01' THEN NULL
+            ELSE created_at::text END
 FROM {schema}.outbox_events
 WHERE processed_at IS NULL AND dead_lettered_at IS NULL
   AND partition = ANY($1::int[])
@@ -132,12 +143,15 @@ pub const PENDING_COUNT: &str = "
 SELECT count(*) FROM {schema}.outbox_events
 WHERE processed_at IS NULL AND dead_lettered_at IS NULL";
 
-/// The status report's counters.
+/// The status report's counters. The oldest age leaves out `created_at`
+/// values that are not finite (only rows older than migration 2 can hold
+/// them): `now() - '-infinity'` is out of an interval's range.
 pub const STATUS_COUNTS: &str = "
 SELECT count(*) FILTER (WHERE dead_lettered_at IS NULL) AS pending,
        count(*) FILTER (WHERE dead_lettered_at IS NULL AND next_attempt_at IS NOT NULL) AS retrying,
        count(*) FILTER (WHERE dead_lettered_at IS NOT NULL) AS dead_letters,
-       EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE dead_lettered_at IS NULL))::float8
+       EXTRACT(EPOCH FROM now() - min(created_at) FILTER (
+           WHERE dead_lettered_at IS NULL AND isfinite(created_at)))::float8
            AS oldest_pending_age_seconds
 FROM {schema}.outbox_events
 WHERE processed_at IS NULL";

@@ -220,7 +220,9 @@ fn print_table(items: &[DeadLetter]) {
                 format!("{}/{}", d.aggregate_type, d.aggregate_id),
                 d.event_type.clone(),
                 d.attempts.to_string(),
-                d.dead_lettered_at.format("%Y-%m-%d %H:%M:%SZ").to_string(),
+                d.dead_lettered_at
+                    .map(|at| at.format("%Y-%m-%d %H:%M:%SZ").to_string())
+                    .unwrap_or_else(|| "not finite".to_owned()),
                 truncate(d.last_error.as_deref().unwrap_or("-"), ERROR_CHARS),
             ]
         })

@@ -6,6 +6,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use serde_json::value::RawValue;
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 use uuid::Uuid;
@@ -16,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::schema::Schema;
 
 /// One dead-lettered event.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct DeadLetter {
     /// The event id.
     pub id: Uuid,
@@ -28,43 +29,64 @@ pub struct DeadLetter {
     pub aggregate_id: String,
     /// The event type, e.g. `order.created`.
     pub event_type: String,
-    /// The payload.
-    pub payload: serde_json::Value,
+    /// The payload, as the JSON text PostgreSQL stores (never re-parsed, so
+    /// numbers beyond `f64` and deep nesting are shown as they are).
+    pub payload: Box<RawValue>,
     /// The headers (a JSON object, shown as stored).
-    pub headers: serde_json::Value,
+    pub headers: Box<RawValue>,
     /// The topic override, if any.
     pub topic: Option<String>,
     /// Failed attempts before it was dead-lettered.
     pub attempts: i32,
-    /// When the event was enqueued (its transaction's start time).
-    pub created_at: DateTime<Utc>,
-    /// When the event was dead-lettered.
-    pub dead_lettered_at: DateTime<Utc>,
+    /// When the event was enqueued (its transaction's start time); `None`
+    /// for a stored value no client can represent (`infinity`, or beyond
+    /// year 100000), which only rows written before migration 2 can hold.
+    pub created_at: Option<DateTime<Utc>>,
+    /// When the event was dead-lettered; `None` as for `created_at`.
+    pub dead_lettered_at: Option<DateTime<Utc>>,
     /// The publisher's last error.
     pub last_error: Option<String>,
 }
 
 impl DeadLetter {
-    fn from_row(row: &PgRow) -> Self {
-        DeadLetter {
-            id: row.get(0),
-            seq: row.get(1),
-            aggregate_type: row.get(2),
-            aggregate_id: row.get(3),
-            event_type: row.get(4),
-            payload: row.get(5),
-            headers: row.get(6),
-            topic: row.get(7),
-            attempts: row.get(8),
-            created_at: row.get(9),
-            dead_lettered_at: row.get(10),
-            last_error: row.get(11),
-        }
+    fn from_row(row: &PgRow) -> Result<Self> {
+        Ok(DeadLetter {
+            id: col(row, 0)?,
+            seq: col(row, 1)?,
+            aggregate_type: col(row, 2)?,
+            aggregate_id: col(row, 3)?,
+            event_type: col(row, 4)?,
+            payload: json(col(row, 5)?),
+            headers: json(col(row, 6)?),
+            topic: col(row, 7)?,
+            attempts: col(row, 8)?,
+            created_at: col(row, 9)?,
+            dead_lettered_at: col(row, 10)?,
+            last_error: col(row, 11)?,
+        })
     }
 }
 
+fn col<'r, T>(row: &'r PgRow, index: usize) -> Result<T>
+where
+    T: sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+{
+    row.try_get(index)
+        .map_err(Error::db("reading a dead letter"))
+}
+
+/// The JSON text PostgreSQL printed, kept as it is. (Anything that is not
+/// JSON, which PostgreSQL never prints, would be kept as a JSON string
+/// rather than lost.)
+fn json(text: String) -> Box<RawValue> {
+    RawValue::from_string(text.clone()).unwrap_or_else(|_| {
+        RawValue::from_string(serde_json::Value::String(text).to_string())
+            .expect("a JSON string is JSON")
+    })
+}
+
 /// A page of dead letters.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct DeadLetterPage {
     /// The dead letters, in seq order, at most the filter's limit.
     pub items: Vec<DeadLetter>,
@@ -117,7 +139,10 @@ impl DeadLetters {
             .await
             .map_err(Error::db("listing dead letters"))?;
         let total = rows.first().map_or(0, |r| r.get::<i64, _>(12)) as u64;
-        let items = rows.iter().map(DeadLetter::from_row).collect();
+        let items = rows
+            .iter()
+            .map(DeadLetter::from_row)
+            .collect::<Result<Vec<_>>>()?;
         Ok(DeadLetterPage { items, total })
     }
 

@@ -30,8 +30,12 @@ macro_rules! dead_letter_match {
 /// matches before the limit.
 pub const DEAD_LETTER_LIST: &str = concat!(
     "
-SELECT id, seq, aggregate_type, aggregate_id, event_type, payload, headers, topic,
-       attempts, created_at, dead_lettered_at, last_error, count(*) OVER () AS total
+SELECT id, seq, aggregate_type, aggregate_id, event_type, payload::text, headers::text, topic,
+       attempts,
+       CASE WHEN isfinite(created_at) AND created_at < '100000-01-01' THEN created_at END,
+       CASE WHEN isfinite(dead_lettered_at) AND dead_lettered_at < '100000-01-01'
+            THEN dead_lettered_at END,
+       last_error, count(*) OVER () AS total
 FROM {schema}.outbox_events
 WHERE ",
     dead_letter_match!(),

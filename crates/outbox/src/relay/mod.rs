@@ -4,6 +4,7 @@
 
 mod backoff;
 mod config;
+mod decode;
 mod observe;
 mod ownership;
 mod store;

@@ -1,15 +1,16 @@
 //! The relay's database calls, one method per statement in
 //! [`crate::queries`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::time::Duration;
 
-use sqlx::{PgPool, Row};
+use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::queries as q;
+use crate::relay::decode;
 use crate::schema::Schema;
 
 /// A claimed batch: the events, and where each row lies (its `ctid`), for
@@ -20,6 +21,10 @@ pub struct Claimed {
     pub events: Vec<Event>,
     /// Row locations by event id.
     pub ctids: HashMap<Uuid, String>,
+    /// Rows that could not be decoded, by event id, with the reason: they
+    /// are in `events` (with what could be read) to be dead-lettered, never
+    /// published.
+    pub undecodable: HashMap<Uuid, String>,
 }
 
 /// Rows to acknowledge: locations and ids, pairwise.
@@ -106,40 +111,20 @@ impl Store {
         let mut claimed = Claimed {
             events: Vec::with_capacity(rows.len()),
             ctids: HashMap::with_capacity(rows.len()),
+            undecodable: HashMap::new(),
         };
         for row in rows {
-            let id: Uuid = row.get(0);
-            claimed.ctids.insert(id, row.get(11));
-            claimed.events.push({
-                let headers: String = row.get(6);
-                let headers: BTreeMap<String, String> = if headers == "{}" {
-                    BTreeMap::new()
-                } else {
-                    // Headers written by plain SQL may hold non-string values;
-                    // send those as their JSON text.
-                    let v: serde_json::Map<String, serde_json::Value> =
-                        serde_json::from_str(&headers).unwrap_or_default();
-                    v.into_iter()
-                        .map(|(k, v)| match v {
-                            serde_json::Value::String(s) => (k, s),
-                            other => (k, other.to_string()),
-                        })
-                        .collect()
-                };
-                Event {
-                    id,
-                    seq: row.get(1),
-                    aggregate_type: row.get(2),
-                    aggregate_id: row.get(3),
-                    event_type: row.get(4),
-                    payload: row.get(5),
-                    headers,
-                    topic: row.get(7),
-                    attempts: row.get(8),
-                    created_at: row.get(9),
-                    partition: row.get(10),
+            let decoded = decode::claimed_row(&row)
+                .map_err(|e| Error::db("decoding a claimed row")(e))?;
+            let event = match decoded.event {
+                Ok(event) => event,
+                Err(bad) => {
+                    claimed.undecodable.insert(bad.event.id, bad.reason);
+                    bad.event
                 }
-            });
+            };
+            claimed.ctids.insert(event.id, decoded.ctid);
+            claimed.events.push(event);
         }
         Ok(claimed)
     }

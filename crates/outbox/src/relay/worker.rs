@@ -1,11 +1,12 @@
 //! The relay loop: claim a batch from the owned partitions, publish it in
 //! per-aggregate waves, acknowledge it, repeat.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
+use uuid::Uuid;
 
 use crate::error::Result;
 use crate::event::Event;
@@ -165,7 +166,7 @@ impl Worker {
                         .await
                 })
             };
-            let mut published = self.publish(batch.events, &claim).await;
+            let mut published = self.publish(batch.events, &batch.undecodable, &claim).await;
             published.ctids = batch.ctids;
             let next = match prefetch.await {
                 Ok(result) => result.map_err(|e| e.to_string()),
@@ -266,7 +267,15 @@ impl Worker {
 
     /// Publishes one batch in waves and records its failures (fenced). The
     /// deliveries are acknowledged later, with the next claim.
-    async fn publish(&self, batch: Vec<Event>, claim: &Claimable) -> Published {
+    ///
+    /// Rows that could not be decoded are never sent: each is dead-lettered
+    /// with its reason, exactly like an event the broker rejected.
+    async fn publish(
+        &self,
+        batch: Vec<Event>,
+        undecodable: &HashMap<Uuid, String>,
+        claim: &Claimable,
+    ) -> Published {
         let started = Instant::now();
         let claimed = batch.len();
         let timeout = Duration::from_millis(self.config.publish_timeout_ms);
@@ -297,6 +306,25 @@ impl Worker {
             for e in lapsed {
                 blocked.insert(e.aggregate_id);
             }
+            let wave: Vec<Event> = if undecodable.is_empty() {
+                wave
+            } else {
+                let (bad, good): (Vec<Event>, Vec<Event>) = wave
+                    .into_iter()
+                    .partition(|e| undecodable.contains_key(&e.id));
+                for event in bad {
+                    let error = undecodable[&event.id].clone();
+                    failures.push(Failure {
+                        id: event.id,
+                        error: error.clone(),
+                        delay: Duration::ZERO,
+                        dead: true,
+                    });
+                    blocked.insert(event.aggregate_id.clone());
+                    dead.push((event, error));
+                }
+                good
+            };
             if wave.is_empty() {
                 continue;
             }
