@@ -491,3 +491,12 @@ async fn deleted_exchange_is_an_outage_then_redeclared() {
     );
     let _ = conn.close(200, "done".into()).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delivers_every_event_as_stored() {
+    let Some(h) = AmqpHarness::shared().await else {
+        return;
+    };
+    let pool = test_db().await.pool().await;
+    conformance::delivers_every_event_as_stored(&h, &pool, Some(MAX_MESSAGE_BYTES - 1_000)).await;
+}

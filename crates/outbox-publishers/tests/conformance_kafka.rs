@@ -393,3 +393,14 @@ async fn tansu_outage_burns_no_attempts() {
     let pool = test_db().await.pool().await;
     conformance::outage_burns_no_attempts(&h, &pool).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mock_delivers_every_event_as_stored() {
+    let pool = test_db().await.pool().await;
+    conformance::delivers_every_event_as_stored(
+        &KafkaHarness::mock(),
+        &pool,
+        Some(MESSAGE_MAX_BYTES - 10_000),
+    )
+    .await;
+}

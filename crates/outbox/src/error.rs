@@ -54,6 +54,36 @@ impl Error {
         }
     }
 
+    /// Whether the outbox's tables or schema are missing (SQLSTATE 42P01
+    /// undefined table, 3F000 invalid schema name): the fix is
+    /// `outbox migrate`, not waiting.
+    pub fn is_missing_table(&self) -> bool {
+        match self {
+            Error::NotMigrated { .. } => true,
+            Error::Database {
+                source: sqlx::Error::Database(db),
+                ..
+            } => matches!(db.code().as_deref(), Some("42P01" | "3F000")),
+            _ => false,
+        }
+    }
+
+    /// The error with its causes, on one line (`a: b: c`), for logs and
+    /// outage reports: the display alone names only what was being done.
+    pub fn with_causes(&self) -> String {
+        let mut out = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            let text = cause.to_string();
+            if !out.ends_with(&text) {
+                out.push_str(": ");
+                out.push_str(&text);
+            }
+            source = cause.source();
+        }
+        out.replace(['\n', '\r'], " ")
+    }
+
     pub(crate) fn db(during: &'static str) -> impl FnOnce(sqlx::Error) -> Self {
         move |source| Error::Database { during, source }
     }

@@ -11,6 +11,7 @@
 //! | [`maps_headers_key_and_destination`] | — |
 //! | [`keeps_aggregate_order`] | PostgreSQL |
 //! | [`drains_a_large_batch`] | PostgreSQL |
+//! | [`delivers_every_event_as_stored`] | PostgreSQL |
 //! | [`rejects_an_oversized_message`] | PostgreSQL, [`Capabilities::oversized_payload_bytes`] |
 //! | [`outage_burns_no_attempts`] | PostgreSQL, [`Capabilities::stop_start`] |
 //! | [`survives_a_broker_restart`] | PostgreSQL, [`Capabilities::keeps_data_across_restart`] |
@@ -32,9 +33,11 @@
 //! * `relay`: the test database and a relay on it ([`relay_config`]);
 //! * `verify`: checking what came back, and reporting a passed case;
 //! * `cases_direct`, `cases_relay`, `cases_outage`: the cases, by what
-//!   they need (the publisher alone, PostgreSQL, a broker that stops).
+//!   they need (the publisher alone, PostgreSQL, a broker that stops);
+//! * `cases_faithful`: odd rows written by plain SQL arrive as stored.
 
 mod cases_direct;
+mod cases_faithful;
 mod cases_outage;
 mod cases_relay;
 mod events;
@@ -49,6 +52,7 @@ use async_trait::async_trait;
 use outbox::Publisher;
 
 pub use cases_direct::{delivers_a_batch, maps_headers_key_and_destination};
+pub use cases_faithful::{delivers_every_event_as_stored, HOSTILE_HEADERS, HOSTILE_PAYLOADS};
 pub use cases_outage::{outage_burns_no_attempts, survives_a_broker_restart};
 pub use cases_relay::{drains_a_large_batch, keeps_aggregate_order, rejects_an_oversized_message};
 pub use events::event;

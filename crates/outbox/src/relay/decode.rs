@@ -37,9 +37,8 @@ pub(crate) fn claimed_row(row: &PgRow) -> Result<DecodedRow, sqlx::Error> {
     let id: Uuid = row.try_get(0)?;
     let ctid: String = row.try_get(11)?;
     let mut problems: Vec<String> = Vec::new();
-    let mut field = |index: usize, name: &str| -> Option<String> {
-        take(row, index, name, &mut problems)
-    };
+    let mut field =
+        |index: usize, name: &str| -> Option<String> { take(row, index, name, &mut problems) };
     let aggregate_type = field(2, "aggregate_type");
     let aggregate_id = field(3, "aggregate_id");
     let event_type = field(4, "event_type");

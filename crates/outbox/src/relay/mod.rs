@@ -142,6 +142,7 @@ impl RelayBuilder {
             stats: stats.clone(),
             observer: self.observer,
             channel,
+            tables_missing: false,
         };
         Ok(RelayHandle {
             instance_id,
@@ -167,10 +168,15 @@ struct LeaseLoop {
 async fn lease_loop(l: LeaseLoop, mut shutdown: watch::Receiver<bool>) {
     let period = l.ownership.lease() / 3;
     let mut announced = false;
+    // Whether the last round failed on missing tables: said once per change.
+    let mut missing = false;
     while !*shutdown.borrow() {
         let before = l.ownership.held_count();
         match l.ownership.tick(&l.store).await {
             Ok(()) => {
+                if std::mem::take(&mut missing) {
+                    tracing::info!("the outbox tables are back; taking partitions again");
+                }
                 let held = l.ownership.held_count();
                 if held > before {
                     l.wakeup.wake_local();
@@ -185,9 +191,14 @@ async fn lease_loop(l: LeaseLoop, mut shutdown: watch::Receiver<bool>) {
                 }
             }
             Err(e) => {
-                tracing::warn!(error = %e, "lease round failed; retrying");
+                let message = e.with_causes();
+                if !e.is_missing_table() {
+                    tracing::warn!(error = %message, "lease round failed; retrying");
+                } else if !std::mem::replace(&mut missing, true) {
+                    tracing::error!(error = %message, "the outbox tables are missing (schema dropped?): run `outbox migrate`; retrying until they are back");
+                }
                 if let Some(o) = &l.observer {
-                    o.on_outage(OutageKind::Database, &e.to_string());
+                    o.on_outage(OutageKind::Database, &message);
                     o.on_ownership(l.ownership.held_count(), l.total);
                 }
             }

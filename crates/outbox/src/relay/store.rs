@@ -114,8 +114,8 @@ impl Store {
             undecodable: HashMap::new(),
         };
         for row in rows {
-            let decoded = decode::claimed_row(&row)
-                .map_err(|e| Error::db("decoding a claimed row")(e))?;
+            let decoded =
+                decode::claimed_row(&row).map_err(|e| Error::db("decoding a claimed row")(e))?;
             let event = match decoded.event {
                 Ok(event) => event,
                 Err(bad) => {

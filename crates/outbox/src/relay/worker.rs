@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::publisher::{Outcome, Publisher};
 use crate::relay::backoff::{retry_delay, OutageBackoff};
@@ -30,6 +30,9 @@ pub(crate) struct Worker {
     pub observer: Option<Arc<dyn RelayObserver>>,
     /// Where to announce a departure, so others take over at once.
     pub channel: String,
+    /// The outbox tables were missing at the last database error (logged
+    /// once per change, not at every retry).
+    pub tables_missing: bool,
 }
 
 /// A published batch whose deliveries still await their acknowledgement,
@@ -98,7 +101,7 @@ impl Worker {
                         let _ = self.store.rebalance_notify(&self.channel).await;
                     }
                     Err(e) => {
-                        self.database_down(&e.to_string(), &mut outage).await;
+                        self.database_down(&e, &mut outage).await;
                         continue;
                     }
                 }
@@ -128,13 +131,14 @@ impl Worker {
                         .await
                     {
                         Ok(batch) => {
+                            self.tables_back();
                             if let Some(done) = unacked.take() {
                                 self.report(done);
                             }
                             batch
                         }
                         Err(e) => {
-                            self.database_down(&e.to_string(), &mut outage).await;
+                            self.database_down(&e, &mut outage).await;
                             continue;
                         }
                     }
@@ -237,14 +241,29 @@ impl Worker {
         );
     }
 
-    async fn database_down(&mut self, error: &str, backoff: &mut OutageBackoff) {
+    async fn database_down(&mut self, error: &Error, backoff: &mut OutageBackoff) {
         let delay = backoff.next_delay();
-        tracing::warn!(%error, retry_in_ms = delay.as_millis() as u64, "database unavailable");
+        let message = error.with_causes();
+        if error.is_missing_table() {
+            if !self.tables_missing {
+                tracing::error!(error = %message, "the outbox tables are missing (schema dropped?): run `outbox migrate`; retrying until they are back");
+                self.tables_missing = true;
+            }
+        } else {
+            tracing::warn!(error = %message, retry_in_ms = delay.as_millis() as u64, "database unavailable");
+        }
         self.stats.add_outage();
         if let Some(o) = &self.observer {
-            o.on_outage(OutageKind::Database, error);
+            o.on_outage(OutageKind::Database, &message);
         }
         self.sleep(delay).await;
+    }
+
+    /// A claim succeeded: if the tables had been missing, say they are back.
+    fn tables_back(&mut self) {
+        if std::mem::take(&mut self.tables_missing) {
+            tracing::info!("the outbox tables are back; relaying again");
+        }
     }
 
     /// Waits for a wake-up, `delay`, or shutdown.

@@ -1,0 +1,248 @@
+//! Odd rows written by plain SQL, run through the program as users run it:
+//! `outbox relay` delivers every payload as stored and dead-letters what no
+//! client can read, the operator commands read the same rows, and a schema
+//! dropped under a running relay is named once, with the fix.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::Output;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use outbox_testkit::conformance::{HOSTILE_HEADERS, HOSTILE_PAYLOADS};
+use outbox_testkit::postgres::{test_db, TestDb};
+use sqlx::PgPool;
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn assert_ok(args: &[&str], out: &Output) {
+    assert!(
+        out.status.success(),
+        "outbox {args:?} failed ({:?}): {}",
+        out.status.code(),
+        text(&out.stderr)
+    );
+    assert!(
+        !text(&out.stderr).contains("panicked"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+async fn migrated() -> (TestDb, PgPool) {
+    let db = test_db().await;
+    let out = common::run(&["migrate"], Some(&db.url));
+    assert_ok(&["migrate"], &out);
+    let pool = db.pool().await;
+    (db, pool)
+}
+
+/// Inserts rows as they could be written before migration 2 refused
+/// unreadable timestamps (the constraint is put back unvalidated).
+async fn insert_legacy(pool: &PgPool, sql: &str) {
+    sqlx::raw_sql(&format!(
+        "BEGIN;
+         ALTER TABLE outbox_events DROP CONSTRAINT outbox_events_finite_times;
+         {sql}
+         DELETE FROM outbox_schema_migrations WHERE version = 2;
+         COMMIT;"
+    ))
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_to_a_file_keeps_every_payload_and_outlives_unreadable_rows() {
+    let (db, pool) = migrated().await;
+    let mut sql = String::new();
+    let mut expected = Vec::new();
+    for (i, (_, payload)) in HOSTILE_PAYLOADS.iter().enumerate() {
+        sql.push_str(&format!(
+            "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+             VALUES ('order', 'p{i}', 'odd', {payload});"
+        ));
+    }
+    for (i, (_, headers)) in HOSTILE_HEADERS.iter().enumerate() {
+        sql.push_str(&format!(
+            "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, headers)
+             VALUES ('order', 'h{i}', 'odd', '{{}}', {headers});"
+        ));
+    }
+    for at in ["infinity", "-infinity", "294276-01-01"] {
+        sql.push_str(&format!(
+            "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, created_at)
+             VALUES ('order', 'bad', 'unreadable', '{{}}', '{at}');"
+        ));
+    }
+    insert_legacy(&pool, &sql).await;
+    let migrate = common::run(&["migrate"], Some(&db.url));
+    assert_ok(&["migrate"], &migrate);
+    assert!(text(&migrate.stdout).contains("0002_finite_timestamps"));
+    let rows: Vec<(uuid::Uuid, String, String)> = sqlx::query_as(
+        "SELECT id, payload::text, headers::text FROM outbox_events
+         WHERE event_type = 'odd' ORDER BY seq",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    expected.extend(rows);
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("out.jsonl");
+    let spec = format!("file:{}", file.display());
+    let args = ["relay", "--drain", "--publisher", spec.as_str()];
+    let out = common::run(&args, Some(&db.url));
+    assert_ok(&args, &out);
+
+    #[derive(serde::Deserialize)]
+    struct Line<'a> {
+        id: uuid::Uuid,
+        #[serde(borrow)]
+        payload: &'a serde_json::value::RawValue,
+        headers: std::collections::BTreeMap<String, String>,
+    }
+    let written = std::fs::read_to_string(&file).unwrap();
+    let lines: Vec<Line> = written
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(lines.len(), expected.len(), "one line per readable event");
+    for (id, payload, headers) in &expected {
+        let line = lines
+            .iter()
+            .find(|l| l.id == *id)
+            .expect("a line per event");
+        assert_eq!(line.payload.get(), payload, "payload byte for byte");
+        let stored: std::collections::BTreeMap<String, Box<serde_json::value::RawValue>> =
+            serde_json::from_str(headers).unwrap();
+        assert_eq!(
+            line.headers.len(),
+            stored.len(),
+            "no header dropped: {headers}"
+        );
+    }
+    let dead: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_dead_letters")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(dead, 3, "each unreadable row dead-lettered alone");
+    let stderr = text(&out.stderr);
+    assert_eq!(
+        stderr.matches("undecodable row").count(),
+        3,
+        "each unreadable row is logged once: {stderr}"
+    );
+
+    // The operator commands read the same rows.
+    for args in [
+        vec!["status"],
+        vec!["status", "--json"],
+        vec!["dead-letters", "list"],
+        vec!["dead-letters", "list", "--json"],
+        vec!["dead-letters", "retry", "--all", "--dry-run"],
+        vec!["dead-letters", "discard", "--all", "--dry-run"],
+        vec!["cleanup", "--older-than", "1s"],
+    ] {
+        let out = common::run(&args, Some(&db.url));
+        assert_ok(&args, &out);
+    }
+    let list = common::run(&["dead-letters", "list", "--json"], Some(&db.url));
+    let v: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(v.as_array().map(Vec::len), Some(3), "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_commands_read_unreadable_times_of_every_column() {
+    let (db, pool) = migrated().await;
+    let mut sql = String::new();
+    for at in ["infinity", "-infinity", "294276-01-01"] {
+        sql.push_str(&format!(
+            "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, created_at)
+             VALUES ('order', 'pending', 'x', '{{}}', '{at}');
+             INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload,
+                                        attempts, last_error, dead_lettered_at)
+             VALUES ('order', 'dead', 'x', '{{}}', 1, 'boom', '{at}');
+             INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload,
+                                        processed_at)
+             VALUES ('order', 'done', 'x', '{{}}', '{at}');"
+        ));
+    }
+    insert_legacy(&pool, &sql).await;
+    for args in [
+        vec!["status"],
+        vec!["status", "--json"],
+        vec!["dead-letters", "list"],
+        vec!["dead-letters", "list", "--json"],
+        vec!["dead-letters", "retry", "--all", "--dry-run"],
+        vec!["dead-letters", "discard", "--all", "--dry-run"],
+        vec!["cleanup", "--older-than", "1s"],
+    ] {
+        let out = common::run(&args, Some(&db.url));
+        assert_ok(&args, &out);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_dropped_under_a_running_relay_is_named_once_with_the_fix() {
+    let (db, pool) = migrated().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("out.jsonl");
+    let mut relay = common::spawn_relay(&db.url, &file, "dropped", &[]);
+    let (tx, rx) = mpsc::channel::<String>();
+    let stderr = relay.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let wait_for = |what: &str, deadline: Duration| -> Vec<String> {
+        let start = Instant::now();
+        let mut seen = Vec::new();
+        while start.elapsed() < deadline {
+            if let Ok(line) = rx.recv_timeout(Duration::from_millis(100)) {
+                let hit = line.contains(what);
+                seen.push(line);
+                if hit {
+                    return seen;
+                }
+            }
+        }
+        panic!("no log line with {what:?} within {deadline:?}: {seen:#?}");
+    };
+    wait_for("relay running", Duration::from_secs(30));
+    sqlx::query("DROP SCHEMA public CASCADE")
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query("CREATE SCHEMA public")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let seen = wait_for("outbox migrate", Duration::from_secs(30));
+    let named = seen.last().unwrap();
+    assert!(
+        named.contains("public.outbox_") && named.contains("does not exist"),
+        "the line names the missing table: {named}"
+    );
+    // Two seconds of failing rounds later, still said only once per loop.
+    std::thread::sleep(Duration::from_secs(2));
+    let later: Vec<String> = rx.try_iter().collect();
+    let repeats = later
+        .iter()
+        .filter(|l| l.contains("outbox migrate"))
+        .count();
+    assert!(
+        repeats <= 1,
+        "the missing table is named once per change: {later:#?}"
+    );
+
+    let out = common::run(&["migrate"], Some(&db.url));
+    assert_ok(&["migrate"], &out);
+    wait_for("tables are back", Duration::from_secs(30));
+    relay.kill().unwrap();
+    let _ = relay.wait();
+}
