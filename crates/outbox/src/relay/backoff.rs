@@ -20,19 +20,20 @@ pub fn retry_delay(attempts: u32, base_ms: u64, max_ms: u64) -> Duration {
     Duration::from_millis(half + jitter)
 }
 
-/// Exponential backoff for outages (broker or database down), reset on
-/// success.
+/// A wait that doubles from a minimum to a maximum and resets on success:
+/// the worker's idle polling and its waits after an outage (broker or
+/// database down).
 #[derive(Debug)]
-pub struct OutageBackoff {
+pub struct DoublingDelay {
     current_ms: u64,
     min_ms: u64,
     max_ms: u64,
 }
 
-impl OutageBackoff {
+impl DoublingDelay {
     /// Starts at `min_ms`, doubles up to `max_ms`.
     pub fn new(min_ms: u64, max_ms: u64) -> Self {
-        OutageBackoff {
+        DoublingDelay {
             current_ms: min_ms.min(max_ms),
             min_ms: min_ms.min(max_ms),
             max_ms,
@@ -73,8 +74,8 @@ mod tests {
     }
 
     #[test]
-    fn outage_backoff_doubles_and_resets() {
-        let mut b = OutageBackoff::new(10, 50);
+    fn doubling_delay_doubles_and_resets() {
+        let mut b = DoublingDelay::new(10, 50);
         let got: Vec<u64> = (0..5).map(|_| b.next_delay().as_millis() as u64).collect();
         assert_eq!(got, vec![10, 20, 40, 50, 50]);
         b.reset();

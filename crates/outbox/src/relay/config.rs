@@ -67,7 +67,20 @@ impl Default for RelayConfig {
     }
 }
 
+/// The shortest wait after an outage, whatever `poll_min_ms` says: a
+/// database or broker that is down is not asked again within this.
+pub(crate) const OUTAGE_BACKOFF_MIN_MS: u64 = 20;
+
 impl RelayConfig {
+    /// How failed events are retried.
+    pub(crate) fn retry_policy(&self) -> crate::relay::outcomes::RetryPolicy {
+        crate::relay::outcomes::RetryPolicy {
+            max_attempts: self.max_attempts,
+            backoff_base_ms: self.backoff_base_ms,
+            backoff_max_ms: self.backoff_max_ms,
+        }
+    }
+
     /// Checks every field; the error names the field, the value and the
     /// allowed range.
     pub fn validate(&self) -> Result<()> {

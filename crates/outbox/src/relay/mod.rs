@@ -5,7 +5,10 @@
 mod backoff;
 mod config;
 mod decode;
+mod lease;
+mod listen;
 mod observe;
+mod outcomes;
 mod ownership;
 mod store;
 mod waves;
@@ -14,7 +17,6 @@ mod worker;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -27,6 +29,8 @@ use crate::error::{Error, Result};
 use crate::publisher::Publisher;
 use crate::schema::Schema;
 use crate::wakeup::Wakeup;
+use lease::{lease_loop, LeaseLoop};
+use listen::listen_loop;
 use ownership::Ownership;
 use store::Store;
 
@@ -132,7 +136,7 @@ impl RelayBuilder {
             shutdown_rx.clone(),
         )));
         tracing::info!(instance = %instance_id, partitions, publisher = self.publisher.name(), "relay started");
-        let worker = worker::Worker {
+        let worker = worker::Worker::new(worker::Parts {
             store: Arc::new(store),
             ownership: ownership.clone(),
             publisher: self.publisher,
@@ -142,8 +146,7 @@ impl RelayBuilder {
             stats: stats.clone(),
             observer: self.observer,
             channel,
-            tables_missing: false,
-        };
+        });
         Ok(RelayHandle {
             instance_id,
             shutdown: shutdown_tx,
@@ -152,98 +155,6 @@ impl RelayBuilder {
             stats,
             ownership,
         })
-    }
-}
-
-struct LeaseLoop {
-    store: Store,
-    ownership: Arc<Ownership>,
-    wakeup: Arc<Wakeup>,
-    observer: Option<Arc<dyn RelayObserver>>,
-    total: usize,
-    channel: String,
-    rebalance: Arc<tokio::sync::Notify>,
-}
-
-async fn lease_loop(l: LeaseLoop, mut shutdown: watch::Receiver<bool>) {
-    let period = l.ownership.lease() / 3;
-    let mut announced = false;
-    // Whether the last round failed on missing tables: said once per change.
-    let mut missing = false;
-    while !*shutdown.borrow() {
-        let before = l.ownership.held_count();
-        match l.ownership.tick(&l.store).await {
-            Ok(()) => {
-                if std::mem::take(&mut missing) {
-                    tracing::info!("the outbox tables are back; taking partitions again");
-                }
-                let held = l.ownership.held_count();
-                if held > before {
-                    l.wakeup.wake_local();
-                }
-                if let Some(o) = &l.observer {
-                    o.on_ownership(held, l.total);
-                }
-                if !announced {
-                    // A newcomer asks the others to hand its share over now
-                    // rather than at their next round.
-                    announced = l.store.rebalance_notify(&l.channel).await.is_ok();
-                }
-            }
-            Err(e) => {
-                let message = e.with_causes();
-                if !e.is_missing_table() {
-                    tracing::warn!(error = %message, "lease round failed; retrying");
-                } else if !std::mem::replace(&mut missing, true) {
-                    tracing::error!(error = %message, "the outbox tables are missing (schema dropped?): run `outbox migrate`; retrying until they are back");
-                }
-                if let Some(o) = &l.observer {
-                    o.on_outage(OutageKind::Database, &message);
-                    o.on_ownership(l.ownership.held_count(), l.total);
-                }
-            }
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(period) => {}
-            _ = l.rebalance.notified() => {}
-            _ = shutdown.changed() => {}
-        }
-    }
-}
-
-async fn listen_loop(
-    pool: PgPool,
-    channel: String,
-    wakeup: Arc<Wakeup>,
-    rebalance: Arc<tokio::sync::Notify>,
-) {
-    loop {
-        let mut listener = match PgListener::connect_with(&pool).await {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::debug!(error = %e, "wake-up listener cannot connect; polling meanwhile");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-        };
-        if let Err(e) = listener.listen(&channel).await {
-            tracing::debug!(error = %e, "LISTEN failed; polling meanwhile");
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            continue;
-        }
-        loop {
-            match listener.recv().await {
-                Ok(n) if n.payload() == crate::queries::REBALANCE_PAYLOAD => {
-                    rebalance.notify_one();
-                }
-                Ok(_) => wakeup.wake_local(),
-                Err(e) => {
-                    tracing::debug!(error = %e, "wake-up listener lost its connection");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    break;
-                }
-            }
-        }
     }
 }
 

@@ -1,0 +1,243 @@
+//! Where a publisher's outcomes become the relay's decisions: a pure
+//! function from a wave and its outcomes to deliveries, retries, dead
+//! letters and an outage. No database, no clock, no I/O: the worker
+//! publishes, this decides, the store writes.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use crate::event::Event;
+use crate::publisher::Outcome;
+use crate::relay::backoff::retry_delay;
+use crate::relay::store::Failure;
+
+/// How failed events are retried (from [`crate::RelayConfig`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RetryPolicy {
+    /// Attempts before an event is dead-lettered.
+    pub max_attempts: u32,
+    /// First retry delay.
+    pub backoff_base_ms: u64,
+    /// Longest retry delay.
+    pub backoff_max_ms: u64,
+}
+
+/// What one batch came to, wave by wave.
+#[derive(Debug, Default)]
+pub(crate) struct Settlement {
+    /// Acknowledged by the broker: to be marked done.
+    pub delivered: Vec<Event>,
+    /// Failed, to be tried again after a backoff, with the error.
+    pub retried: Vec<(Event, String)>,
+    /// Dead-lettered, with the error.
+    pub dead: Vec<(Event, String)>,
+    /// The rows to write for `retried` and `dead` (fenced by ownership).
+    pub failures: Vec<Failure>,
+    /// Aggregates whose later events must not be published in this batch:
+    /// one of theirs failed, was not sent, or lies in a lapsed partition.
+    pub blocked: HashSet<String>,
+    /// Set when the transport failed: the batch ends here, no attempt is
+    /// counted for what was not acknowledged.
+    pub outage: Option<String>,
+}
+
+impl Settlement {
+    /// Removes from `wave` the events whose aggregate is blocked.
+    pub fn unblocked(&self, wave: Vec<Event>) -> Vec<Event> {
+        if self.blocked.is_empty() {
+            return wave;
+        }
+        wave.into_iter()
+            .filter(|e| !self.blocked.contains(&e.aggregate_id))
+            .collect()
+    }
+
+    /// Holds back the rest of an event's aggregate without an outcome
+    /// (its partition's lease is about to lapse).
+    pub fn hold(&mut self, event: Event) {
+        self.blocked.insert(event.aggregate_id);
+    }
+
+    /// Ends the batch as an outage: nothing more is published.
+    pub fn transport_down(&mut self, error: String) {
+        self.outage.get_or_insert(error);
+    }
+
+    /// Records the outcome of each event of `wave`, in order. A missing
+    /// outcome (a publisher that returned too few) counts as a retry; extra
+    /// ones are ignored.
+    pub fn settle(&mut self, wave: Vec<Event>, outcomes: Vec<Outcome>, policy: &RetryPolicy) {
+        let sent = wave.len();
+        let mut outcomes = outcomes.into_iter();
+        for event in wave {
+            let outcome = outcomes.next().unwrap_or_else(|| {
+                Outcome::Retry(format!(
+                    "publisher returned no outcome ({sent} events sent)"
+                ))
+            });
+            self.settle_one(event, outcome, policy);
+        }
+    }
+
+    fn settle_one(&mut self, event: Event, outcome: Outcome, policy: &RetryPolicy) {
+        match outcome {
+            Outcome::Delivered => self.delivered.push(event),
+            Outcome::Retry(error) => {
+                let attempts = event.attempts.max(0) as u32 + 1;
+                let give_up = attempts >= policy.max_attempts;
+                self.failures.push(Failure {
+                    id: event.id,
+                    error: error.clone(),
+                    delay: retry_delay(attempts, policy.backoff_base_ms, policy.backoff_max_ms),
+                    dead: give_up,
+                });
+                self.blocked.insert(event.aggregate_id.clone());
+                if give_up {
+                    self.dead.push((event, error));
+                } else {
+                    self.retried.push((event, error));
+                }
+            }
+            Outcome::Unavailable(error) => {
+                // Not sent: no attempt counted, successors held, and the
+                // batch ends here as an outage.
+                self.blocked.insert(event.aggregate_id.clone());
+                self.transport_down(error);
+            }
+            Outcome::Rejected(error) => {
+                self.failures.push(Failure {
+                    id: event.id,
+                    error: error.clone(),
+                    delay: Duration::ZERO,
+                    dead: true,
+                });
+                self.blocked.insert(event.aggregate_id.clone());
+                self.dead.push((event, error));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+    use uuid::Uuid;
+
+    const POLICY: RetryPolicy = RetryPolicy {
+        max_attempts: 3,
+        backoff_base_ms: 100,
+        backoff_max_ms: 1_000,
+    };
+
+    fn ev(aggregate: &str, attempts: i32) -> Event {
+        Event {
+            id: Uuid::new_v4(),
+            seq: 0,
+            aggregate_type: "order".into(),
+            aggregate_id: aggregate.into(),
+            event_type: "order.created".into(),
+            payload: "{}".into(),
+            headers: BTreeMap::new(),
+            topic: None,
+            attempts,
+            created_at: chrono::Utc::now(),
+            partition: 0,
+        }
+    }
+
+    #[test]
+    fn delivered_events_are_only_delivered() {
+        let mut s = Settlement::default();
+        s.settle(
+            vec![ev("a", 0), ev("b", 0)],
+            vec![Outcome::Delivered, Outcome::Delivered],
+            &POLICY,
+        );
+        assert_eq!(s.delivered.len(), 2);
+        assert!(s.failures.is_empty() && s.blocked.is_empty() && s.outage.is_none());
+    }
+
+    #[test]
+    fn a_retry_counts_an_attempt_backs_off_and_blocks_its_aggregate() {
+        let mut s = Settlement::default();
+        s.settle(
+            vec![ev("a", 0)],
+            vec![Outcome::Retry("busy".into())],
+            &POLICY,
+        );
+        assert_eq!(s.retried.len(), 1);
+        let f = &s.failures[0];
+        assert!(!f.dead && f.error == "busy");
+        assert!(f.delay >= Duration::from_millis(50) && f.delay <= Duration::from_millis(100));
+        assert!(s.blocked.contains("a"));
+        assert_eq!(s.unblocked(vec![ev("a", 0), ev("b", 0)]).len(), 1);
+    }
+
+    #[test]
+    fn the_last_allowed_retry_dead_letters() {
+        let mut s = Settlement::default();
+        s.settle(
+            vec![ev("a", 2)],
+            vec![Outcome::Retry("busy".into())],
+            &POLICY,
+        );
+        assert!(s.retried.is_empty());
+        assert_eq!(s.dead.len(), 1);
+        assert!(s.failures[0].dead);
+    }
+
+    #[test]
+    fn a_rejection_dead_letters_at_once() {
+        let mut s = Settlement::default();
+        s.settle(
+            vec![ev("a", 0)],
+            vec![Outcome::Rejected("too big".into())],
+            &POLICY,
+        );
+        assert_eq!(s.dead[0].1, "too big");
+        assert!(s.failures[0].dead && s.failures[0].delay == Duration::ZERO);
+    }
+
+    #[test]
+    fn unavailable_burns_no_attempt_and_ends_the_batch() {
+        let mut s = Settlement::default();
+        s.settle(
+            vec![ev("a", 0), ev("b", 0)],
+            vec![Outcome::Delivered, Outcome::Unavailable("link lost".into())],
+            &POLICY,
+        );
+        assert_eq!(s.delivered.len(), 1);
+        assert!(s.failures.is_empty(), "no attempt counted");
+        assert_eq!(s.outage.as_deref(), Some("link lost"));
+        assert!(s.blocked.contains("b"));
+        assert_eq!(s.retried.len() + s.dead.len(), 0);
+    }
+
+    #[test]
+    fn missing_outcomes_are_retries_and_extra_ones_are_ignored() {
+        let mut s = Settlement::default();
+        s.settle(
+            vec![ev("a", 0), ev("b", 0)],
+            vec![Outcome::Delivered],
+            &POLICY,
+        );
+        assert_eq!(s.delivered.len(), 1);
+        assert!(s.retried[0].1.contains("no outcome"));
+        let mut s = Settlement::default();
+        s.settle(
+            vec![ev("a", 0)],
+            vec![Outcome::Delivered, Outcome::Rejected("x".into())],
+            &POLICY,
+        );
+        assert_eq!((s.delivered.len(), s.dead.len()), (1, 0));
+    }
+
+    #[test]
+    fn the_first_outage_is_kept() {
+        let mut s = Settlement::default();
+        s.transport_down("first".into());
+        s.transport_down("second".into());
+        assert_eq!(s.outage.as_deref(), Some("first"));
+    }
+}

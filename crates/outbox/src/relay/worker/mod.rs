@@ -1,0 +1,308 @@
+//! The relay worker: an explicit state machine over [`Phase`]s. Each phase
+//! runs one step and names the next; [`phase::decide`] is where the worker
+//! decides what to do next, `publish` is where a batch is published,
+//! [`crate::relay::outcomes`] is where a publisher's outcomes become
+//! retries, dead letters or an outage, and `ack` is where deliveries are
+//! acknowledged.
+
+mod ack;
+mod phase;
+mod publish;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::error::{Error, Result};
+use crate::publisher::Publisher;
+use crate::relay::backoff::DoublingDelay;
+use crate::relay::config::{RelayConfig, OUTAGE_BACKOFF_MIN_MS};
+use crate::relay::observe::{OutageKind, RelayObserver, RelayStats};
+use crate::relay::ownership::{Claimable, Ownership};
+use crate::relay::store::{Claimed, Store};
+use crate::wakeup::Wakeup;
+use ack::Published;
+use phase::{decide, idle_wait, Phase, Situation};
+
+pub(crate) struct Worker {
+    pub store: Arc<Store>,
+    pub ownership: Arc<Ownership>,
+    pub publisher: Arc<dyn Publisher>,
+    pub config: RelayConfig,
+    pub wakeup: Arc<Wakeup>,
+    pub shutdown: watch::Receiver<bool>,
+    pub stats: Arc<RelayStats>,
+    pub observer: Option<Arc<dyn RelayObserver>>,
+    /// Where to announce a departure, so others take over at once.
+    pub channel: String,
+    /// Published but not yet acknowledged; the acknowledgement rides on the
+    /// next claim.
+    unacked: Option<Published>,
+    /// The next batch, claimed while the previous one was being published.
+    prefetched: Option<Claimed>,
+    /// Idle polling: from `poll_min_ms`, doubling to `poll_max_ms`.
+    idle: DoublingDelay,
+    /// Waits after an outage, doubling to `outage_backoff_max_ms`.
+    outage: DoublingDelay,
+    /// The outbox tables were missing at the last database error (logged
+    /// once per change, not at every retry).
+    tables_missing: bool,
+}
+
+/// What a worker is made of; the rest is its own state.
+pub(crate) struct Parts {
+    pub store: Arc<Store>,
+    pub ownership: Arc<Ownership>,
+    pub publisher: Arc<dyn Publisher>,
+    pub config: RelayConfig,
+    pub wakeup: Arc<Wakeup>,
+    pub shutdown: watch::Receiver<bool>,
+    pub stats: Arc<RelayStats>,
+    pub observer: Option<Arc<dyn RelayObserver>>,
+    pub channel: String,
+}
+
+impl Worker {
+    pub fn new(p: Parts) -> Self {
+        let idle = DoublingDelay::new(p.config.poll_min_ms, p.config.poll_max_ms);
+        let outage = DoublingDelay::new(
+            p.config.poll_min_ms.max(OUTAGE_BACKOFF_MIN_MS),
+            p.config.outage_backoff_max_ms,
+        );
+        Worker {
+            store: p.store,
+            ownership: p.ownership,
+            publisher: p.publisher,
+            config: p.config,
+            wakeup: p.wakeup,
+            shutdown: p.shutdown,
+            stats: p.stats,
+            observer: p.observer,
+            channel: p.channel,
+            unacked: None,
+            prefetched: None,
+            idle,
+            outage,
+            tables_missing: false,
+        }
+    }
+
+    /// Runs phases until shutdown.
+    pub async fn run(mut self) -> Result<()> {
+        let mut phase = Phase::Decide;
+        loop {
+            phase = match phase {
+                Phase::Decide => decide(Situation {
+                    stopping: *self.shutdown.borrow(),
+                    release_due: self.ownership.has_pending_release(),
+                    claimable: self.ownership.claimable(),
+                    prefetched: self.prefetched.take(),
+                }),
+                Phase::Release => self.release().await,
+                Phase::Park => self.park().await,
+                Phase::Claim(claim) => self.claim(claim).await,
+                Phase::Idle(claim) => self.idle(claim).await,
+                Phase::Publish(claim, batch) => self.publish(claim, batch).await,
+                Phase::BrokerDown(error) => self.broker_down(error).await,
+                Phase::DatabaseDown(error) => self.database_down(error).await,
+                Phase::Stop => {
+                    self.stop().await;
+                    return Ok(());
+                }
+            };
+        }
+    }
+
+    /// Hands partitions over, with nothing claimed or in flight.
+    async fn release(&mut self) -> Phase {
+        self.prefetched = None;
+        if !self.acknowledge_unacked().await {
+            return Phase::Decide;
+        }
+        match self.ownership.release_pending(&self.store).await {
+            Ok(0) => {}
+            // Tell the new owners, so they take over now.
+            Ok(_) => self.announce_rebalance().await,
+            Err(e) => return Phase::DatabaseDown(e),
+        }
+        Phase::Decide
+    }
+
+    async fn park(&mut self) -> Phase {
+        self.prefetched = None;
+        // A failure keeps the batch for the next claim to acknowledge.
+        self.acknowledge_unacked().await;
+        self.wait(Duration::from_millis(self.config.poll_max_ms))
+            .await;
+        Phase::Decide
+    }
+
+    async fn claim(&mut self, claim: Claimable) -> Phase {
+        let acked = self.unacked_refs();
+        let claimed = self
+            .store
+            .event_ack_and_claim(
+                &claim.partitions,
+                self.config.batch_size,
+                &acked,
+                &acked.ids,
+            )
+            .await;
+        match claimed {
+            Ok(batch) => {
+                self.tables_back();
+                self.unacked_acknowledged();
+                if batch.events.is_empty() {
+                    Phase::Idle(claim)
+                } else {
+                    Phase::Publish(claim, batch)
+                }
+            }
+            Err(e) => Phase::DatabaseDown(e),
+        }
+    }
+
+    async fn idle(&mut self, claim: Claimable) -> Phase {
+        let poll = self.idle.next_delay();
+        let next_retry = match self.store.event_next_retry(&claim.partitions).await {
+            Ok(next) => next,
+            Err(e) => {
+                tracing::debug!(error = %e.with_causes(), "could not read the next retry time; polling");
+                None
+            }
+        };
+        self.wait(idle_wait(poll, next_retry)).await;
+        Phase::Decide
+    }
+
+    /// Publishes `batch` while, on its own task, the database acknowledges
+    /// the previous batch and claims the next (excluding this one, still in
+    /// flight), so the round trip and the decoding of the rows run in
+    /// parallel with publishing.
+    async fn publish(&mut self, claim: Claimable, batch: Claimed) -> Phase {
+        self.idle.reset();
+        let acked = self.unacked_refs();
+        let mut exclude = acked.ids.clone();
+        exclude.extend(batch.events.iter().map(|e| e.id));
+        let prefetch = {
+            let (store, partitions) = (self.store.clone(), claim.partitions.clone());
+            let limit = self.config.batch_size;
+            tokio::spawn(async move {
+                store
+                    .event_ack_and_claim(&partitions, limit, &acked, &exclude)
+                    .await
+            })
+        };
+        let published = self.publish_batch(batch, &claim).await;
+        let next = match prefetch.await {
+            Ok(result) => result.map_err(|e| e.with_causes()),
+            Err(panicked) => Err(format!("prefetch task failed: {panicked}")),
+        };
+        match next {
+            Ok(next) => {
+                self.unacked_acknowledged();
+                // The next batch was claimed before this one's outcome was
+                // known: it is only safe to publish if every event of this
+                // one was delivered (otherwise a successor could overtake an
+                // event that is to be retried).
+                if published.all_delivered() {
+                    self.prefetched = Some(next);
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "prefetch failed; claiming afresh"),
+        }
+        // If the prefetch could not acknowledge the previous batch, do it now.
+        self.acknowledge_or_give_up().await;
+        let outage = published.settlement.outage.clone();
+        self.unacked = Some(published);
+        match outage {
+            None => {
+                self.outage.reset();
+                Phase::Decide
+            }
+            Some(error) => Phase::BrokerDown(error),
+        }
+    }
+
+    async fn broker_down(&mut self, error: String) -> Phase {
+        let delay = self.outage.next_delay();
+        tracing::warn!(publisher = self.publisher.name(), %error, retry_in_ms = delay.as_millis() as u64, "publisher unavailable; no attempts counted");
+        if let Some(o) = &self.observer {
+            o.on_outage(OutageKind::Broker, &error);
+        }
+        // Acknowledge what got through before waiting.
+        self.acknowledge_unacked().await;
+        self.sleep(delay).await;
+        Phase::Decide
+    }
+
+    async fn database_down(&mut self, error: Error) -> Phase {
+        let delay = self.outage.next_delay();
+        let message = error.with_causes();
+        if error.is_missing_table() {
+            if !self.tables_missing {
+                tracing::error!(error = %message, "the outbox tables are missing (schema dropped?): run `outbox migrate`; retrying until they are back");
+                self.tables_missing = true;
+            }
+        } else {
+            tracing::warn!(error = %message, retry_in_ms = delay.as_millis() as u64, "database unavailable");
+        }
+        self.stats.add_outage();
+        if let Some(o) = &self.observer {
+            o.on_outage(OutageKind::Database, &message);
+        }
+        self.sleep(delay).await;
+        Phase::Decide
+    }
+
+    /// Finishes: acknowledges what was delivered, releases every partition
+    /// (announcing it, so others take over at once), closes the publisher.
+    async fn stop(&mut self) {
+        tracing::info!(
+            instance = self.ownership.me(),
+            "relay stopping: releasing partitions"
+        );
+        self.acknowledge_or_give_up().await;
+        match self.ownership.release_all(&self.store).await {
+            Ok(()) => self.announce_rebalance().await,
+            Err(e) => {
+                tracing::warn!(error = %e.with_causes(), "could not release partitions; they move when the lease ends")
+            }
+        }
+        self.publisher.close().await;
+    }
+
+    /// Asks the other instances for a lease round now. Best effort: without
+    /// it they still take over at their next round.
+    async fn announce_rebalance(&self) {
+        if let Err(e) = self.store.rebalance_notify(&self.channel).await {
+            tracing::debug!(error = %e.with_causes(), "could not announce the rebalance; others take over at their next lease round");
+        }
+    }
+
+    /// A claim succeeded: if the tables had been missing, say they are back.
+    fn tables_back(&mut self) {
+        if std::mem::take(&mut self.tables_missing) {
+            tracing::info!("the outbox tables are back; relaying again");
+        }
+    }
+
+    /// Waits for a wake-up, `delay`, or shutdown.
+    async fn wait(&mut self, delay: Duration) {
+        let wakeup = self.wakeup.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = wakeup.wait() => {}
+            _ = self.shutdown.changed() => {}
+        }
+    }
+
+    /// Waits for `delay` or shutdown.
+    async fn sleep(&mut self, delay: Duration) {
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = self.shutdown.changed() => {}
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! Publishing one claimed batch: in per-aggregate waves, never from a
+//! partition whose lease is lapsing, within the publish timeout; failures
+//! are written (fenced) before the next claim.
+
+use std::time::{Duration, Instant};
+
+use super::ack::Published;
+use super::Worker;
+use crate::event::Event;
+use crate::publisher::Outcome;
+use crate::relay::outcomes::Settlement;
+use crate::relay::ownership::Claimable;
+use crate::relay::store::Claimed;
+use crate::relay::waves::into_waves;
+
+impl Worker {
+    /// Publishes `batch` and records its failures. The deliveries are
+    /// acknowledged later, with the next claim.
+    ///
+    /// Rows that could not be decoded are never sent: each is dead-lettered
+    /// with its reason, exactly like an event the broker rejected.
+    pub(super) async fn publish_batch(&self, batch: Claimed, claim: &Claimable) -> Published {
+        let started = Instant::now();
+        let claimed = batch.events.len();
+        let timeout = Duration::from_millis(self.config.publish_timeout_ms);
+        let policy = self.config.retry_policy();
+        let mut s = Settlement::default();
+
+        for wave in into_waves(batch.events) {
+            if s.outage.is_some() {
+                break;
+            }
+            let wave = s.unblocked(wave);
+            // Never publish from a partition whose lease is about to lapse:
+            // its next owner may already be publishing.
+            let valid = self.ownership.still_valid();
+            let (wave, lapsed): (Vec<Event>, Vec<Event>) = wave
+                .into_iter()
+                .partition(|e| valid.get(e.partition as usize) == Some(&true));
+            for e in lapsed {
+                s.hold(e);
+            }
+            let wave = if batch.undecodable.is_empty() {
+                wave
+            } else {
+                let (bad, good): (Vec<Event>, Vec<Event>) = wave
+                    .into_iter()
+                    .partition(|e| batch.undecodable.contains_key(&e.id));
+                let reasons = bad
+                    .iter()
+                    .map(|e| Outcome::Rejected(batch.undecodable[&e.id].clone()))
+                    .collect();
+                s.settle(bad, reasons, &policy);
+                good
+            };
+            if wave.is_empty() {
+                continue;
+            }
+            match tokio::time::timeout(timeout, self.publisher.publish(&wave)).await {
+                Err(_) => s.transport_down(format!(
+                    "publish timed out after {} ms",
+                    timeout.as_millis()
+                )),
+                Ok(Err(e)) => s.transport_down(e.message),
+                Ok(Ok(outcomes)) => {
+                    if outcomes.len() != wave.len() {
+                        tracing::error!(
+                            publisher = self.publisher.name(),
+                            events = wave.len(),
+                            outcomes = outcomes.len(),
+                            "publisher returned the wrong number of outcomes; missing ones are retried"
+                        );
+                    }
+                    s.settle(wave, outcomes, &policy);
+                }
+            }
+        }
+        self.record_failures(&s, claim).await;
+        Published {
+            claimed,
+            started,
+            settlement: s,
+            ctids: batch.ctids,
+        }
+    }
+
+    /// Writes the batch's failures before the next claim, so that claim
+    /// already skips the aggregates now in backoff. Fenced: a partition that
+    /// changed owner meanwhile keeps its row as it was.
+    async fn record_failures(&self, s: &Settlement, claim: &Claimable) {
+        if s.failures.is_empty() {
+            return;
+        }
+        match self
+            .store
+            .event_mark_failed(&s.failures, self.ownership.me(), &claim.epochs)
+            .await
+        {
+            Ok(n) if (n as usize) < s.failures.len() => {
+                let lost = s.failures.len() as u64 - n;
+                tracing::warn!(lost, "failure updates fenced out: partitions changed owner");
+                self.stats.add_fenced_out(lost);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e.with_causes(), "could not record failures; the events will be retried")
+            }
+        }
+        for (e, error) in &s.dead {
+            tracing::warn!(event_id = %e.id, event_type = %e.event_type, aggregate_id = %e.aggregate_id, %error, "event dead-lettered");
+        }
+    }
+}
