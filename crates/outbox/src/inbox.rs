@@ -37,11 +37,11 @@ impl Default for Inbox {
 impl Inbox {
     /// An inbox in the `public` schema.
     pub fn new() -> Self {
-        Self::with_schema(&Schema::default())
+        Self::with_schema(Schema::default())
     }
 
     /// An inbox in `schema`.
-    pub fn with_schema(schema: &Schema) -> Self {
+    pub fn with_schema(schema: Schema) -> Self {
         Inbox {
             insert: schema.render(
                 "INSERT INTO {schema}.processed_events (consumer, event_id) VALUES ($1, $2)

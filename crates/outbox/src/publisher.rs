@@ -6,6 +6,7 @@ use crate::event::Event;
 
 /// What happened to one event of a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Outcome {
     /// The broker acknowledged the event; the relay marks it done.
     Delivered,

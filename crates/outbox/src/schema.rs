@@ -2,6 +2,36 @@
 
 use crate::error::{Error, Result};
 
+/// Longest identifier PostgreSQL keeps (`NAMEDATALEN - 1`).
+const MAX_LEN: usize = 63;
+
+/// Every PostgreSQL 15 keyword that is not "unreserved" (`pg_get_keywords()`
+/// categories R, T and C): the words `quote_ident` would quote. Unquoted,
+/// each is a syntax error or a different meaning in some statement the
+/// outbox renders, so none is accepted as a schema name. Sorted, for the
+/// binary search.
+#[rustfmt::skip]
+const KEYWORDS: &[&str] = &[
+    "all", "analyse", "analyze", "and", "any", "array", "as", "asc", "asymmetric",
+    "authorization", "between", "bigint", "binary", "bit", "boolean", "both", "case", "cast",
+    "char", "character", "check", "coalesce", "collate", "collation", "column", "concurrently",
+    "constraint", "create", "cross", "current_catalog", "current_date", "current_role",
+    "current_schema", "current_time", "current_timestamp", "current_user", "dec", "decimal",
+    "default", "deferrable", "desc", "distinct", "do", "else", "end", "except", "exists",
+    "extract", "false", "fetch", "float", "for", "foreign", "freeze", "from", "full", "grant",
+    "greatest", "group", "grouping", "having", "ilike", "in", "initially", "inner", "inout",
+    "int", "integer", "intersect", "interval", "into", "is", "isnull", "join", "lateral",
+    "leading", "least", "left", "like", "limit", "localtime", "localtimestamp", "national",
+    "natural", "nchar", "none", "normalize", "not", "notnull", "null", "nullif", "numeric",
+    "offset", "on", "only", "or", "order", "out", "outer", "overlaps", "overlay", "placing",
+    "position", "precision", "primary", "real", "references", "returning", "right", "row",
+    "select", "session_user", "setof", "similar", "smallint", "some", "substring", "symmetric",
+    "table", "tablesample", "then", "time", "timestamp", "to", "trailing", "treat", "trim",
+    "true", "union", "unique", "user", "using", "values", "varchar", "variadic", "verbose",
+    "when", "where", "window", "with", "xmlattributes", "xmlconcat", "xmlelement", "xmlexists",
+    "xmlforest", "xmlnamespaces", "xmlparse", "xmlpi", "xmlroot", "xmlserialize", "xmltable",
+];
+
 /// A validated PostgreSQL schema name; every table, view and function of the
 /// outbox lives in it. The default is `public`, so the seed's plain SQL
 /// (`INSERT INTO outbox_events …`) works unqualified.
@@ -16,24 +46,39 @@ impl Default for Schema {
 
 impl Schema {
     /// Validates `name`: 1 to 63 characters, lowercase ASCII letters, digits
-    /// and `_`, not starting with a digit (so it never needs quoting).
+    /// and `_`, not starting with a digit, not a PostgreSQL keyword and not
+    /// starting with `pg_` (so it never needs quoting and PostgreSQL accepts
+    /// it). The error quotes at most the first 60 characters of `name`.
     pub fn new(name: &str) -> Result<Self> {
-        let ok = !name.is_empty()
-            && name.len() <= 63
+        let invalid = |reason: String| Err(Error::invalid("schema", reason));
+        if name.is_empty() {
+            return invalid(
+                "the name is empty: give a schema name such as public, or leave the setting out for public"
+                    .to_owned(),
+            );
+        }
+        let plain = name.len() <= MAX_LEN
             && !name.starts_with(|c: char| c.is_ascii_digit())
             && name
                 .chars()
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-        if ok {
-            Ok(Schema(name.to_owned()))
-        } else {
-            Err(Error::invalid(
-                "schema",
-                format!(
-                    "{name:?} is not a plain identifier: use 1-63 lowercase letters, digits or _, not starting with a digit"
-                ),
-            ))
+        if !plain {
+            return invalid(format!(
+                "{} is not a plain identifier: use 1-63 lowercase letters, digits or _, not starting with a digit",
+                shown(name)
+            ));
         }
+        if KEYWORDS.binary_search(&name).is_ok() {
+            return invalid(format!(
+                "{name:?} is a PostgreSQL keyword and would need quoting in SQL: use another name, e.g. {name}_outbox"
+            ));
+        }
+        if name.starts_with("pg_") {
+            return invalid(format!(
+                "{name:?} starts with pg_, which PostgreSQL reserves for system schemas: use another name, e.g. outbox"
+            ));
+        }
+        Ok(Schema(name.to_owned()))
     }
 
     /// The schema name.
@@ -57,6 +102,16 @@ impl Schema {
     }
 }
 
+/// `value` quoted for a message, cut to its first 60 characters (with its
+/// length) when longer than 63.
+fn shown(value: &str) -> String {
+    if value.chars().count() <= MAX_LEN {
+        return format!("{value:?}");
+    }
+    let head: String = value.chars().take(60).collect();
+    format!("{head:?}… ({} bytes)", value.len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -68,6 +123,53 @@ mod tests {
             let err = Schema::new(bad).unwrap_err().to_string();
             assert!(err.contains("schema"), "{err}");
         }
+    }
+
+    #[test]
+    fn keywords_and_system_prefixes_are_refused_with_the_fix() {
+        for word in ["select", "user", "table", "order", "left", "int", "values"] {
+            let err = Schema::new(word).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("{word:?}"))
+                    && err.contains("keyword")
+                    && err.contains("use another name"),
+                "{err}"
+            );
+        }
+        let err = Schema::new("pg_outbox").unwrap_err().to_string();
+        assert!(
+            err.contains("pg_") && err.contains("use another name"),
+            "{err}"
+        );
+        // Unreserved keywords and names merely containing a keyword are fine.
+        for ok in [
+            "public",
+            "billing",
+            "action",
+            "selects",
+            "user_events",
+            "outbox",
+        ] {
+            assert!(Schema::new(ok).is_ok(), "{ok}");
+        }
+    }
+
+    #[test]
+    fn the_keyword_list_is_sorted_for_the_binary_search() {
+        assert!(KEYWORDS.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn empty_and_long_names_are_explained_not_echoed() {
+        let err = Schema::new("").unwrap_err().to_string();
+        assert!(err.contains("empty") && err.contains("public"), "{err}");
+        let long = "x".repeat(10 * 1024 * 1024);
+        let err = Schema::new(&long).unwrap_err().to_string();
+        assert!(err.len() < 300, "{} bytes", err.len());
+        assert!(
+            err.contains("10485760 bytes") && err.contains("1-63"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::{count, LONG};
 use outbox::{
-    cleanup_inbox, cleanup_processed, Cleaner, CleanerConfig, Cleanup, CleanupParams,
+    Cleaner, CleanerConfig, Cleanup, CleanupParams,
     CleanupTarget, Schema,
 };
 use outbox_testkit::wait_until;
@@ -109,10 +109,10 @@ async fn cleanup_deletes_exactly_the_expired_processed_events_in_batches() {
         older_than: 7 * DAY,
         batch_size: 3,
     };
-    assert_eq!(cleanup_processed(&pool, &schema, &params).await.unwrap(), 7);
+    assert_eq!(Cleanup::new(&schema, CleanupTarget::Events).run(&pool, &params).await.unwrap(), 7);
     assert_eq!(left(&pool, "shop").await, survivors());
     assert_eq!(
-        cleanup_processed(&pool, &schema, &params).await.unwrap(),
+        Cleanup::new(&schema, CleanupTarget::Events).run(&pool, &params).await.unwrap(),
         0,
         "nothing left to delete"
     );
@@ -120,7 +120,7 @@ async fn cleanup_deletes_exactly_the_expired_processed_events_in_batches() {
         batch_size: 0,
         ..params
     };
-    let err = cleanup_processed(&pool, &schema, &zero)
+    let err = Cleanup::new(&schema, CleanupTarget::Events).run(&pool, &zero)
         .await
         .unwrap_err()
         .to_string();
@@ -145,8 +145,8 @@ async fn concurrent_cleanups_share_the_rows_without_double_counting() {
     };
     let schema = Schema::default();
     let (a, b) = tokio::join!(
-        cleanup_processed(&ctx.pool, &schema, &params),
-        cleanup_processed(&ctx.pool, &schema, &params)
+        Cleanup::new(&schema, CleanupTarget::Events).run(&ctx.pool, &params),
+        Cleanup::new(&schema, CleanupTarget::Events).run(&ctx.pool, &params)
     );
     assert_eq!(a.unwrap() + b.unwrap(), 2_000);
     assert_eq!(left(&ctx.pool, "public").await, [("recent".into(), 5)]);
@@ -188,7 +188,7 @@ async fn inbox_cleanup_deletes_only_marks_older_than_the_period() {
         older_than: 30 * DAY,
         batch_size: 5,
     };
-    let deleted = cleanup_inbox(&ctx.pool, &Schema::default(), &params)
+    let deleted = Cleanup::new(&Schema::default(), CleanupTarget::Inbox).run(&ctx.pool, &params)
         .await
         .unwrap();
     assert_eq!(deleted, 17);
@@ -294,12 +294,12 @@ async fn rows_kept_by_a_relay_in_retention_mode_are_cleaned_up() {
     let schema = Schema::default();
     let day = CleanupParams::older_than(DAY);
     assert_eq!(
-        cleanup_processed(&ctx.pool, &schema, &day).await.unwrap(),
+        Cleanup::new(&schema, CleanupTarget::Events).run(&ctx.pool, &day).await.unwrap(),
         0
     );
     let now = CleanupParams::older_than(Duration::ZERO);
     assert_eq!(
-        cleanup_processed(&ctx.pool, &schema, &now).await.unwrap(),
+        Cleanup::new(&schema, CleanupTarget::Events).run(&ctx.pool, &now).await.unwrap(),
         9
     );
     let left: Vec<uuid::Uuid> = sqlx::query_scalar("SELECT id FROM outbox_events")

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use outbox::relay::{OutageKind, RelayObserver, StatsSnapshot};
+use outbox::{OutageKind, RelayObserver, StatsSnapshot};
 use outbox::{Relay, RelayConfig, RelayHandle};
 use sqlx::PgPool;
 use uuid::Uuid;

@@ -72,9 +72,27 @@ impl CleanupTarget {
     }
 }
 
-/// The statements of one cleanup target in one schema, for callers that
-/// drive the batches themselves (to report progress, or to stop between
-/// batches). Most callers want [`cleanup_processed`] or [`cleanup_inbox`].
+/// Deletes processed rows of one target in one schema, in short batches.
+///
+/// [`CleanupTarget::Events`]: events processed longer ago than
+/// `older_than` (kept by a relay in retention mode); pending and
+/// dead-lettered events are never touched. [`CleanupTarget::Inbox`]: inbox
+/// marks (`processed_events`); once a mark is gone a redelivery of its event
+/// is processed again, so keep marks longer than any redelivery can come.
+/// [`Cleanup::run`] does the whole job; callers that drive the batches
+/// themselves (to report progress, or to stop between batches) use the
+/// lower-level methods.
+///
+/// ```no_run
+/// # async fn f(pool: sqlx::PgPool) -> outbox::Result<()> {
+/// use std::time::Duration;
+/// use outbox::{Cleanup, CleanupParams, CleanupTarget, Schema};
+/// let week = CleanupParams::older_than(Duration::from_secs(7 * 86_400));
+/// let deleted = Cleanup::new(&Schema::default(), CleanupTarget::Events)
+///     .run(&pool, &week)
+///     .await?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Cleanup {
     target: CleanupTarget,
@@ -172,36 +190,4 @@ impl Cleanup {
         }
         Ok(total)
     }
-}
-
-/// Deletes events processed longer ago than `params.older_than` (kept by
-/// a relay in retention mode), `params.batch_size` rows per statement;
-/// returns how many. Pending and dead-lettered events are never touched.
-///
-/// ```no_run
-/// # async fn f(pool: sqlx::PgPool) -> outbox::Result<()> {
-/// use std::time::Duration;
-/// use outbox::{CleanupParams, Schema};
-/// let week = CleanupParams::older_than(Duration::from_secs(7 * 86_400));
-/// let deleted = outbox::cleanup_processed(&pool, &Schema::default(), &week).await?;
-/// # Ok(()) }
-/// ```
-pub async fn cleanup_processed(
-    pool: &PgPool,
-    schema: &Schema,
-    params: &CleanupParams,
-) -> Result<u64> {
-    Cleanup::new(schema, CleanupTarget::Events)
-        .run(pool, params)
-        .await
-}
-
-/// Deletes inbox marks (`processed_events`) older than `params.older_than`,
-/// in batches; returns how many. Once a mark is gone, a redelivery of its
-/// event is processed again: keep marks longer than any redelivery can
-/// come (the relay's longest backoff, outages, replays).
-pub async fn cleanup_inbox(pool: &PgPool, schema: &Schema, params: &CleanupParams) -> Result<u64> {
-    Cleanup::new(schema, CleanupTarget::Inbox)
-        .run(pool, params)
-        .await
 }

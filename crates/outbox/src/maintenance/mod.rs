@@ -9,7 +9,7 @@ mod selector;
 
 pub use cleaner::{Cleaner, CleanerConfig, CleanerHandle, CleanerStats};
 pub use cleanup::{
-    cleanup_inbox, cleanup_processed, Cleanup, CleanupParams, CleanupTarget,
+    Cleanup, CleanupParams, CleanupTarget,
     DEFAULT_CLEANUP_BATCH_SIZE, MAX_CLEANUP_BATCH_SIZE,
 };
 pub use dead_letters::{DeadLetter, DeadLetterPage, DeadLetters};

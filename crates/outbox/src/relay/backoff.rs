@@ -8,7 +8,7 @@ use rand::Rng;
 /// `attempts` times (1 after the first failure): `base * 2^(attempts-1)`,
 /// capped at `max`, with "equal jitter" (half fixed, half random) so delays
 /// grow but retries of many events spread out.
-pub fn retry_delay(attempts: u32, base_ms: u64, max_ms: u64) -> Duration {
+pub(crate) fn retry_delay(attempts: u32, base_ms: u64, max_ms: u64) -> Duration {
     let exp = attempts.saturating_sub(1).min(40);
     let full = base_ms.saturating_mul(1u64 << exp).min(max_ms);
     let half = full / 2;

@@ -21,7 +21,6 @@ use sqlx::PgPool;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use backoff::retry_delay;
 pub use config::{RelayConfig, Retention};
 pub use observe::{BatchReport, OutageKind, RelayObserver, RelayStats, StatsSnapshot};
 
