@@ -1,42 +1,114 @@
-//! Connecting to PostgreSQL with one-line errors and redacted passwords.
+//! Connecting to PostgreSQL: the URL is checked before anything is tried,
+//! a server that refuses or does not answer is reported at once with its
+//! own error, and passwords never show.
 
 use std::time::Duration;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
+use outbox::redact::{redact_url, shorten};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions, PgPool};
+use sqlx::{ConnectOptions, Connection, PgPool};
 
-/// Replaces the password of every `scheme://user:password@` in `text` with
-/// `***`.
-pub fn redact_text(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(i) = rest.find("://") {
-        let (head, tail) = rest.split_at(i + 3);
-        out.push_str(head);
-        let end = tail
-            .find(|c: char| c.is_whitespace() || c == '"' || c == '\'')
-            .unwrap_or(tail.len());
-        let authority = &tail[..end];
-        match (authority.find(':'), authority.rfind('@')) {
-            (Some(colon), Some(at)) if colon < at && !authority[..colon].contains('/') => {
-                out.push_str(&authority[..colon]);
-                out.push_str(":***");
-                out.push_str(&authority[at..]);
-            }
-            _ => out.push_str(authority),
-        }
-        rest = &tail[end..];
-    }
-    out.push_str(rest);
-    out
-}
+/// The one redaction, re-exported for the modules that print messages.
+pub use outbox::redact::redact_text;
+
+/// The form a database URL takes, for error messages.
+const FORM: &str = "postgres://USER:PASS@HOST:PORT/DB";
+
+/// How long opening a connection may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The database URL from `--database-url` / `DATABASE_URL`, or a clear error.
 pub fn require_url(url: &Option<String>) -> Result<String> {
-    url.clone().ok_or_else(|| {
-        anyhow!("no database given: pass --database-url postgres://USER:PASS@HOST:PORT/DB or set DATABASE_URL")
-    })
+    match url {
+        Some(url) if !url.trim().is_empty() => Ok(url.clone()),
+        Some(_) => {
+            bail!("the database URL is empty: pass --database-url {FORM} or set DATABASE_URL")
+        }
+        None => bail!("no database given: pass --database-url {FORM} or set DATABASE_URL"),
+    }
+}
+
+/// Checks that `url` is a PostgreSQL URL (`postgres://` or
+/// `postgresql://`) and parses it. Other schemes are refused before any
+/// connection is tried; so are libpq `key=value` strings, which the driver
+/// does not read.
+pub fn check_url(url: &str) -> Result<PgConnectOptions> {
+    if url.trim().is_empty() {
+        bail!("the database URL is empty: use {FORM}");
+    }
+    let shown = redact_url(url);
+    let scheme = url.split_once("://").map(|(s, _)| s.trim()).filter(|s| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+    });
+    match scheme.map(str::to_ascii_lowercase).as_deref() {
+        Some("postgres" | "postgresql") => {}
+        Some(other) => bail!(
+            "invalid database URL {shown}: {}:// is not PostgreSQL: use {FORM} (or postgresql://…)",
+            shorten(other, 20)
+        ),
+        None if url.contains('=') && !url.contains("://") => bail!(
+            "invalid database URL {shown}: libpq connection strings (host=… dbname=…) are not supported: write it as a URL, {FORM}"
+        ),
+        None => bail!("invalid database URL {shown}: not a URL: use {FORM}"),
+    }
+    let options = url.parse().map_err(|e: sqlx::Error| {
+        anyhow!(
+            "invalid database URL {shown}: {} (expected {FORM})",
+            redact_text(&e.to_string())
+        )
+    })?;
+    for name in unknown_parameters(url) {
+        tracing::warn!(
+            "ignoring parameter {} of the database URL: the driver does not know it (known: {})",
+            redact_text(&name),
+            KNOWN_PARAMETERS.join(", ")
+        );
+    }
+    Ok(options)
+}
+
+/// The URL query parameters the driver reads; it ignores the others (and
+/// its own warning about them, silenced in `config::log_filter`, quotes
+/// their values).
+const KNOWN_PARAMETERS: &[&str] = &[
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "application_name",
+    "options",
+];
+
+/// The names of the query parameters of `url` the driver does not read.
+fn unknown_parameters(url: &str) -> Vec<String> {
+    let Some((_, query)) = url.split_once('?') else {
+        return Vec::new();
+    };
+    query
+        .split('&')
+        .filter_map(|p| p.split('=').next())
+        .filter(|name| {
+            !name.is_empty()
+                && !KNOWN_PARAMETERS.contains(name)
+                && !(name.starts_with("options[") && name.ends_with(']'))
+        })
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Connects a pool of `max` connections, failing within a few seconds.
@@ -47,23 +119,44 @@ pub async fn connect(url: &str, max: u32) -> Result<PgPool> {
 /// [`connect`], warning about statements slower than `slow` (bulk loads
 /// in benchmarks are slow on purpose).
 pub async fn connect_flagging_slow(url: &str, max: u32, slow: Duration) -> Result<PgPool> {
-    let options: PgConnectOptions = url.parse().map_err(|e| {
-        anyhow!(
-            "invalid database URL {}: {e} (expected postgres://USER:PASS@HOST:PORT/DB)",
-            redact_text(url)
-        )
-    })?;
+    let options = check_url(url)?;
     // Batch statements (claims of thousands of rows, bulk loads) are
     // legitimately slow now and then; only flag the pathological ones.
     let options = options
         .log_statements(log::LevelFilter::Debug)
         .log_slow_statements(log::LevelFilter::Warn, slow);
+    let shown = redact_url(url);
+    // One connection first: a pool only says it timed out, after waiting
+    // the whole acquire timeout; a single connection fails at once with
+    // the server's (or the network's) own reason.
+    match tokio::time::timeout(CONNECT_TIMEOUT, options.connect()).await {
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+        }
+        Ok(Err(e)) => bail!("cannot connect to {shown}: {}", describe(&e, &options)),
+        Err(_) => bail!(
+            "cannot connect to {shown}: no answer within {} s (is the host reachable and the port right?)",
+            CONNECT_TIMEOUT.as_secs()
+        ),
+    }
     PgPoolOptions::new()
         .max_connections(max)
-        .acquire_timeout(Duration::from_secs(5))
+        .acquire_timeout(CONNECT_TIMEOUT)
         .connect_with(options)
         .await
-        .with_context(|| format!("cannot connect to {}", redact_text(url)))
+        .with_context(|| format!("cannot connect to {shown}"))
+}
+
+/// Why a connection failed, in words an operator can act on.
+fn describe(e: &sqlx::Error, options: &PgConnectOptions) -> String {
+    match e {
+        sqlx::Error::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => format!(
+            "connection refused: nothing listens on {}:{} (is PostgreSQL running there?)",
+            redact_text(options.get_host()),
+            options.get_port()
+        ),
+        other => redact_text(&other.to_string()),
+    }
 }
 
 #[cfg(test)]
@@ -71,15 +164,51 @@ mod tests {
     use super::*;
 
     #[test]
-    fn passwords_are_redacted() {
+    fn only_postgres_urls_are_accepted() {
+        for ok in [
+            "postgres://app:pw@db:5432/x",
+            "postgresql://db/x?sslmode=disable",
+            "POSTGRES://db/x",
+        ] {
+            check_url(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+        for (bad, says) in [
+            ("http://u:S3cr3t@db/x", "http:// is not PostgreSQL"),
+            ("mysql://u:S3cr3t@db/x", "mysql:// is not PostgreSQL"),
+            (
+                "host=db password=S3cr3t dbname=x",
+                "connection strings (host=… dbname=…) are not supported",
+            ),
+            ("db:5432", "not a URL"),
+            ("", "empty"),
+            ("   ", "empty"),
+            ("postgres://u:S3cr3t@db:notaport/x", "invalid database URL"),
+        ] {
+            let e = format!("{:#}", check_url(bad).unwrap_err());
+            assert!(e.contains(says), "{bad}: {e}");
+            assert!(!e.contains("S3cr3t") && !e.contains('\n'), "{e}");
+            assert!(e.contains(FORM), "{e}");
+        }
         assert_eq!(
-            redact_text("cannot connect to postgres://app:s3cr3t@db:5432/x: refused"),
-            "cannot connect to postgres://app:***@db:5432/x: refused"
+            unknown_parameters("postgres://h/x?sslmode=require&sslpassword=S3cr3t&options[a]=b"),
+            ["sslpassword"]
         );
-        assert_eq!(redact_text("postgres://app@db/x"), "postgres://app@db/x");
-        assert_eq!(
-            redact_text("a amqp://u:p@h/v and kafka://h:9092"),
-            "a amqp://u:***@h/v and kafka://h:9092"
+        assert!(require_url(&Some(" ".into())).is_err());
+        assert!(require_url(&None).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_says_so_at_once() {
+        let port = outbox_testkit::postgres::free_port();
+        let url = format!("postgres://app:S3cr3t@127.0.0.1:{port}/x");
+        let started = std::time::Instant::now();
+        let e = format!("{:#}", connect(&url, 1).await.unwrap_err());
+        assert!(started.elapsed() < Duration::from_secs(2), "{e}");
+        assert!(e.contains("connection refused"), "{e}");
+        assert!(
+            e.contains(&format!("postgres://app:***@127.0.0.1:{port}/x")),
+            "{e}"
         );
+        assert!(!e.contains("S3cr3t"), "{e}");
     }
 }

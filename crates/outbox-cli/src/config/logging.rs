@@ -33,8 +33,18 @@ fn directive(level: &str) -> String {
 }
 
 /// The filter: `--log-level` wins, then `RUST_LOG`, then `log.level` from
-/// `OUTBOX_LOG_LEVEL`, the file or the default.
+/// `OUTBOX_LOG_LEVEL`, the file or the default. Whatever it says, the
+/// driver's URL parser logs errors only: its warning about an unknown URL
+/// parameter quotes the value, which may be a password (`sslpassword=…`);
+/// [`crate::db`] warns about those parameters by name instead.
 pub fn log_filter(l: &Loaded) -> Result<EnvFilter> {
+    Ok(chosen_filter(l)?.add_directive(QUIET_URL_PARSER.parse()?))
+}
+
+/// The tracing target of the driver's URL parser, kept to errors.
+const QUIET_URL_PARSER: &str = "sqlx_postgres::options::parse=error";
+
+fn chosen_filter(l: &Loaded) -> Result<EnvFilter> {
     let from_flag = matches!(l.origin("log.level"), Origin::Flag(_));
     if !from_flag {
         if let Some(rust_log) = std::env::var("RUST_LOG")

@@ -3,22 +3,18 @@
 
 use std::fmt::Write;
 
+use outbox::redact::{is_secret_key, mask_text, REDACTED};
+
 use super::keys::KEYS;
 use super::Loaded;
-use crate::db::redact_text;
 
-/// Whether a key names a secret (`sasl.password`, `api_token`, …).
-fn is_secret(key: &str) -> bool {
-    let k = key.to_ascii_lowercase();
-    ["password", "secret", "token", "credential"]
-        .iter()
-        .any(|s| k.contains(s))
-}
-
-/// Hides URL passwords in strings and the values of secret keys.
+/// Hides URL passwords and `password=…` parameters in strings, and the
+/// values of secret keys. Strings are otherwise kept as they are: TOML and
+/// JSON escape control characters themselves, and `config check` prints a
+/// file that can be used as it is.
 fn redact(value: &mut toml::Value) {
     match value {
-        toml::Value::String(s) => *s = redact_text(s),
+        toml::Value::String(s) => *s = mask_text(s),
         toml::Value::Array(items) => items.iter_mut().for_each(redact),
         toml::Value::Table(t) => redact_table(t),
         _ => {}
@@ -27,8 +23,10 @@ fn redact(value: &mut toml::Value) {
 
 fn redact_table(table: &mut toml::Table) {
     for (key, value) in table.iter_mut() {
-        if is_secret(key) && !value.is_table() {
-            *value = toml::Value::String("***".to_owned());
+        // A secret is hidden whatever its type: a table or an array under
+        // `sasl.password` is as secret as a string.
+        if is_secret_key(key) {
+            *value = toml::Value::String(REDACTED.to_owned());
         } else {
             redact(value);
         }
@@ -113,5 +111,29 @@ mod tests {
         let text = toml::to_string(&t).unwrap();
         assert!(!text.contains("hunter2"), "{text}");
         assert!(text.contains("linger.ms"), "{text}");
+    }
+
+    #[test]
+    fn secrets_of_any_type_and_any_form_are_hidden() {
+        let mut t: toml::Table = toml::from_str(
+            r#"
+            database_url = "host=db password='hunter 2' dbname=x"
+            other = "postgres://u@db/x?sslpassword=hunter2"
+            urls = ["amqps://u:hun ter2@h/v"]
+            [properties]
+            "sasl.password" = { v = "hunter2" }
+            "ssl.key.password" = ["hunter2"]
+            api_key = 12345
+            key_template = "{event_type}"
+            "#,
+        )
+        .unwrap();
+        redact_table(&mut t);
+        let text = toml::to_string(&t).unwrap();
+        assert!(
+            !text.contains("hunter") && !text.contains("12345"),
+            "{text}"
+        );
+        assert!(text.contains("key_template = \"{event_type}\""), "{text}");
     }
 }

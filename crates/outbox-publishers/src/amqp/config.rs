@@ -5,6 +5,10 @@ use std::fmt;
 use lapin::uri::AMQPUri;
 use serde::{Deserialize, Serialize};
 
+/// `url` with its password and secret parameters hidden, on one line:
+/// the outbox's one redaction, re-exported for users of this crate.
+pub use outbox::redact::redact_url;
+
 /// The default exchange.
 pub const DEFAULT_EXCHANGE: &str = "outbox";
 /// The default routing-key template.
@@ -129,29 +133,6 @@ impl Default for AmqpConfig {
     }
 }
 
-/// `url` with the password replaced by `***`.
-pub fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_owned();
-    };
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    match authority.rfind('@') {
-        Some(at) => {
-            let userinfo = &authority[..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            let masked = if userinfo.contains(':') {
-                format!("{user}:***")
-            } else {
-                user.to_owned()
-            };
-            format!("{}{}@{}", &url[..scheme_end + 3], masked, &rest[at + 1..])
-        }
-        None => url.to_owned(),
-    }
-}
-
 impl fmt::Debug for AmqpConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AmqpConfig")
@@ -203,7 +184,7 @@ impl AmqpConfig {
                 &shown,
                 format!(
                     "cannot be parsed ({}); use amqp://USER:PASS@HOST:PORT/VHOST",
-                    e.replace(&self.url, &shown)
+                    outbox::redact::redact_text(&e.replace(&self.url, &shown))
                 ),
             )
         })?;
@@ -303,6 +284,14 @@ mod tests {
         assert!(!e.to_string().contains("hunter2"), "{e}");
         assert_eq!(redact_url("amqp://rabbit/x"), "amqp://rabbit/x");
         assert_eq!(redact_url("amqp://u@rabbit/x"), "amqp://u@rabbit/x");
+        for url in [
+            "amqp://app:hunter 2@rabbit/x",
+            "amqps://app:hun@ter2@rabbit/x",
+            "amqp://app@rabbit/x?password=hunter2",
+        ] {
+            let c = AmqpConfig::from_url(url).unwrap();
+            assert!(!format!("{c:?} {c}").contains("hunter"), "{c:?}");
+        }
     }
 
     #[test]

@@ -37,10 +37,10 @@ const RESERVED: &[(&str, &str)] = &[
     ),
 ];
 
-/// Property names whose values are secrets: never shown in `Debug` or errors.
+/// Property names whose values are secrets: never shown in `Debug` or
+/// errors (the outbox's one rule, [`outbox::redact::is_secret_key`]).
 fn is_secret(name: &str) -> bool {
-    let name = name.to_ascii_lowercase();
-    name.contains("password") || name.contains("secret") || name.ends_with(".key.pem")
+    outbox::redact::is_secret_key(name)
 }
 
 /// A setting that cannot work, with what to do instead.
@@ -106,6 +106,8 @@ pub struct KafkaConfig {
     /// (`sasl.mechanism`, `sasl.username`, `sasl.password`, …). Properties
     /// that carry the delivery guarantees (`acks`, `enable.idempotence`, …)
     /// are refused; secrets are never shown in `Debug` output or errors.
+    /// Every value is a string, as librdkafka takes it (`"5"`, not `5`).
+    #[serde(deserialize_with = "properties::deserialize")]
     pub properties: BTreeMap<String, String>,
 }
 
@@ -146,6 +148,103 @@ impl fmt::Debug for KafkaConfig {
             .field("client_id", &self.client_id)
             .field("properties", &properties)
             .finish()
+    }
+}
+
+/// Reading `properties`: a value that is not a string is an error naming
+/// the property and the expected type, showing the value only if the
+/// property is not a secret (serde's own message would quote it).
+mod properties {
+    use std::collections::BTreeMap;
+    use std::fmt;
+
+    use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+    use serde::Deserialize;
+
+    /// A property value as written: a string, or what it was instead.
+    enum Value {
+        Text(String),
+        /// The kind of value, and the value if it is a scalar.
+        Other(&'static str, Option<String>),
+    }
+
+    impl<'de> Deserialize<'de> for Value {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Value;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("a string")
+                }
+                fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+                    Ok(Value::Text(v.to_owned()))
+                }
+                fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
+                    Ok(Value::Text(v))
+                }
+                fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
+                    Ok(Value::Other("a boolean", Some(v.to_string())))
+                }
+                fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+                    Ok(Value::Other("an integer", Some(v.to_string())))
+                }
+                fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+                    Ok(Value::Other("an integer", Some(v.to_string())))
+                }
+                fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+                    Ok(Value::Other("a number", Some(v.to_string())))
+                }
+                fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+                    Ok(Value::Other("null", None))
+                }
+                fn visit_none<E: de::Error>(self) -> Result<Value, E> {
+                    Ok(Value::Other("null", None))
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+                    while seq.next_element::<IgnoredAny>()?.is_some() {}
+                    Ok(Value::Other("an array", None))
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+                    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                    Ok(Value::Other("a table", None))
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<BTreeMap<String, String>, D::Error> {
+        struct Props;
+        impl<'de> Visitor<'de> for Props {
+            type Value = BTreeMap<String, String>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a table of librdkafka properties, each value a string")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut out = BTreeMap::new();
+                while let Some(name) = map.next_key::<String>()? {
+                    match map.next_value::<Value>()? {
+                        Value::Text(v) => {
+                            out.insert(name, v);
+                        }
+                        Value::Other(kind, shown) => {
+                            let shown = match shown {
+                                Some(v) if !super::is_secret(&name) => format!(" ({v})"),
+                                _ => String::new(),
+                            };
+                            let name = outbox::redact::redact_text(&name);
+                            return Err(de::Error::custom(format!(
+                                "property {name:?} must be a string, not {kind}{shown}: librdkafka takes every value as text, e.g. \"5\" or \"true\""
+                            )));
+                        }
+                    }
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_map(Props)
     }
 }
 
@@ -418,6 +517,36 @@ mod tests {
             .insert("enable.idempotence".into(), "false".into());
         let e = c.validate().unwrap_err().to_string();
         assert!(!e.contains("hunter2"), "{e}");
+    }
+
+    #[test]
+    fn a_property_of_the_wrong_type_is_named_but_a_secret_is_not_shown() {
+        for (value, kind) in [
+            ("12345", "an integer"),
+            ("123.45", "a number"),
+            ("true", "a boolean"),
+            ("[\"hunter2\", 12345]", "an array"),
+            ("{ \"v\": \"hunter2\" }", "a table"),
+        ] {
+            for name in ["sasl.password", "ssl.key.password", "client_secret"] {
+                let json = format!(r#"{{"properties": {{"{name}": {value}}}}}"#);
+                let e = serde_json::from_str::<KafkaConfig>(&json)
+                    .unwrap_err()
+                    .to_string();
+                assert!(e.contains(name) && e.contains(kind), "{e}");
+                assert!(e.contains("must be a string"), "{e}");
+                assert!(
+                    !e.contains("hunter2") && !e.contains("12345") && !e.contains("123.45"),
+                    "{e}"
+                );
+            }
+        }
+        let e = serde_json::from_str::<KafkaConfig>(r#"{"properties": {"linger.ms": 5}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("linger.ms") && e.contains("(5)"), "{e}");
+        let c: KafkaConfig = serde_json::from_str(r#"{"properties": {"linger.ms": "5"}}"#).unwrap();
+        assert_eq!(c.properties["linger.ms"], "5");
     }
 
     #[test]
