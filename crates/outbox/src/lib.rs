@@ -25,13 +25,13 @@ pub use error::{Error, Result};
 pub use event::{Event, NewEvent, MAX_HEADER_NAME_CHARS, MAX_NAME_CHARS, MAX_TOPIC_CHARS};
 pub use inbox::{Inbox, MAX_CONSUMER_CHARS};
 pub use maintenance::{
-    format_age, Cleaner, CleanerConfig, CleanerHandle,
-    CleanerStats, Cleanup, CleanupParams, CleanupTarget, DeadLetter, DeadLetterFilter,
-    DeadLetterPage, DeadLetters, Selector, DEFAULT_CLEANUP_BATCH_SIZE, DEFAULT_LIST_LIMIT,
-    MAX_CLEANUP_BATCH_SIZE, MAX_LIST_LIMIT,
+    format_age, Cleaner, CleanerConfig, CleanerHandle, CleanerStats, Cleanup, CleanupParams,
+    CleanupTarget, DeadLetter, DeadLetterFilter, DeadLetterPage, DeadLetters, Selector,
+    DEFAULT_CLEANUP_BATCH_SIZE, DEFAULT_LIST_LIMIT, MAX_CLEANUP_BATCH_SIZE, MAX_LIST_LIMIT,
 };
 pub use migrate::{
-    ensure_migrated, migrate, MigrateOptions, MigrationReport, DEFAULT_PARTITIONS, MAX_PARTITIONS,
+    ensure_migrated, migrate, MigrateOptions, MigrationReport, WakeupTrigger, DEFAULT_PARTITIONS,
+    MAX_PARTITIONS,
 };
 pub use outbox::Outbox;
 pub use publisher::{Outcome, Publisher, Unavailable};

@@ -103,6 +103,20 @@ SELECT instance_id FROM {schema}.outbox_relay_instances
 WHERE heartbeat_at >= now() - $1 * interval '1 millisecond' OR instance_id = $2
 ORDER BY instance_id";
 
+/// This instance is about to sleep: producers' wake-up trigger (migration
+/// 3) notifies while the announcement lasts ($2 ms, refreshed while the
+/// relay sleeps, so a relay that died stops costing producers once it
+/// lapses).
+pub const INSTANCE_IDLE_ANNOUNCE: &str = "
+INSERT INTO {schema}.outbox_relay_idle (instance_id, idle_until)
+VALUES ($1, now() + $2 * interval '1 millisecond')
+ON CONFLICT (instance_id) DO UPDATE SET idle_until = EXCLUDED.idle_until";
+
+/// This instance has work again (or is stopping): producers stop notifying
+/// on its account.
+pub const INSTANCE_IDLE_RETRACT: &str = "
+DELETE FROM {schema}.outbox_relay_idle WHERE instance_id = $1";
+
 /// A stopping instance leaves.
 pub const INSTANCE_REMOVE: &str = "
 DELETE FROM {schema}.outbox_relay_instances WHERE instance_id = $1";

@@ -6,10 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::{count, LONG};
-use outbox::{
-    Cleaner, CleanerConfig, Cleanup, CleanupParams,
-    CleanupTarget, Schema,
-};
+use outbox::{Cleaner, CleanerConfig, Cleanup, CleanupParams, CleanupTarget, Schema};
 use outbox_testkit::wait_until;
 use sqlx::PgPool;
 
@@ -109,10 +106,19 @@ async fn cleanup_deletes_exactly_the_expired_processed_events_in_batches() {
         older_than: 7 * DAY,
         batch_size: 3,
     };
-    assert_eq!(Cleanup::new(&schema, CleanupTarget::Events).run(&pool, &params).await.unwrap(), 7);
+    assert_eq!(
+        Cleanup::new(&schema, CleanupTarget::Events)
+            .run(&pool, &params)
+            .await
+            .unwrap(),
+        7
+    );
     assert_eq!(left(&pool, "shop").await, survivors());
     assert_eq!(
-        Cleanup::new(&schema, CleanupTarget::Events).run(&pool, &params).await.unwrap(),
+        Cleanup::new(&schema, CleanupTarget::Events)
+            .run(&pool, &params)
+            .await
+            .unwrap(),
         0,
         "nothing left to delete"
     );
@@ -120,7 +126,8 @@ async fn cleanup_deletes_exactly_the_expired_processed_events_in_batches() {
         batch_size: 0,
         ..params
     };
-    let err = Cleanup::new(&schema, CleanupTarget::Events).run(&pool, &zero)
+    let err = Cleanup::new(&schema, CleanupTarget::Events)
+        .run(&pool, &zero)
         .await
         .unwrap_err()
         .to_string();
@@ -144,9 +151,10 @@ async fn concurrent_cleanups_share_the_rows_without_double_counting() {
         batch_size: 50,
     };
     let schema = Schema::default();
+    let cleanup = Cleanup::new(&schema, CleanupTarget::Events);
     let (a, b) = tokio::join!(
-        Cleanup::new(&schema, CleanupTarget::Events).run(&ctx.pool, &params),
-        Cleanup::new(&schema, CleanupTarget::Events).run(&ctx.pool, &params)
+        cleanup.run(&ctx.pool, &params),
+        cleanup.run(&ctx.pool, &params)
     );
     assert_eq!(a.unwrap() + b.unwrap(), 2_000);
     assert_eq!(left(&ctx.pool, "public").await, [("recent".into(), 5)]);
@@ -188,7 +196,8 @@ async fn inbox_cleanup_deletes_only_marks_older_than_the_period() {
         older_than: 30 * DAY,
         batch_size: 5,
     };
-    let deleted = Cleanup::new(&Schema::default(), CleanupTarget::Inbox).run(&ctx.pool, &params)
+    let deleted = Cleanup::new(&Schema::default(), CleanupTarget::Inbox)
+        .run(&ctx.pool, &params)
         .await
         .unwrap();
     assert_eq!(deleted, 17);
@@ -294,12 +303,18 @@ async fn rows_kept_by_a_relay_in_retention_mode_are_cleaned_up() {
     let schema = Schema::default();
     let day = CleanupParams::older_than(DAY);
     assert_eq!(
-        Cleanup::new(&schema, CleanupTarget::Events).run(&ctx.pool, &day).await.unwrap(),
+        Cleanup::new(&schema, CleanupTarget::Events)
+            .run(&ctx.pool, &day)
+            .await
+            .unwrap(),
         0
     );
     let now = CleanupParams::older_than(Duration::ZERO);
     assert_eq!(
-        Cleanup::new(&schema, CleanupTarget::Events).run(&ctx.pool, &now).await.unwrap(),
+        Cleanup::new(&schema, CleanupTarget::Events)
+            .run(&ctx.pool, &now)
+            .await
+            .unwrap(),
         9
     );
     let left: Vec<uuid::Uuid> = sqlx::query_scalar("SELECT id FROM outbox_events")

@@ -15,7 +15,11 @@ async fn migrating_twice_is_a_no_op() {
         .unwrap();
     assert_eq!(
         first.applied,
-        vec!["0001_outbox".to_owned(), "0002_finite_timestamps".to_owned()]
+        vec![
+            "0001_outbox".to_owned(),
+            "0002_finite_timestamps".to_owned(),
+            "0003_idle_wakeup".to_owned()
+        ]
     );
     assert_eq!(first.partitions, 32);
     let second = outbox::migrate(&mut conn, &Schema::default(), &Default::default())
@@ -64,6 +68,7 @@ async fn a_custom_schema_holds_everything_and_partition_count_is_fixed() {
     let opts = MigrateOptions {
         partitions: Some(8),
         notify_trigger: None,
+        ..MigrateOptions::default()
     };
     let report = outbox::migrate(&mut conn, &schema, &opts).await.unwrap();
     assert_eq!(report.partitions, 8);
@@ -88,6 +93,7 @@ async fn a_custom_schema_holds_everything_and_partition_count_is_fixed() {
         &MigrateOptions {
             partitions: Some(16),
             notify_trigger: None,
+            ..MigrateOptions::default()
         },
     )
     .await
@@ -129,6 +135,7 @@ async fn the_seed_notify_trigger_is_opt_in_and_removable() {
         &MigrateOptions {
             partitions: None,
             notify_trigger: Some(true),
+            ..MigrateOptions::default()
         },
     )
     .await
@@ -156,6 +163,7 @@ async fn the_seed_notify_trigger_is_opt_in_and_removable() {
         &MigrateOptions {
             partitions: None,
             notify_trigger: Some(false),
+            ..MigrateOptions::default()
         },
     )
     .await

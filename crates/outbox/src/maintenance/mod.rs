@@ -9,8 +9,7 @@ mod selector;
 
 pub use cleaner::{Cleaner, CleanerConfig, CleanerHandle, CleanerStats};
 pub use cleanup::{
-    Cleanup, CleanupParams, CleanupTarget,
-    DEFAULT_CLEANUP_BATCH_SIZE, MAX_CLEANUP_BATCH_SIZE,
+    Cleanup, CleanupParams, CleanupTarget, DEFAULT_CLEANUP_BATCH_SIZE, MAX_CLEANUP_BATCH_SIZE,
 };
 pub use dead_letters::{DeadLetter, DeadLetterPage, DeadLetters};
 pub use selector::{format_age, DeadLetterFilter, Selector, DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT};

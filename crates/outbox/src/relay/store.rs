@@ -59,6 +59,8 @@ pub struct Store {
     mark_processed: String,
     mark_failed: String,
     heartbeat: String,
+    idle_announce: String,
+    idle_retract: String,
     live: String,
     remove: String,
     renew: String,
@@ -80,6 +82,8 @@ impl Store {
             mark_processed: r(q::EVENT_MARK_PROCESSED),
             mark_failed: r(q::EVENT_MARK_FAILED),
             heartbeat: r(q::INSTANCE_HEARTBEAT),
+            idle_announce: r(q::INSTANCE_IDLE_ANNOUNCE),
+            idle_retract: r(q::INSTANCE_IDLE_RETRACT),
             live: r(q::INSTANCE_LIVE),
             remove: r(q::INSTANCE_REMOVE),
             renew: r(q::PARTITION_LEASE_RENEW),
@@ -189,6 +193,27 @@ impl Store {
             .execute(&self.pool)
             .await
             .map_err(Error::db("sending a heartbeat"))?;
+        Ok(())
+    }
+
+    /// Announces that this instance sleeps, for `ttl`.
+    pub async fn instance_idle_announce(&self, me: &str, ttl: Duration) -> Result<()> {
+        sqlx::query(&self.idle_announce)
+            .bind(me)
+            .bind(ttl.as_millis() as f64)
+            .execute(&self.pool)
+            .await
+            .map_err(Error::db("announcing that the relay is idle"))?;
+        Ok(())
+    }
+
+    /// Withdraws this instance's idle announcement.
+    pub async fn instance_idle_retract(&self, me: &str) -> Result<()> {
+        sqlx::query(&self.idle_retract)
+            .bind(me)
+            .execute(&self.pool)
+            .await
+            .map_err(Error::db("withdrawing the idle announcement"))?;
         Ok(())
     }
 

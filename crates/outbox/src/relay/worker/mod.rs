@@ -10,7 +10,7 @@ mod phase;
 mod publish;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
@@ -48,6 +48,12 @@ pub(crate) struct Worker {
     /// The outbox tables were missing at the last database error (logged
     /// once per change, not at every retry).
     tables_missing: bool,
+    /// When this instance last announced that it sleeps (producers' wake-up
+    /// trigger then notifies); `None` while it has work.
+    idle_announced: Option<Instant>,
+    /// A withdrawal of the idle announcement still running off the publish
+    /// path; the next announcement waits for it, so they cannot cross.
+    retracting: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// What a worker is made of; the rest is its own state.
@@ -85,6 +91,8 @@ impl Worker {
             idle,
             outage,
             tables_missing: false,
+            idle_announced: None,
+            retracting: None,
         }
     }
 
@@ -131,6 +139,8 @@ impl Worker {
 
     async fn park(&mut self) -> Phase {
         self.prefetched = None;
+        // Nothing to claim: producers need not wake this instance.
+        self.retract_idle().await;
         // A failure keeps the batch for the next claim to acknowledge.
         self.acknowledge_unacked().await;
         self.wait(Duration::from_millis(self.config.poll_max_ms))
@@ -164,6 +174,16 @@ impl Worker {
     }
 
     async fn idle(&mut self, claim: Claimable) -> Phase {
+        let ttl = Duration::from_millis(self.config.lease_ms);
+        // About to sleep: announce it (a relay that does not LISTEN has
+        // nothing to be woken by), then look once more, so a row whose insert
+        // did not see the announcement yet is not left for the poll. While
+        // asleep, keep the announcement alive.
+        let first = self.idle_announced.is_none();
+        let due = self.idle_announced.is_none_or(|at| at.elapsed() > ttl / 2);
+        if self.config.listen && due && self.announce_idle(ttl).await && first {
+            return Phase::Claim(claim);
+        }
         let poll = self.idle.next_delay();
         let next_retry = match self.store.event_next_retry(&claim.partitions).await {
             Ok(next) => next,
@@ -182,6 +202,15 @@ impl Worker {
     /// parallel with publishing.
     async fn publish(&mut self, claim: Claimable, batch: Claimed) -> Phase {
         self.idle.reset();
+        if self.idle_announced.take().is_some() {
+            // Busy again: producers stop notifying. Off the publish path.
+            let (store, me) = (self.store.clone(), self.ownership.me().to_owned());
+            self.retracting = Some(tokio::spawn(async move {
+                if let Err(e) = store.instance_idle_retract(&me).await {
+                    tracing::debug!(error = %e.with_causes(), "could not withdraw the idle announcement; it lapses by itself");
+                }
+            }));
+        }
         let acked = self.unacked_refs();
         let mut exclude = acked.ids.clone();
         exclude.extend(batch.events.iter().map(|e| e.id));
@@ -264,6 +293,7 @@ impl Worker {
             "relay stopping: releasing partitions"
         );
         self.acknowledge_or_give_up().await;
+        self.retract_idle().await;
         match self.ownership.release_all(&self.store).await {
             Ok(()) => self.announce_rebalance().await,
             Err(e) => {
@@ -278,6 +308,38 @@ impl Worker {
     async fn announce_rebalance(&self) {
         if let Err(e) = self.store.rebalance_notify(&self.channel).await {
             tracing::debug!(error = %e.with_causes(), "could not announce the rebalance; others take over at their next lease round");
+        }
+    }
+
+    /// Tells producers' wake-up trigger that this instance sleeps, for
+    /// `ttl`. Returns whether that worked; without it the poll still finds
+    /// every row.
+    async fn announce_idle(&mut self, ttl: Duration) -> bool {
+        if let Some(retracting) = self.retracting.take() {
+            let _ = retracting.await;
+        }
+        match self
+            .store
+            .instance_idle_announce(self.ownership.me(), ttl)
+            .await
+        {
+            Ok(()) => {
+                self.idle_announced = Some(Instant::now());
+                true
+            }
+            Err(e) => {
+                tracing::debug!(error = %e.with_causes(), "could not announce that the relay is idle; polling");
+                false
+            }
+        }
+    }
+
+    /// Withdraws the idle announcement, if any.
+    async fn retract_idle(&mut self) {
+        if self.idle_announced.take().is_some() {
+            if let Err(e) = self.store.instance_idle_retract(self.ownership.me()).await {
+                tracing::debug!(error = %e.with_causes(), "could not withdraw the idle announcement; it lapses by itself");
+            }
         }
     }
 

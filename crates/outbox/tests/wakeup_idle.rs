@@ -1,0 +1,219 @@
+//! Producers that know nothing about the relay (plain SQL) wake an idle
+//! relay through the default trigger; a missed signal is covered by the
+//! poll; a relay that died stops costing producers once its announcement
+//! lapses.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{count, fast_config, start_relay, LONG};
+use outbox::{MigrateOptions, RelayConfig, Schema, WakeupTrigger};
+use outbox_testkit::{wait_until, TestPublisher};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+/// A relay that, without a signal, would find rows only every 2 s.
+fn slow_poll(instance: &str) -> RelayConfig {
+    RelayConfig {
+        poll_min_ms: 2_000,
+        poll_max_ms: 2_000,
+        ..fast_config(instance)
+    }
+}
+
+async fn insert_plain(pool: &PgPool, aggregate: &str) -> Uuid {
+    sqlx::query_scalar(
+        "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+         VALUES ('order', $1, 'order.created', '{}') RETURNING id",
+    )
+    .bind(aggregate)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+async fn delivered_within(publisher: &TestPublisher, id: Uuid, limit: Duration) -> Duration {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if publisher.deliveries().iter().any(|e| e.id == id) {
+            return start.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    panic!("event {id} not delivered within {limit:?}");
+}
+
+async fn live_idle_announcements(pool: &PgPool) -> i64 {
+    count(
+        pool,
+        "SELECT count(*) FROM outbox_relay_idle WHERE idle_until > now()",
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_relay_delivers_a_plain_sql_insert_well_before_its_next_poll() {
+    let ctx = common::setup().await;
+    let publisher = TestPublisher::new();
+    let relay = start_relay(&ctx, &publisher, slow_poll("idle")).await;
+    wait_until("the relay to announce that it is idle", LONG, || async {
+        live_idle_announcements(&ctx.pool).await == 1
+    })
+    .await;
+    // Idle longer than a poll interval, then one event at a time: each must
+    // arrive far sooner than the 2 s poll would bring it (five in a row
+    // could not all be lucky polls).
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let mut took = Vec::new();
+    for n in 0..5 {
+        let id = insert_plain(&ctx.pool, &format!("a{n}")).await;
+        took.push(delivered_within(&publisher, id, Duration::from_secs(10)).await);
+        tokio::time::sleep(Duration::from_millis(300 + 97 * n)).await;
+    }
+    assert!(
+        took.iter().all(|t| *t < Duration::from_millis(500)),
+        "every pick-up well under the 2 s poll: {took:?}"
+    );
+    relay.shutdown().await.unwrap();
+    assert_eq!(
+        live_idle_announcements(&ctx.pool).await,
+        0,
+        "a stopped relay withdraws its announcement"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bursts_and_pauses_lose_nothing_and_a_missed_signal_is_covered_by_the_poll() {
+    let ctx = common::setup().await;
+    let publisher = TestPublisher::new();
+    let relay = start_relay(
+        &ctx,
+        &publisher,
+        RelayConfig {
+            poll_min_ms: 500,
+            poll_max_ms: 500,
+            ..fast_config("flips")
+        },
+    )
+    .await;
+    let mut ids = Vec::new();
+    for burst in 0..6u64 {
+        // Several producers at once, then a pause long enough to go idle.
+        let mut tasks = Vec::new();
+        for p in 0..4 {
+            let pool = ctx.pool.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut mine = Vec::new();
+                for n in 0..50 {
+                    mine.push(insert_plain(&pool, &format!("b{burst}-p{p}-{}", n % 5)).await);
+                }
+                mine
+            }));
+        }
+        for t in tasks {
+            ids.extend(t.await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_millis(150 + 131 * burst)).await;
+    }
+    wait_until("every burst to be delivered", LONG, || async {
+        count(&ctx.pool, "SELECT count(*) FROM outbox_events").await == 0
+    })
+    .await;
+    let delivered: std::collections::HashSet<Uuid> =
+        publisher.deliveries().iter().map(|e| e.id).collect();
+    assert!(ids.iter().all(|id| delivered.contains(id)), "nothing lost");
+
+    // A signal that never comes: the insert runs with triggers disabled, as
+    // a replication apply would. The poll still brings it within its bound.
+    wait_until("the relay to be idle again", LONG, || async {
+        live_idle_announcements(&ctx.pool).await == 1
+    })
+    .await;
+    let mut tx = ctx.pool.begin().await.unwrap();
+    sqlx::query("SET LOCAL session_replication_role = replica")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let silent: Uuid = sqlx::query_scalar(
+        "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+         VALUES ('order', 'silent', 'order.created', '{}') RETURNING id",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let took = delivered_within(&publisher, silent, Duration::from_secs(10)).await;
+    assert!(
+        took < Duration::from_millis(500 + 1_000),
+        "the fallback poll bounds a missed signal: {took:?}"
+    );
+    relay.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn producers_stop_notifying_once_a_dead_relays_announcement_lapses() {
+    let ctx = common::setup().await;
+    let publisher = TestPublisher::new();
+    // lease_ms is also how long an idle announcement lasts.
+    let relay = start_relay(&ctx, &publisher, slow_poll("doomed")).await;
+    wait_until("the relay to announce that it is idle", LONG, || async {
+        live_idle_announcements(&ctx.pool).await == 1
+    })
+    .await;
+    relay.abort();
+    let mut listener = sqlx::postgres::PgListener::connect_with(&ctx.pool)
+        .await
+        .unwrap();
+    listener.listen("outbox_event").await.unwrap();
+    insert_plain(&ctx.pool, "while-announced").await;
+    tokio::time::timeout(Duration::from_secs(5), listener.recv())
+        .await
+        .expect("a notification while the announcement lasts")
+        .unwrap();
+
+    wait_until("the dead relay's announcement to lapse", LONG, || async {
+        live_idle_announcements(&ctx.pool).await == 0
+    })
+    .await;
+    for n in 0..20 {
+        insert_plain(&ctx.pool, &format!("after-{n}")).await;
+    }
+    let extra = tokio::time::timeout(Duration::from_millis(500), listener.recv()).await;
+    assert!(
+        extra.is_err(),
+        "no notification once no relay is idle: {extra:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_wakeup_trigger_modes_switch_and_report() {
+    let ctx = common::setup().await;
+    let mut conn = ctx.pool.acquire().await.unwrap();
+    let schema = Schema::default();
+    let with = |wakeup| MigrateOptions {
+        wakeup: Some(wakeup),
+        ..MigrateOptions::default()
+    };
+    let fresh = outbox::migrate(&mut conn, &schema, &MigrateOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(fresh.wakeup, WakeupTrigger::Idle, "the default mode");
+    for mode in [
+        WakeupTrigger::EveryInsert,
+        WakeupTrigger::Off,
+        WakeupTrigger::Idle,
+    ] {
+        let report = outbox::migrate(&mut conn, &schema, &with(mode))
+            .await
+            .unwrap();
+        assert_eq!(report.wakeup, mode);
+        assert_eq!(report.notify_trigger, mode == WakeupTrigger::EveryInsert);
+        let triggers = count(
+            &ctx.pool,
+            "SELECT count(*) FROM pg_trigger WHERE tgname IN ('outbox_insert_notify', 'outbox_wake_idle_relay')",
+        )
+        .await;
+        assert_eq!(triggers, i64::from(mode != WakeupTrigger::Off), "{mode:?}");
+    }
+}
