@@ -32,6 +32,24 @@ fn assert_ok(args: &[&str], out: &Output) {
     );
 }
 
+/// Every operator command that reads the outbox; each must succeed.
+const OPERATOR_COMMANDS: &[&[&str]] = &[
+    &["status"],
+    &["status", "--json"],
+    &["dead-letters", "list"],
+    &["dead-letters", "list", "--json"],
+    &["dead-letters", "retry", "--all", "--dry-run"],
+    &["dead-letters", "discard", "--all", "--dry-run"],
+    &["cleanup", "--older-than", "1s"],
+];
+
+fn run_operator_commands(db: &TestDb) {
+    for args in OPERATOR_COMMANDS {
+        let out = common::run(args, Some(&db.url));
+        assert_ok(args, &out);
+    }
+}
+
 async fn migrated() -> (TestDb, PgPool) {
     let db = test_db().await;
     let out = common::run(&["migrate"], Some(&db.url));
@@ -138,18 +156,7 @@ async fn relay_to_a_file_keeps_every_payload_and_outlives_unreadable_rows() {
     );
 
     // The operator commands read the same rows.
-    for args in [
-        vec!["status"],
-        vec!["status", "--json"],
-        vec!["dead-letters", "list"],
-        vec!["dead-letters", "list", "--json"],
-        vec!["dead-letters", "retry", "--all", "--dry-run"],
-        vec!["dead-letters", "discard", "--all", "--dry-run"],
-        vec!["cleanup", "--older-than", "1s"],
-    ] {
-        let out = common::run(&args, Some(&db.url));
-        assert_ok(&args, &out);
-    }
+    run_operator_commands(&db);
     let list = common::run(&["dead-letters", "list", "--json"], Some(&db.url));
     let v: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
     assert_eq!(v.as_array().map(Vec::len), Some(3), "{v}");
@@ -172,18 +179,7 @@ async fn operator_commands_read_unreadable_times_of_every_column() {
         ));
     }
     insert_legacy(&pool, &sql).await;
-    for args in [
-        vec!["status"],
-        vec!["status", "--json"],
-        vec!["dead-letters", "list"],
-        vec!["dead-letters", "list", "--json"],
-        vec!["dead-letters", "retry", "--all", "--dry-run"],
-        vec!["dead-letters", "discard", "--all", "--dry-run"],
-        vec!["cleanup", "--older-than", "1s"],
-    ] {
-        let out = common::run(&args, Some(&db.url));
-        assert_ok(&args, &out);
-    }
+    run_operator_commands(&db);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -282,6 +282,25 @@ impl Event {
     }
 }
 
+/// An event of `aggregate_id` with seq `seq` and an empty payload, for the
+/// crate's unit tests.
+#[cfg(test)]
+pub(crate) fn test_event(seq: i64, aggregate_id: &str) -> Event {
+    Event {
+        id: Uuid::new_v4(),
+        seq,
+        aggregate_type: "order".into(),
+        aggregate_id: aggregate_id.into(),
+        event_type: "order.created".into(),
+        payload: "{}".into(),
+        headers: BTreeMap::new(),
+        topic: None,
+        attempts: 0,
+        created_at: Utc::now(),
+        partition: 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -319,19 +338,7 @@ mod tests {
 
     #[test]
     fn destination_uses_override_or_template() {
-        let ev = Event {
-            id: Uuid::nil(),
-            seq: 1,
-            aggregate_type: "order".into(),
-            aggregate_id: "1".into(),
-            event_type: "order.created".into(),
-            payload: "{}".into(),
-            headers: BTreeMap::new(),
-            topic: None,
-            attempts: 0,
-            created_at: Utc::now(),
-            partition: 0,
-        };
+        let ev = test_event(1, "1");
         assert_eq!(
             ev.destination("outbox.event.{aggregate_type}"),
             "outbox.event.order"

@@ -135,7 +135,7 @@ impl RelayBuilder {
             shutdown_rx.clone(),
         )));
         tracing::info!(instance = %instance_id, partitions, publisher = self.publisher.name(), "relay started");
-        let worker = worker::Worker::new(worker::Parts {
+        let worker = worker::Worker::new(worker::Deps {
             store: Arc::new(store),
             ownership: ownership.clone(),
             publisher: self.publisher,

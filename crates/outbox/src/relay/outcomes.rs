@@ -121,8 +121,6 @@ impl Settlement {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
-    use uuid::Uuid;
 
     const POLICY: RetryPolicy = RetryPolicy {
         max_attempts: 3,
@@ -132,17 +130,8 @@ mod tests {
 
     fn ev(aggregate: &str, attempts: i32) -> Event {
         Event {
-            id: Uuid::new_v4(),
-            seq: 0,
-            aggregate_type: "order".into(),
-            aggregate_id: aggregate.into(),
-            event_type: "order.created".into(),
-            payload: "{}".into(),
-            headers: BTreeMap::new(),
-            topic: None,
             attempts,
-            created_at: chrono::Utc::now(),
-            partition: 0,
+            ..crate::event::test_event(0, aggregate)
         }
     }
 

@@ -33,24 +33,7 @@ pub fn into_waves(batch: Vec<Event>) -> Vec<Vec<Event>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::Event;
-    use std::collections::BTreeMap;
-
-    fn ev(seq: i64, agg: &str) -> Event {
-        Event {
-            id: uuid::Uuid::new_v4(),
-            seq,
-            aggregate_type: "t".into(),
-            aggregate_id: agg.into(),
-            event_type: "e".into(),
-            payload: "{}".into(),
-            headers: BTreeMap::new(),
-            topic: None,
-            attempts: 0,
-            created_at: chrono::Utc::now(),
-            partition: 0,
-        }
-    }
+    use crate::event::test_event as ev;
 
     #[test]
     fn waves_keep_aggregate_order_and_never_repeat_an_aggregate() {

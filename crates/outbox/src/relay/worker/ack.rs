@@ -79,10 +79,10 @@ impl Worker {
             return true;
         }
         let ids: Vec<Uuid> = done.settlement.delivered.iter().map(|e| e.id).collect();
-        let keep = self.config.retention == Retention::Keep;
+        let keep = self.deps.config.retention == Retention::Keep;
         let mut delay = ACK_FIRST_RETRY;
         for attempt in 1..=ACK_TRIES {
-            match self.store.event_mark_delivered(&ids, keep).await {
+            match self.deps.store.event_mark_delivered(&ids, keep).await {
                 Ok(_) => {
                     self.report(done);
                     return true;
@@ -131,8 +131,8 @@ impl Worker {
             acked_at: chrono::Utc::now(),
             duration: done.started.elapsed(),
         };
-        self.stats.add(&report);
-        if let Some(o) = &self.observer {
+        self.deps.stats.add(&report);
+        if let Some(o) = &self.deps.observer {
             o.on_batch(&report);
         }
     }

@@ -25,17 +25,9 @@ use crate::wakeup::Wakeup;
 use ack::Published;
 use phase::{decide, idle_wait, Phase, Situation};
 
+/// The relay worker: what it works with, and its own state between phases.
 pub(crate) struct Worker {
-    pub store: Arc<Store>,
-    pub ownership: Arc<Ownership>,
-    pub publisher: Arc<dyn Publisher>,
-    pub config: RelayConfig,
-    pub wakeup: Arc<Wakeup>,
-    pub shutdown: watch::Receiver<bool>,
-    pub stats: Arc<RelayStats>,
-    pub observer: Option<Arc<dyn RelayObserver>>,
-    /// Where to announce a departure, so others take over at once.
-    pub channel: String,
+    deps: Deps,
     /// Published but not yet acknowledged; the acknowledgement rides on the
     /// next claim.
     unacked: Option<Published>,
@@ -56,8 +48,8 @@ pub(crate) struct Worker {
     retracting: Option<tokio::task::JoinHandle<()>>,
 }
 
-/// What a worker is made of; the rest is its own state.
-pub(crate) struct Parts {
+/// What a worker works with; the rest is its own state.
+pub(crate) struct Deps {
     pub store: Arc<Store>,
     pub ownership: Arc<Ownership>,
     pub publisher: Arc<dyn Publisher>,
@@ -66,26 +58,19 @@ pub(crate) struct Parts {
     pub shutdown: watch::Receiver<bool>,
     pub stats: Arc<RelayStats>,
     pub observer: Option<Arc<dyn RelayObserver>>,
+    /// Where to announce a departure, so others take over at once.
     pub channel: String,
 }
 
 impl Worker {
-    pub fn new(p: Parts) -> Self {
-        let idle = DoublingDelay::new(p.config.poll_min_ms, p.config.poll_max_ms);
+    pub fn new(deps: Deps) -> Self {
+        let idle = DoublingDelay::new(deps.config.poll_min_ms, deps.config.poll_max_ms);
         let outage = DoublingDelay::new(
-            p.config.poll_min_ms.max(OUTAGE_BACKOFF_MIN_MS),
-            p.config.outage_backoff_max_ms,
+            deps.config.poll_min_ms.max(OUTAGE_BACKOFF_MIN_MS),
+            deps.config.outage_backoff_max_ms,
         );
         Worker {
-            store: p.store,
-            ownership: p.ownership,
-            publisher: p.publisher,
-            config: p.config,
-            wakeup: p.wakeup,
-            shutdown: p.shutdown,
-            stats: p.stats,
-            observer: p.observer,
-            channel: p.channel,
+            deps,
             unacked: None,
             prefetched: None,
             idle,
@@ -102,9 +87,9 @@ impl Worker {
         loop {
             phase = match phase {
                 Phase::Decide => decide(Situation {
-                    stopping: *self.shutdown.borrow(),
-                    release_due: self.ownership.has_pending_release(),
-                    claimable: self.ownership.claimable(),
+                    stopping: *self.deps.shutdown.borrow(),
+                    release_due: self.deps.ownership.has_pending_release(),
+                    claimable: self.deps.ownership.claimable(),
                     prefetched: self.prefetched.take(),
                 }),
                 Phase::Release => self.release().await,
@@ -128,7 +113,7 @@ impl Worker {
         if !self.acknowledge_unacked().await {
             return Phase::Decide;
         }
-        match self.ownership.release_pending(&self.store).await {
+        match self.deps.ownership.release_pending(&self.deps.store).await {
             Ok(0) => {}
             // Tell the new owners, so they take over now.
             Ok(_) => self.announce_rebalance().await,
@@ -143,7 +128,7 @@ impl Worker {
         self.retract_idle().await;
         // A failure keeps the batch for the next claim to acknowledge.
         self.acknowledge_unacked().await;
-        self.wait(Duration::from_millis(self.config.poll_max_ms))
+        self.wait(Duration::from_millis(self.deps.config.poll_max_ms))
             .await;
         Phase::Decide
     }
@@ -151,10 +136,11 @@ impl Worker {
     async fn claim(&mut self, claim: Claimable) -> Phase {
         let acked = self.unacked_refs();
         let claimed = self
+            .deps
             .store
             .event_ack_and_claim(
                 &claim.partitions,
-                self.config.batch_size,
+                self.deps.config.batch_size,
                 &acked,
                 &acked.ids,
             )
@@ -174,18 +160,18 @@ impl Worker {
     }
 
     async fn idle(&mut self, claim: Claimable) -> Phase {
-        let ttl = Duration::from_millis(self.config.lease_ms);
+        let ttl = Duration::from_millis(self.deps.config.lease_ms);
         // About to sleep: announce it (a relay that does not LISTEN has
         // nothing to be woken by), then look once more, so a row whose insert
         // did not see the announcement yet is not left for the poll. While
         // asleep, keep the announcement alive.
         let first = self.idle_announced.is_none();
         let due = self.idle_announced.is_none_or(|at| at.elapsed() > ttl / 2);
-        if self.config.listen && due && self.announce_idle(ttl).await && first {
+        if self.deps.config.listen && due && self.announce_idle(ttl).await && first {
             return Phase::Claim(claim);
         }
         let poll = self.idle.next_delay();
-        let next_retry = match self.store.event_next_retry(&claim.partitions).await {
+        let next_retry = match self.deps.store.event_next_retry(&claim.partitions).await {
             Ok(next) => next,
             Err(e) => {
                 tracing::debug!(error = %e.with_causes(), "could not read the next retry time; polling");
@@ -204,7 +190,7 @@ impl Worker {
         self.idle.reset();
         if self.idle_announced.take().is_some() {
             // Busy again: producers stop notifying. Off the publish path.
-            let (store, me) = (self.store.clone(), self.ownership.me().to_owned());
+            let (store, me) = (self.deps.store.clone(), self.deps.ownership.me().to_owned());
             self.retracting = Some(tokio::spawn(async move {
                 if let Err(e) = store.instance_idle_retract(&me).await {
                     tracing::debug!(error = %e.with_causes(), "could not withdraw the idle announcement; it lapses by itself");
@@ -215,8 +201,8 @@ impl Worker {
         let mut exclude = acked.ids.clone();
         exclude.extend(batch.events.iter().map(|e| e.id));
         let prefetch = {
-            let (store, partitions) = (self.store.clone(), claim.partitions.clone());
-            let limit = self.config.batch_size;
+            let (store, partitions) = (self.deps.store.clone(), claim.partitions.clone());
+            let limit = self.deps.config.batch_size;
             tokio::spawn(async move {
                 store
                     .event_ack_and_claim(&partitions, limit, &acked, &exclude)
@@ -256,8 +242,8 @@ impl Worker {
 
     async fn broker_down(&mut self, error: String) -> Phase {
         let delay = self.outage.next_delay();
-        tracing::warn!(publisher = self.publisher.name(), %error, retry_in_ms = delay.as_millis() as u64, "publisher unavailable; no attempts counted");
-        if let Some(o) = &self.observer {
+        tracing::warn!(publisher = self.deps.publisher.name(), %error, retry_in_ms = delay.as_millis() as u64, "publisher unavailable; no attempts counted");
+        if let Some(o) = &self.deps.observer {
             o.on_outage(OutageKind::Broker, &error);
         }
         // Acknowledge what got through before waiting.
@@ -277,8 +263,8 @@ impl Worker {
         } else {
             tracing::warn!(error = %message, retry_in_ms = delay.as_millis() as u64, "database unavailable");
         }
-        self.stats.add_outage();
-        if let Some(o) = &self.observer {
+        self.deps.stats.add_outage();
+        if let Some(o) = &self.deps.observer {
             o.on_outage(OutageKind::Database, &message);
         }
         self.sleep(delay).await;
@@ -289,24 +275,24 @@ impl Worker {
     /// (announcing it, so others take over at once), closes the publisher.
     async fn stop(&mut self) {
         tracing::info!(
-            instance = self.ownership.me(),
+            instance = self.deps.ownership.me(),
             "relay stopping: releasing partitions"
         );
         self.acknowledge_or_give_up().await;
         self.retract_idle().await;
-        match self.ownership.release_all(&self.store).await {
+        match self.deps.ownership.release_all(&self.deps.store).await {
             Ok(()) => self.announce_rebalance().await,
             Err(e) => {
                 tracing::warn!(error = %e.with_causes(), "could not release partitions; they move when the lease ends")
             }
         }
-        self.publisher.close().await;
+        self.deps.publisher.close().await;
     }
 
     /// Asks the other instances for a lease round now. Best effort: without
     /// it they still take over at their next round.
     async fn announce_rebalance(&self) {
-        if let Err(e) = self.store.rebalance_notify(&self.channel).await {
+        if let Err(e) = self.deps.store.rebalance_notify(&self.deps.channel).await {
             tracing::debug!(error = %e.with_causes(), "could not announce the rebalance; others take over at their next lease round");
         }
     }
@@ -319,8 +305,9 @@ impl Worker {
             let _ = retracting.await;
         }
         match self
+            .deps
             .store
-            .instance_idle_announce(self.ownership.me(), ttl)
+            .instance_idle_announce(self.deps.ownership.me(), ttl)
             .await
         {
             Ok(()) => {
@@ -337,7 +324,12 @@ impl Worker {
     /// Withdraws the idle announcement, if any.
     async fn retract_idle(&mut self) {
         if self.idle_announced.take().is_some() {
-            if let Err(e) = self.store.instance_idle_retract(self.ownership.me()).await {
+            if let Err(e) = self
+                .deps
+                .store
+                .instance_idle_retract(self.deps.ownership.me())
+                .await
+            {
                 tracing::debug!(error = %e.with_causes(), "could not withdraw the idle announcement; it lapses by itself");
             }
         }
@@ -352,11 +344,11 @@ impl Worker {
 
     /// Waits for a wake-up, `delay`, or shutdown.
     async fn wait(&mut self, delay: Duration) {
-        let wakeup = self.wakeup.clone();
+        let wakeup = self.deps.wakeup.clone();
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
             _ = wakeup.wait() => {}
-            _ = self.shutdown.changed() => {}
+            _ = self.deps.shutdown.changed() => {}
         }
     }
 
@@ -364,7 +356,7 @@ impl Worker {
     async fn sleep(&mut self, delay: Duration) {
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
-            _ = self.shutdown.changed() => {}
+            _ = self.deps.shutdown.changed() => {}
         }
     }
 }

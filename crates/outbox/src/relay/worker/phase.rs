@@ -79,7 +79,7 @@ pub(crate) fn idle_wait(poll: Duration, next_retry: Option<Duration>) -> Duratio
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::Event;
+    use crate::event::test_event;
 
     fn claimable(partitions: &[i32]) -> Claimable {
         Claimable {
@@ -91,19 +91,7 @@ mod tests {
     fn batch(n: usize) -> Claimed {
         let mut c = Claimed::default();
         for _ in 0..n {
-            c.events.push(Event {
-                id: uuid::Uuid::new_v4(),
-                seq: 0,
-                aggregate_type: "order".into(),
-                aggregate_id: "1".into(),
-                event_type: "x".into(),
-                payload: "{}".into(),
-                headers: Default::default(),
-                topic: None,
-                attempts: 0,
-                created_at: chrono::Utc::now(),
-                partition: 0,
-            });
+            c.events.push(test_event(0, "1"));
         }
         c
     }

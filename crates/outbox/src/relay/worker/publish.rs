@@ -22,8 +22,8 @@ impl Worker {
     pub(super) async fn publish_batch(&self, batch: Claimed, claim: &Claimable) -> Published {
         let started = Instant::now();
         let claimed = batch.events.len();
-        let timeout = Duration::from_millis(self.config.publish_timeout_ms);
-        let policy = self.config.retry_policy();
+        let timeout = Duration::from_millis(self.deps.config.publish_timeout_ms);
+        let policy = self.deps.config.retry_policy();
         let mut s = Settlement::default();
 
         for wave in into_waves(batch.events) {
@@ -33,7 +33,7 @@ impl Worker {
             let wave = s.unblocked(wave);
             // Never publish from a partition whose lease is about to lapse:
             // its next owner may already be publishing.
-            let valid = self.ownership.still_valid();
+            let valid = self.deps.ownership.still_valid();
             let (wave, lapsed): (Vec<Event>, Vec<Event>) = wave
                 .into_iter()
                 .partition(|e| valid.get(e.partition as usize) == Some(&true));
@@ -56,7 +56,7 @@ impl Worker {
             if wave.is_empty() {
                 continue;
             }
-            match tokio::time::timeout(timeout, self.publisher.publish(&wave)).await {
+            match tokio::time::timeout(timeout, self.deps.publisher.publish(&wave)).await {
                 Err(_) => s.transport_down(format!(
                     "publish timed out after {} ms",
                     timeout.as_millis()
@@ -65,7 +65,7 @@ impl Worker {
                 Ok(Ok(outcomes)) => {
                     if outcomes.len() != wave.len() {
                         tracing::error!(
-                            publisher = self.publisher.name(),
+                            publisher = self.deps.publisher.name(),
                             events = wave.len(),
                             outcomes = outcomes.len(),
                             "publisher returned the wrong number of outcomes; missing ones are retried"
@@ -92,14 +92,15 @@ impl Worker {
             return;
         }
         match self
+            .deps
             .store
-            .event_mark_failed(&s.failures, self.ownership.me(), &claim.epochs)
+            .event_mark_failed(&s.failures, self.deps.ownership.me(), &claim.epochs)
             .await
         {
             Ok(n) if (n as usize) < s.failures.len() => {
                 let lost = s.failures.len() as u64 - n;
                 tracing::warn!(lost, "failure updates fenced out: partitions changed owner");
-                self.stats.add_fenced_out(lost);
+                self.deps.stats.add_fenced_out(lost);
             }
             Ok(_) => {}
             Err(e) => {
