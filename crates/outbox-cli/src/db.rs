@@ -103,9 +103,9 @@ fn unknown_parameters(url: &str) -> Vec<String> {
         .split('&')
         .filter_map(|p| p.split('=').next())
         .filter(|name| {
-            !name.is_empty()
-                && !KNOWN_PARAMETERS.contains(name)
-                && !(name.starts_with("options[") && name.ends_with(']'))
+            let known = KNOWN_PARAMETERS.contains(name)
+                || (name.starts_with("options[") && name.ends_with(']'));
+            !name.is_empty() && !known
         })
         .map(str::to_owned)
         .collect()
