@@ -8,6 +8,10 @@ pub mod postgres;
 pub mod publisher;
 pub mod wait;
 
+/// Process groups, watchdogs, logs, program lookup and free ports: what the
+/// throwaway PostgreSQL runs on, and what [`brokers`] run on too.
+pub use outbox_embedded_pg::process;
+
 pub use order::{assert_delivered_once_in_order, first_delivery_violation};
 pub use publisher::{Attempt, Fail, Match, TestPublisher};
 pub use wait::wait_until;

@@ -10,13 +10,13 @@
 //! mock cluster instead, which needs nothing installed.)
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::{
-    find_program, free_port, log_to, tail, temp_dir, wait_ready, BrokerError, Group, NotReady,
+use super::{log_to, temp_dir, BrokerError};
+use crate::process::{
+    connect_local, find_program, free_port, tail_file, Group, NotReady, Watchdog,
 };
 
 /// The name [`super::skipped`] knows this broker by.
@@ -115,17 +115,14 @@ impl Tansu {
             .current_dir(self.dir.path())
             .stdout(out)
             .stderr(err);
-        let group = self.broker.insert(
-            Group::spawn_cleaning(cmd, Some(self.dir.path()))
-                .map_err(BrokerError::io(NAME, "running tansu"))?,
-        );
+        let watchdog = Watchdog::kill_group().removing(self.dir.path());
+        let group = self
+            .broker
+            .insert(Group::spawn(cmd, &watchdog).map_err(BrokerError::io(NAME, "running tansu"))?);
         let port = self.port;
-        let waited = wait_ready(
-            group,
-            started + READY_TIMEOUT,
-            Duration::from_millis(20),
-            || kafka_ready(port),
-        );
+        let waited = group.wait_ready(started + READY_TIMEOUT, Duration::from_millis(20), || {
+            kafka_ready(port)
+        });
         let reason = match waited {
             Ok(()) => {
                 self.last_start = started.elapsed();
@@ -141,7 +138,7 @@ impl Tansu {
             broker: NAME,
             reason,
             log: log.display().to_string(),
-            tail: tail(&log, 30),
+            tail: tail_file(&log, 30),
         })
     }
 }
@@ -154,11 +151,9 @@ impl Drop for Tansu {
 
 /// Whether a Kafka broker on `port` answers `ApiVersions` (v0).
 fn kafka_ready(port: u16) -> bool {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(500)) else {
+    let Some(mut stream) = connect_local(port) else {
         return false;
     };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
     // api_key 18 (ApiVersions), version 0, correlation id 7, null client id.
     let body: [u8; 10] = [0, 18, 0, 0, 0, 0, 0, 7, 0xff, 0xff];
     let mut request = (body.len() as u32).to_be_bytes().to_vec();

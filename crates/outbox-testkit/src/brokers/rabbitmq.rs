@@ -13,13 +13,13 @@
 
 use std::fs;
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{
-    find_program, free_port, log_to, tail, temp_dir, wait_ready, BrokerError, Group, NotReady,
+use super::{log_to, temp_dir, BrokerError};
+use crate::process::{
+    connect_local, find_program, free_port, tail_file, Group, NotReady, Signal, Watchdog,
 };
 
 /// The name [`super::skipped`] knows this broker by.
@@ -146,14 +146,14 @@ impl RabbitMq {
     /// open but nothing is read or answered, as with a hung host.
     pub fn freeze(&self) {
         if let Some(g) = &self.broker {
-            g.signal(libc::SIGSTOP);
+            g.signal(Signal::Stop);
         }
     }
 
     /// Lets a [frozen](RabbitMq::freeze) broker run again (`SIGCONT`).
     pub fn thaw(&self) {
         if let Some(g) = &self.broker {
-            g.signal(libc::SIGCONT);
+            g.signal(Signal::Cont);
         }
     }
 
@@ -196,18 +196,17 @@ impl RabbitMq {
             )
             .stdout(out)
             .stderr(err);
-        let group =
-            self.broker
-                .insert(Group::spawn_cleaning(cmd, Some(self.dir.path())).map_err(
-                    BrokerError::io(NAME, format!("running {}", self.server.display())),
-                )?);
+        let watchdog = Watchdog::kill_group().removing(self.dir.path());
+        let group = self
+            .broker
+            .insert(Group::spawn(cmd, &watchdog).map_err(BrokerError::io(
+                NAME,
+                format!("running {}", self.server.display()),
+            ))?);
         let port = self.port;
-        let waited = wait_ready(
-            group,
-            started + READY_TIMEOUT,
-            Duration::from_millis(50),
-            || amqp_ready(port),
-        );
+        let waited = group.wait_ready(started + READY_TIMEOUT, Duration::from_millis(50), || {
+            amqp_ready(port)
+        });
         let reason = match waited {
             Ok(()) => {
                 self.last_start = started.elapsed();
@@ -226,10 +225,10 @@ impl RabbitMq {
     fn start_error(&self, reason: String) -> BrokerError {
         let log = self.log_path();
         let (log, tail_text) = if log.exists() {
-            (log.clone(), tail(&log, 30))
+            (log.clone(), tail_file(&log, 30))
         } else {
             let out = self.dir.path().join("server.out");
-            (out.clone(), tail(&out, 30))
+            (out.clone(), tail_file(&out, 30))
         };
         BrokerError::Start {
             broker: NAME,
@@ -255,15 +254,11 @@ impl RabbitMq {
             .env("ERL_EPMD_ADDRESS", "127.0.0.1")
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let group = Group::spawn(cmd).map_err(BrokerError::io(NAME, "running epmd"))?;
+        let group = Group::spawn(cmd, &Watchdog::kill_group())
+            .map_err(BrokerError::io(NAME, "running epmd"))?;
         // Wait for it to listen, so the broker does not start one of its own.
         let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect_timeout(
-            &SocketAddr::from((Ipv4Addr::LOCALHOST, self.epmd_port)),
-            Duration::from_millis(200),
-        )
-        .is_err()
-        {
+        while connect_local(self.epmd_port).is_none() {
             if Instant::now() > deadline {
                 return Err(BrokerError::Start {
                     broker: NAME,
@@ -364,11 +359,9 @@ pub fn headers_as_text(
 /// Whether an AMQP 0-9-1 server answers the protocol header on `port` with
 /// `connection.start`.
 fn amqp_ready(port: u16) -> bool {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(500)) else {
+    let Some(mut stream) = connect_local(port) else {
         return false;
     };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
     if stream.write_all(b"AMQP\x00\x00\x09\x01").is_err() {
         return false;
     }

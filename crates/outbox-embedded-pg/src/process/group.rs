@@ -1,0 +1,191 @@
+//! A child process leading a process group of its own.
+
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{Signal, Watchdog};
+
+/// How often [`Group::wait_exit`] looks.
+const EXIT_POLL: Duration = Duration::from_millis(20);
+
+/// Why a group's program did not become ready.
+#[derive(Debug)]
+pub enum NotReady {
+    /// Its leader exited.
+    Exited(ExitStatus),
+    /// The deadline passed.
+    TimedOut,
+}
+
+/// A child process in a process group of its own, with a [`Watchdog`] that
+/// ends the group if this process dies. Dropping it kills the group.
+#[derive(Debug)]
+pub struct Group {
+    leader: Child,
+    watchdog: Option<Child>,
+}
+
+impl Group {
+    /// Spawns `cmd` (stdin closed) as the leader of a new process group and
+    /// starts `watchdog` for it.
+    ///
+    /// # Errors
+    ///
+    /// If either cannot be started; the leader is killed again when the
+    /// watchdog cannot be.
+    pub fn spawn(mut cmd: Command, watchdog: &Watchdog) -> io::Result<Group> {
+        cmd.process_group(0).stdin(Stdio::null());
+        let leader = cmd.spawn()?;
+        let mut group = Group {
+            leader,
+            watchdog: None,
+        };
+        // On failure, dropping `group` kills the leader.
+        group.watchdog = Some(watchdog.spawn(group.id())?);
+        Ok(group)
+    }
+
+    /// The leader's pid, which is also the group's id.
+    pub fn id(&self) -> u32 {
+        self.leader.id()
+    }
+
+    /// The leader's exit status, if it has exited.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.leader.try_wait().ok().flatten()
+    }
+
+    /// Sends `signal` to every process of the group.
+    pub fn signal(&self, signal: Signal) {
+        // Failure means the group is gone already.
+        signal.send_group(self.id());
+    }
+
+    /// Waits up to `timeout` for the leader to exit; `true` if it did.
+    pub fn wait_exit(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.leader.try_wait() {
+                Ok(Some(_)) | Err(_) => return true,
+                Ok(None) if Instant::now() >= deadline => return false,
+                Ok(None) => std::thread::sleep(EXIT_POLL),
+            }
+        }
+    }
+
+    /// Polls `ready` every `every` until it holds, the leader exits, or
+    /// `deadline` passes.
+    pub fn wait_ready(
+        &mut self,
+        deadline: Instant,
+        every: Duration,
+        mut ready: impl FnMut() -> bool,
+    ) -> Result<(), NotReady> {
+        loop {
+            if ready() {
+                return Ok(());
+            }
+            if let Some(status) = self.exited() {
+                return Err(NotReady::Exited(status));
+            }
+            if Instant::now() > deadline {
+                return Err(NotReady::TimedOut);
+            }
+            std::thread::sleep(every);
+        }
+    }
+
+    /// Kills the whole group (`SIGKILL`), reaps the leader and ends the
+    /// watchdog.
+    pub fn kill(&mut self) {
+        // A group's id is not given to anyone else while any member lives;
+        // once none does, only after the pid counter wraps around. So this
+        // reaches this group's processes and nobody else's.
+        self.signal(Signal::Kill);
+        let _ = self.leader.kill();
+        let _ = self.leader.wait();
+        if let Some(mut watchdog) = self.watchdog.take() {
+            // Its group holds its `sleep` too.
+            Signal::Kill.send_group(watchdog.id());
+            let _ = watchdog.kill();
+            let _ = watchdog.wait();
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether process `pid` still runs (a zombie waiting to be reaped does
+    /// not).
+    #[cfg(target_os = "linux")]
+    fn runs(pid: u32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| Some(stat.rsplit_once(") ")?.1.starts_with(['Z', 'X'])))
+            .is_some_and(|dead| !dead)
+    }
+
+    fn sh(script: &str) -> Command {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg(script);
+        cmd
+    }
+
+    #[test]
+    fn readiness_ends_with_the_leader_or_the_deadline() {
+        let mut group = Group::spawn(sh("exit 3"), &Watchdog::kill_group()).expect("spawn");
+        let waited = group.wait_ready(
+            Instant::now() + Duration::from_secs(10),
+            Duration::from_millis(5),
+            || false,
+        );
+        assert!(matches!(waited, Err(NotReady::Exited(s)) if s.code() == Some(3)));
+
+        let mut group = Group::spawn(sh("sleep 30"), &Watchdog::kill_group()).expect("spawn");
+        let waited = group.wait_ready(Instant::now(), Duration::from_millis(5), || false);
+        assert!(matches!(waited, Err(NotReady::TimedOut)));
+        assert!(!group.wait_exit(Duration::from_millis(50)));
+        group.signal(Signal::Term);
+        assert!(group.wait_exit(Duration::from_secs(10)));
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn dropping_a_group_kills_every_member_and_the_watchdog() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let pid_file = dir.path().join("member");
+        let mut cmd = sh("sleep 30 & echo $! > member; wait");
+        cmd.current_dir(dir.path());
+        let group = Group::spawn(cmd, &Watchdog::kill_group()).expect("spawn");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let member = loop {
+            let pid = std::fs::read_to_string(&pid_file).ok();
+            if let Some(pid) = pid.and_then(|p| p.trim().parse::<u32>().ok()) {
+                break pid;
+            }
+            assert!(Instant::now() < deadline, "the member never started");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let leader = group.id();
+        let watchdog = group.watchdog.as_ref().expect("a watchdog").id();
+        assert!(runs(leader) && runs(member) && runs(watchdog));
+
+        drop(group);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while runs(member) {
+            assert!(Instant::now() < deadline, "the member outlived its group");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(!runs(leader) && !runs(watchdog));
+    }
+}
