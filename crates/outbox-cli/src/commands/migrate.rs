@@ -18,6 +18,7 @@ pub async fn run(global: &Global, schema: &Schema, args: MigrateArgs) -> Result<
         &MigrateOptions {
             partitions: args.partitions,
             notify_trigger: args.notify_trigger,
+            wakeup: args.wakeup_trigger,
         },
     )
     .await?;
@@ -31,9 +32,9 @@ pub async fn run(global: &Global, schema: &Schema, args: MigrateArgs) -> Result<
         );
     }
     println!(
-        "partitions: {}, notify trigger: {}",
+        "partitions: {}, wake-up trigger: {}",
         report.partitions,
-        if report.notify_trigger { "on" } else { "off" }
+        report.wakeup.name()
     );
     Ok(ExitCode::SUCCESS)
 }
