@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use outbox::{NewEvent, Outbox, Publisher, Relay, RelayConfig, Schema, Status};
+use outbox_embedded_pg::PgCluster;
 use outbox_publishers::stream::NullPublisher;
 use outbox_publishers::StdoutPublisher;
-use outbox_testkit::postgres::PgCluster;
 use rand::Rng;
 
 use crate::cli::{DemoArgs, Global};

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use outbox::Schema;
-use outbox_testkit::postgres::{PgCluster, PgOptions};
+use outbox_embedded_pg::{PgCluster, PgOptions};
 use sqlx::PgPool;
 
 use crate::cli::Global;
