@@ -1,7 +1,9 @@
 //! Prometheus metrics of `outbox relay`: a [`RelayObserver`] counts what
 //! each batch did, and a refresher sets the gauges that only the database
 //! knows (pending, oldest pending age, dead letters) every few seconds, so
-//! scrapes never query the database. Labels are few and bounded: no ids.
+//! scrapes never query the database. `outbox_database_up` is the verdict of
+//! the `/readyz` database check ([`DbProbe`]), so the two always agree.
+//! Labels are few and bounded: no ids.
 
 use std::collections::HashSet;
 use std::sync::atomic::AtomicU64;
@@ -18,6 +20,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use sqlx::PgPool;
 use tokio::sync::watch;
+
+use crate::http::DbProbe;
 
 /// Distinct `event_type` label values kept; later ones count as `other`.
 const MAX_EVENT_TYPES: usize = 100;
@@ -152,7 +156,7 @@ impl Metrics {
         );
         r.register(
             "outbox_database_up",
-            "1 when the last gauge refresh reached PostgreSQL, else 0",
+            "1 when the last database check (the one /readyz shows) could query the outbox tables, else 0",
             m.database_up.clone(),
         );
         for reason in ["retry", "unavailable", "database"] {
@@ -177,13 +181,12 @@ impl Metrics {
         self.oldest_pending_age
             .set(status.oldest_pending_age_seconds.unwrap_or(0.0).max(0.0));
         self.partitions_total.set(status.partitions.len() as i64);
-        self.database_up.set(1);
     }
 
-    /// Marks the database unreachable (the other gauges keep their last
-    /// values).
-    pub fn set_database_down(&self) {
-        self.database_up.set(0);
+    /// Sets `outbox_database_up`; only [`DbProbe`] calls it, with its
+    /// verdict. While it is 0 the database gauges keep their last values.
+    pub fn set_database_up(&self, up: bool) {
+        self.database_up.set(i64::from(up));
     }
 
     /// The partitions held, as of the last lease round.
@@ -247,9 +250,12 @@ impl RelayObserver for Metrics {
     }
 }
 
-/// Refreshes the database gauges every `every` until `stop` turns true.
+/// Every `every` until `stop` turns true: runs the database check (which
+/// sets `outbox_database_up`) and, when it passes, refreshes the database
+/// gauges.
 pub async fn refresh_loop(
     metrics: std::sync::Arc<Metrics>,
+    probe: DbProbe,
     pool: PgPool,
     schema: Schema,
     every: Duration,
@@ -262,6 +268,9 @@ pub async fn refresh_loop(
             _ = tick.tick() => {}
             _ = stop.changed() => break,
         }
+        if probe.check().await.is_err() {
+            continue;
+        }
         let read = async {
             let mut conn = pool.acquire().await.map_err(|e| e.to_string())?;
             Status::read(&mut conn, &schema)
@@ -270,14 +279,8 @@ pub async fn refresh_loop(
         };
         match tokio::time::timeout(every.max(Duration::from_secs(1)), read).await {
             Ok(Ok(status)) => metrics.set_status(&status),
-            Ok(Err(error)) => {
-                tracing::debug!(%error, "metrics refresh failed");
-                metrics.set_database_down();
-            }
-            Err(_) => {
-                tracing::debug!("metrics refresh timed out");
-                metrics.set_database_down();
-            }
+            Ok(Err(error)) => tracing::debug!(%error, "metrics refresh failed"),
+            Err(_) => tracing::debug!("metrics refresh timed out"),
         }
     }
 }
@@ -403,8 +406,12 @@ mod tests {
         assert_eq!(value(&text, "outbox_events_pending"), 12.0);
         assert_eq!(value(&text, "outbox_dead_letters"), 3.0);
         assert_eq!(value(&text, "outbox_oldest_pending_age_seconds"), 4.5);
-        assert_eq!(value(&text, "outbox_database_up"), 1.0);
-        m.set_database_down();
-        assert_eq!(value(&m.encode(), "outbox_database_up"), 0.0);
+        assert_eq!(value(&text, "outbox_database_up"), 0.0, "not checked yet");
+        m.set_database_up(true);
+        assert_eq!(value(&m.encode(), "outbox_database_up"), 1.0);
+        m.set_database_up(false);
+        let text = m.encode();
+        assert_eq!(value(&text, "outbox_database_up"), 0.0);
+        assert_eq!(value(&text, "outbox_events_pending"), 12.0, "kept");
     }
 }

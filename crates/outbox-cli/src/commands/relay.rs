@@ -75,11 +75,19 @@ pub async fn run(_global: &Global, schema: &Schema, _args: RelayArgs) -> Result<
     // The metrics refresher and the readiness probe use connections of
     // their own, opened before the relay starts so a failure leaves nothing
     // half-started.
+    let metrics = Arc::new(Metrics::new());
     let side = match &listener {
-        Some(_) => Some((db::connect(&url, 2).await?, DbProbe::new(&url)?)),
+        Some(_) => Some((
+            db::connect(&url, 2).await?,
+            DbProbe::new(
+                &url,
+                schema.clone(),
+                metrics.clone(),
+                Duration::from_millis(c.http.check_timeout_ms),
+            )?,
+        )),
         None => None,
     };
-    let metrics = Arc::new(Metrics::new());
     let mut builder = Relay::builder(pool.clone(), publisher.clone())
         .schema(schema.clone())
         .config(c.relay.clone());
@@ -105,6 +113,7 @@ pub async fn run(_global: &Global, schema: &Schema, _args: RelayArgs) -> Result<
     if let (Some(listener), Some((side, probe))) = (listener, side) {
         background.push(tokio::spawn(metrics::refresh_loop(
             metrics.clone(),
+            probe.clone(),
             side,
             schema.clone(),
             Duration::from_millis(c.http.refresh_ms),

@@ -4,6 +4,7 @@
 
 mod ready;
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,18 +17,27 @@ use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 
 pub use ready::{DbProbe, Readiness, RelayState};
 
 use crate::metrics::Metrics;
 
-/// Connections served at once; more wait to be accepted.
-const MAX_CONNECTIONS: usize = 64;
+/// Connections kept open at once. At the cap, a new connection closes the
+/// one that has waited longest for a request head (idle, slow, or not
+/// reading its answer), so such clients cannot lock `/healthz` and `/readyz`
+/// out; only while every connection is in the middle of a request does a new
+/// one wait to be accepted.
+const MAX_CONNECTIONS: usize = 256;
 
-/// How long a client may take to send its request head.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client may take to send a request head, on a new connection
+/// or between requests on a kept-alive one. Probes send theirs at once.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Pause after a failed accept (out of file descriptors): the error is not
+/// retried in a busy loop.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -53,35 +63,131 @@ pub async fn bind(addr: &str) -> Result<TcpListener> {
 /// Serves `app` on `listener` until the task is aborted.
 pub fn serve(listener: TcpListener, app: Arc<App>) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        let open = Arc::new(Connections::default());
         loop {
-            let Ok(permit) = slots.clone().acquire_owned().await else {
-                return;
-            };
             let (stream, peer) = match listener.accept().await {
                 Ok(s) => s,
                 Err(e) => {
                     tracing::warn!(error = %e, "http accept failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
                     continue;
                 }
             };
-            let app = app.clone();
+            open.make_room(MAX_CONNECTIONS).await;
+            let (id, evicted) = open.insert();
+            let (app, open_) = (app.clone(), open.clone());
             tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req| {
-                    let app = app.clone();
-                    async move { Ok::<_, Infallible>(route(&app, req).await) }
+                let open = open_;
+                let service = hyper::service::service_fn(|req| {
+                    let (app, open) = (app.clone(), open.clone());
+                    async move {
+                        open.set_waiting(id, false);
+                        let response = route(&app, req).await;
+                        open.set_waiting(id, true);
+                        Ok::<_, Infallible>(response)
+                    }
                 });
                 let conn = hyper::server::conn::http1::Builder::new()
                     .timer(TokioTimer::new())
                     .header_read_timeout(HEADER_TIMEOUT)
                     .serve_connection(TokioIo::new(stream), service);
-                if let Err(e) = conn.await {
-                    tracing::debug!(%peer, error = %e, "http connection ended with an error");
+                tokio::select! {
+                    ended = conn => if let Err(e) = ended {
+                        tracing::debug!(%peer, error = %e, "http connection ended with an error");
+                    },
+                    _ = evicted => {
+                        tracing::debug!(%peer, "http connection closed to make room for a new one");
+                    }
                 }
-                drop(permit);
+                open.remove(id);
             });
+            // The new connection reads its request head before more are
+            // accepted (and could push it out as the oldest waiting).
+            tokio::task::yield_now().await;
         }
     })
+}
+
+/// The open connections, and since when each has waited for a request head
+/// (`None` while a request is being answered).
+#[derive(Default)]
+struct Connections {
+    table: std::sync::Mutex<Table>,
+    /// A connection ended.
+    freed: Notify,
+}
+
+#[derive(Default)]
+struct Table {
+    next_id: u64,
+    open: HashMap<u64, Slot>,
+}
+
+struct Slot {
+    waiting_since: Option<Instant>,
+    /// Dropping it closes the connection.
+    _close: oneshot::Sender<()>,
+}
+
+impl Connections {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A new connection, waiting for its request head; the receiver
+    /// completes when it is to be closed.
+    fn insert(&self) -> (u64, oneshot::Receiver<()>) {
+        let (close, closed) = oneshot::channel();
+        let mut t = self.lock();
+        let id = t.next_id;
+        t.next_id += 1;
+        t.open.insert(
+            id,
+            Slot {
+                waiting_since: Some(Instant::now()),
+                _close: close,
+            },
+        );
+        (id, closed)
+    }
+
+    fn set_waiting(&self, id: u64, waiting: bool) {
+        if let Some(slot) = self.lock().open.get_mut(&id) {
+            slot.waiting_since = waiting.then(Instant::now);
+        }
+    }
+
+    fn remove(&self, id: u64) {
+        if self.lock().open.remove(&id).is_some() {
+            self.freed.notify_one();
+        }
+    }
+
+    /// Returns once fewer than `cap` connections are open, closing the one
+    /// that has waited longest for a request head if need be.
+    async fn make_room(&self, cap: usize) {
+        loop {
+            let freed = self.freed.notified();
+            {
+                let mut t = self.lock();
+                if t.open.len() < cap {
+                    return;
+                }
+                let oldest = t
+                    .open
+                    .iter()
+                    .filter_map(|(id, slot)| Some((slot.waiting_since?, *id)))
+                    .min();
+                if let Some((_, id)) = oldest {
+                    // Dropping its sender closes it.
+                    t.open.remove(&id);
+                    return;
+                }
+            }
+            // Every connection is answering a request: wait for one to end.
+            freed.await;
+        }
+    }
 }
 
 /// The address a listener is bound to, for logs.
@@ -134,5 +240,47 @@ async fn route(app: &App, req: Request<Incoming>) -> Response<Full<Bytes>> {
             };
             json(status, body)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::sync::oneshot::error::TryRecvError;
+
+    #[tokio::test]
+    async fn at_the_cap_the_connection_waiting_longest_is_closed_never_a_busy_one() {
+        let open = Connections::default();
+        let (busy, mut busy_closed) = open.insert();
+        let (_, mut oldest_closed) = open.insert();
+        let (_, mut newest_closed) = open.insert();
+        open.set_waiting(busy, false);
+
+        open.make_room(3).await;
+        assert_eq!(oldest_closed.try_recv(), Err(TryRecvError::Closed));
+        assert_eq!(busy_closed.try_recv(), Err(TryRecvError::Empty));
+        assert_eq!(newest_closed.try_recv(), Err(TryRecvError::Empty));
+
+        // Below the cap nothing is closed.
+        open.make_room(3).await;
+        assert_eq!(newest_closed.try_recv(), Err(TryRecvError::Empty));
+    }
+
+    #[tokio::test]
+    async fn when_every_connection_is_busy_a_new_one_waits_for_one_to_end() {
+        let open = Connections::default();
+        let (a, mut a_closed) = open.insert();
+        let (b, _) = open.insert();
+        open.set_waiting(a, false);
+        open.set_waiting(b, false);
+        let waited = tokio::time::timeout(Duration::from_millis(100), open.make_room(2)).await;
+        assert!(waited.is_err(), "made room by closing a busy connection");
+        assert_eq!(a_closed.try_recv(), Err(TryRecvError::Empty));
+
+        open.remove(b);
+        tokio::time::timeout(Duration::from_secs(5), open.make_room(2))
+            .await
+            .expect("room once a connection ended");
+        assert_eq!(a_closed.try_recv(), Err(TryRecvError::Empty));
     }
 }
