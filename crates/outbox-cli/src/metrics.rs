@@ -10,7 +10,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use outbox::relay::{BatchReport, OutageKind, RelayObserver};
+use outbox::{BatchReport, OutageKind, RelayObserver};
 use outbox::{Schema, Status};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;

@@ -3,7 +3,10 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod error;
 pub mod stream;
+
+pub use error::Error;
 
 pub use stream::{FilePublisher, StdoutPublisher};
 

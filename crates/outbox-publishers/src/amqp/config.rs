@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::Error;
+
 use lapin::uri::AMQPUri;
 use serde::{Deserialize, Serialize};
 
@@ -49,26 +51,8 @@ pub enum Unroutable {
     Drop,
 }
 
-/// A setting that cannot work, with what to do instead.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid amqp setting {field} = {value}: {fix}")]
-pub struct AmqpConfigError {
-    /// The field.
-    pub field: String,
-    /// The offending value, with any password redacted.
-    pub value: String,
-    /// What is wrong and how to fix it.
-    pub fix: String,
-}
-
-impl AmqpConfigError {
-    fn new(field: &str, value: impl fmt::Display, fix: impl Into<String>) -> Self {
-        AmqpConfigError {
-            field: field.to_owned(),
-            value: value.to_string(),
-            fix: fix.into(),
-        }
-    }
+fn invalid(field: &str, value: impl fmt::Display, fix: impl Into<String>) -> Error {
+    Error::invalid("amqp", field, value, fix)
 }
 
 /// Settings of [`crate::amqp::AmqpPublisher`].
@@ -159,7 +143,7 @@ impl fmt::Display for AmqpConfig {
 impl AmqpConfig {
     /// Settings for `amqp://USER:PASS@HOST:PORT/VHOST`, every other field at
     /// its default.
-    pub fn from_url(url: &str) -> Result<Self, AmqpConfigError> {
+    pub fn from_url(url: &str) -> Result<Self, Error> {
         let config = AmqpConfig {
             url: url.to_owned(),
             ..AmqpConfig::default()
@@ -169,17 +153,17 @@ impl AmqpConfig {
     }
 
     /// The parsed URL.
-    pub(crate) fn uri(&self) -> Result<AMQPUri, AmqpConfigError> {
+    pub(crate) fn uri(&self) -> Result<AMQPUri, Error> {
         let shown = redact_url(&self.url);
         if !(self.url.starts_with("amqp://") || self.url.starts_with("amqps://")) {
-            return Err(AmqpConfigError::new(
+            return Err(invalid(
                 "url",
                 shown,
                 "must start with amqp:// or amqps://, e.g. amqp://USER:PASS@HOST:5672/%2f",
             ));
         }
         let uri: AMQPUri = self.url.parse().map_err(|e: String| {
-            AmqpConfigError::new(
+            invalid(
                 "url",
                 &shown,
                 format!(
@@ -189,7 +173,7 @@ impl AmqpConfig {
             )
         })?;
         if uri.vhost.is_empty() {
-            return Err(AmqpConfigError::new(
+            return Err(invalid(
                 "url",
                 shown,
                 "names an empty vhost: write %2f for the default vhost /, e.g. amqp://HOST:5672/%2f",
@@ -199,17 +183,17 @@ impl AmqpConfig {
     }
 
     /// Checks every field; the error names the field, its value and the fix.
-    pub fn validate(&self) -> Result<(), AmqpConfigError> {
+    pub fn validate(&self) -> Result<(), Error> {
         self.uri()?;
         if self.exchange.is_empty() || self.exchange.len() > 255 {
-            return Err(AmqpConfigError::new(
+            return Err(invalid(
                 "exchange",
                 format!("{:?}", self.exchange),
                 "use a name of 1 to 255 bytes (the default exchange \"\" cannot route by topic)",
             ));
         }
         if self.exchange.starts_with("amq.") && self.declare_exchange {
-            return Err(AmqpConfigError::new(
+            return Err(invalid(
                 "exchange",
                 &self.exchange,
                 "names starting with amq. are reserved: set declare_exchange = false to use a built-in exchange",
@@ -220,42 +204,42 @@ impl AmqpConfig {
             .replace("{event_type}", "e")
             .replace("{aggregate_type}", "a");
         if literal.contains(['{', '}']) {
-            return Err(AmqpConfigError::new(
+            return Err(invalid(
                 "routing_key_template",
                 &self.routing_key_template,
                 "the only placeholders are {event_type} and {aggregate_type}",
             ));
         }
         if literal.len() > 255 {
-            return Err(AmqpConfigError::new(
+            return Err(invalid(
                 "routing_key_template",
                 &self.routing_key_template,
                 "routing keys are at most 255 bytes",
             ));
         }
         if self.max_message_bytes == 0 || self.max_message_bytes > 512 * 1024 * 1024 {
-            return Err(AmqpConfigError::new(
+            return Err(invalid(
                 "max_message_bytes",
                 self.max_message_bytes,
                 "use 1 to 536870912 (RabbitMQ's largest max_message_size)",
             ));
         }
         if !(100..=3_600_000).contains(&self.confirm_timeout_ms) {
-            return Err(AmqpConfigError::new(
+            return Err(invalid(
                 "confirm_timeout_ms",
                 self.confirm_timeout_ms,
                 "use 100 to 3600000, and keep it below the relay's publish_timeout_ms",
             ));
         }
         if !(100..=600_000).contains(&self.connect_timeout_ms) {
-            return Err(AmqpConfigError::new(
+            return Err(invalid(
                 "connect_timeout_ms",
                 self.connect_timeout_ms,
                 "use 100 to 600000",
             ));
         }
         if self.connection_name.len() > 255 {
-            return Err(AmqpConfigError::new(
+            return Err(invalid(
                 "connection_name",
                 &self.connection_name,
                 "use at most 255 bytes",
@@ -297,7 +281,7 @@ mod tests {
     #[test]
     fn errors_name_field_value_and_fix() {
         let e = AmqpConfig::from_url("http://x").unwrap_err();
-        assert_eq!(e.field, "url");
+        assert_eq!(e.field(), Some("url"));
         let e = AmqpConfig::from_url("amqp://h:5672/")
             .unwrap_err()
             .to_string();

@@ -9,7 +9,7 @@ mod message;
 mod publisher;
 
 pub use config::{
-    redact_url, AmqpConfig, AmqpConfigError, ExchangeType, Unroutable, DEFAULT_EXCHANGE,
-    DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_ROUTING_KEY_TEMPLATE,
+    redact_url, AmqpConfig, ExchangeType, Unroutable, DEFAULT_EXCHANGE, DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_ROUTING_KEY_TEMPLATE,
 };
 pub use publisher::AmqpPublisher;

@@ -13,8 +13,9 @@ use tokio::sync::Mutex;
 use tokio::time::{timeout, timeout_at, Instant};
 
 use super::classify::{classify, Failure};
-use super::config::{redact_url, AmqpConfig, AmqpConfigError, Unroutable};
+use super::config::{redact_url, AmqpConfig, Unroutable};
 use super::connection::{close_quietly, Link};
+use crate::Error;
 
 /// Publishes events to a RabbitMQ exchange.
 ///
@@ -51,7 +52,7 @@ impl std::fmt::Debug for AmqpPublisher {
 impl AmqpPublisher {
     /// Validates `config`. Nothing is connected until the first publish or
     /// health check, so a broker that is down now is not an error here.
-    pub fn new(config: AmqpConfig) -> Result<Self, AmqpConfigError> {
+    pub fn new(config: AmqpConfig) -> Result<Self, Error> {
         config.validate()?;
         let uri = config.uri()?;
         Ok(AmqpPublisher {
@@ -62,7 +63,7 @@ impl AmqpPublisher {
     }
 
     /// A publisher for `amqp://USER:PASS@HOST:PORT/VHOST` with default settings.
-    pub fn from_url(url: &str) -> Result<Self, AmqpConfigError> {
+    pub fn from_url(url: &str) -> Result<Self, Error> {
         Self::new(AmqpConfig::from_url(url)?)
     }
 

@@ -3,6 +3,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use crate::Error;
+
 use serde::{Deserialize, Serialize};
 
 /// The default destination template.
@@ -43,26 +45,8 @@ fn is_secret(name: &str) -> bool {
     outbox::redact::is_secret_key(name)
 }
 
-/// A setting that cannot work, with what to do instead.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid kafka setting {field} = {value}: {fix}")]
-pub struct KafkaConfigError {
-    /// The field (or `properties.NAME`).
-    pub field: String,
-    /// The offending value, redacted if it is a secret.
-    pub value: String,
-    /// What is wrong and how to fix it.
-    pub fix: String,
-}
-
-impl KafkaConfigError {
-    fn new(field: impl Into<String>, value: impl fmt::Display, fix: impl Into<String>) -> Self {
-        KafkaConfigError {
-            field: field.into(),
-            value: value.to_string(),
-            fix: fix.into(),
-        }
-    }
+fn invalid(field: impl Into<String>, value: impl fmt::Display, fix: impl Into<String>) -> Error {
+    Error::invalid("kafka", field, value, fix)
 }
 
 /// Settings of [`crate::kafka::KafkaPublisher`].
@@ -279,23 +263,23 @@ impl KafkaConfig {
     /// let c = KafkaConfig::from_url("kafka://k1:9092,k2:9092").unwrap();
     /// assert_eq!(c.brokers, vec!["k1:9092", "k2:9092"]);
     /// ```
-    pub fn from_url(url: &str) -> Result<Self, KafkaConfigError> {
+    pub fn from_url(url: &str) -> Result<Self, Error> {
         let rest = url.strip_prefix("kafka://").ok_or_else(|| {
-            KafkaConfigError::new(
+            invalid(
                 "url",
                 url,
                 "must start with kafka://, e.g. kafka://127.0.0.1:9092,broker2:9092",
             )
         })?;
         if rest.contains('@') {
-            return Err(KafkaConfigError::new(
+            return Err(invalid(
                 "url",
                 "kafka://<credentials>@…",
                 "credentials do not go in the URL: set properties sasl.username and sasl.password in the config file",
             ));
         }
         if rest.contains(['/', '?', '#']) {
-            return Err(KafkaConfigError::new(
+            return Err(invalid(
                 "url",
                 url,
                 "takes only a broker list (kafka://HOST:PORT,HOST:PORT); set other options in the config file",
@@ -310,9 +294,9 @@ impl KafkaConfig {
     }
 
     /// Checks every field; the error names the field, its value and the fix.
-    pub fn validate(&self) -> Result<(), KafkaConfigError> {
+    pub fn validate(&self) -> Result<(), Error> {
         if self.brokers.is_empty() {
-            return Err(KafkaConfigError::new(
+            return Err(invalid(
                 "brokers",
                 "[] (empty)",
                 "name at least one broker as HOST:PORT, e.g. [\"127.0.0.1:9092\"]",
@@ -325,7 +309,7 @@ impl KafkaConfig {
                     && port.parse::<u16>().is_ok_and(|p| p > 0)
             });
             if !ok {
-                return Err(KafkaConfigError::new(
+                return Err(invalid(
                     "brokers",
                     broker,
                     "each broker is HOST:PORT with a port from 1 to 65535, e.g. 127.0.0.1:9092",
@@ -334,28 +318,28 @@ impl KafkaConfig {
         }
         self.validate_template()?;
         if !(1_000..=3_600_000).contains(&self.message_timeout_ms) {
-            return Err(KafkaConfigError::new(
+            return Err(invalid(
                 "message_timeout_ms",
                 self.message_timeout_ms,
                 "use 1000 to 3600000, and keep it below the relay's publish_timeout_ms",
             ));
         }
         if !(1..=5).contains(&self.max_in_flight) {
-            return Err(KafkaConfigError::new(
+            return Err(invalid(
                 "max_in_flight",
                 self.max_in_flight,
                 "use 1 to 5: the idempotent producer keeps order only up to 5 requests in flight",
             ));
         }
         if !(100..=600_000).contains(&self.health_timeout_ms) {
-            return Err(KafkaConfigError::new(
+            return Err(invalid(
                 "health_timeout_ms",
                 self.health_timeout_ms,
                 "use 100 to 600000",
             ));
         }
         if self.client_id.trim().is_empty() {
-            return Err(KafkaConfigError::new(
+            return Err(invalid(
                 "client_id",
                 &self.client_id,
                 "must not be empty; the default is outbox-relay",
@@ -365,14 +349,14 @@ impl KafkaConfig {
             let key = name.trim().to_ascii_lowercase();
             let shown = if is_secret(&key) { "<redacted>" } else { value };
             if let Some((_, fix)) = RESERVED.iter().find(|(k, _)| *k == key) {
-                return Err(KafkaConfigError::new(
+                return Err(invalid(
                     format!("properties.{name}"),
                     shown,
                     format!("cannot be set here: {fix}"),
                 ));
             }
             if key.is_empty() {
-                return Err(KafkaConfigError::new(
+                return Err(invalid(
                     "properties",
                     "(an empty name)",
                     "property names cannot be empty",
@@ -382,20 +366,20 @@ impl KafkaConfig {
         Ok(())
     }
 
-    fn validate_template(&self) -> Result<(), KafkaConfigError> {
+    fn validate_template(&self) -> Result<(), Error> {
         let t = &self.topic_template;
         let literal = t
             .replace("{aggregate_type}", "a")
             .replace("{event_type}", "e");
         if literal.contains(['{', '}']) {
-            return Err(KafkaConfigError::new(
+            return Err(invalid(
                 "topic_template",
                 t,
                 "the only placeholders are {aggregate_type} and {event_type}",
             ));
         }
         if let Some(problem) = topic_problem(&literal) {
-            return Err(KafkaConfigError::new(
+            return Err(invalid(
                 "topic_template",
                 t,
                 format!("does not make a valid topic name: it {problem}"),
@@ -445,7 +429,7 @@ mod tests {
         let c = KafkaConfig::from_url("kafka://a:1,b:2").unwrap();
         assert_eq!(c.brokers, vec!["a:1", "b:2"]);
         let e = KafkaConfig::from_url("http://a:1").unwrap_err();
-        assert_eq!(e.field, "url");
+        assert_eq!(e.field(), Some("url"));
         let e = KafkaConfig::from_url("kafka://a").unwrap_err();
         assert!(
             e.to_string().contains("brokers") && e.to_string().contains("HOST:PORT"),

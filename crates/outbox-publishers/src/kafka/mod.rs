@@ -5,5 +5,5 @@
 mod config;
 mod publisher;
 
-pub use config::{KafkaConfig, KafkaConfigError, DEFAULT_TOPIC_TEMPLATE};
-pub use publisher::{KafkaPublisher, KafkaPublisherError};
+pub use config::{KafkaConfig, DEFAULT_TOPIC_TEMPLATE};
+pub use publisher::KafkaPublisher;

@@ -13,18 +13,8 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::ClientContext;
 
-use super::config::{topic_problem, KafkaConfig, KafkaConfigError};
-
-/// Errors building a [`KafkaPublisher`].
-#[derive(Debug, thiserror::Error)]
-pub enum KafkaPublisherError {
-    /// A setting is invalid.
-    #[error(transparent)]
-    Config(#[from] KafkaConfigError),
-    /// librdkafka refused the configuration or could not start a client.
-    #[error("creating the kafka producer: {0}")]
-    Client(String),
-}
+use super::config::{topic_problem, KafkaConfig};
+use crate::Error;
 
 /// What the publisher does with one failed message, by error kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,7 +137,7 @@ impl std::fmt::Debug for KafkaPublisher {
 impl KafkaPublisher {
     /// Validates `config` and creates the producer. Nothing is sent yet: a
     /// broker that is down now is not an error here.
-    pub fn new(config: KafkaConfig) -> Result<Self, KafkaPublisherError> {
+    pub fn new(config: KafkaConfig) -> Result<Self, Error> {
         config.validate()?;
         let state = Arc::new(LinkState {
             all_down: AtomicBool::new(false),
@@ -162,7 +152,7 @@ impl KafkaPublisher {
     }
 
     /// A publisher for `kafka://HOST:PORT[,HOST:PORT…]` with default settings.
-    pub fn from_url(url: &str) -> Result<Self, KafkaPublisherError> {
+    pub fn from_url(url: &str) -> Result<Self, Error> {
         Self::new(KafkaConfig::from_url(url)?)
     }
 
@@ -286,7 +276,7 @@ fn describe(e: &KafkaError, topic: &str) -> String {
     }
 }
 
-fn create(config: &KafkaConfig, state: &Arc<LinkState>) -> Result<Inner, KafkaPublisherError> {
+fn create(config: &KafkaConfig, state: &Arc<LinkState>) -> Result<Inner, Error> {
     let mut client = ClientConfig::new();
     for (k, v) in config.client_properties() {
         client.set(k, v);
@@ -301,7 +291,10 @@ fn create(config: &KafkaConfig, state: &Arc<LinkState>) -> Result<Inner, KafkaPu
                     text = text.replace(v.as_str(), "<redacted>");
                 }
             }
-            KafkaPublisherError::Client(text)
+            Error::Client {
+                broker: "kafka",
+                message: text,
+            }
         })
 }
 

@@ -1,8 +1,9 @@
 //! `--publisher file:PATH`: appends JSON lines to a file and makes them
 //! durable (fsync) before acknowledging.
 
-use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::fs::{File, FileType, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -19,14 +20,54 @@ pub struct FilePublisher {
 }
 
 impl FilePublisher {
-    /// Opens (creating if needed) `path` for appending.
-    pub fn open(path: impl AsRef<Path>) -> std::io::Result<Self> {
+    /// Opens (creating if needed) `path` for appending. Only a regular file
+    /// is accepted: a FIFO, a device, a directory or a socket is refused at
+    /// once (the open never waits for a reader), since none of them can make
+    /// a batch durable.
+    pub fn open(path: impl AsRef<Path>) -> io::Result<Self> {
         let path = path.as_ref().to_path_buf();
-        let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        Self::check(&path)?;
+        // O_NONBLOCK: should the path become a FIFO after the check, the
+        // open fails or returns at once instead of waiting for a reader; it
+        // changes nothing for a regular file.
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path)?;
+        refuse_unless_regular(file.metadata()?.file_type())?;
         Ok(FilePublisher {
             path,
             file: Arc::new(Mutex::new(file)),
         })
+    }
+
+    /// Checks, without opening or creating anything, that `path` can be
+    /// published to: an existing regular file (symbolic links followed), or
+    /// a missing file in an existing directory.
+    pub fn check(path: impl AsRef<Path>) -> io::Result<()> {
+        let path = path.as_ref();
+        match std::fs::metadata(path) {
+            Ok(meta) => refuse_unless_regular(meta.file_type()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let parent = match path.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => p,
+                    _ => Path::new("."),
+                };
+                match std::fs::metadata(parent) {
+                    Ok(meta) if meta.is_dir() => Ok(()),
+                    Ok(_) => Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("{} is not a directory", parent.display()),
+                    )),
+                    Err(e) => Err(io::Error::new(
+                        e.kind(),
+                        format!("directory {}: {e}", parent.display()),
+                    )),
+                }
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// The file's path.
@@ -61,5 +102,71 @@ impl Publisher for FilePublisher {
         file.metadata()
             .map(|_| ())
             .map_err(|e| Unavailable::new(format!("{}: {e}", self.path.display())))
+    }
+}
+
+/// An error unless `kind` is a regular file, naming what it is instead.
+fn refuse_unless_regular(kind: FileType) -> io::Result<()> {
+    if kind.is_file() {
+        return Ok(());
+    }
+    let what = if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    };
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!(
+            "it is {what}, not a regular file: file: appends to a regular file (created if missing), e.g. file:/var/lib/outbox/events.jsonl"
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fifo(dir: &Path) -> PathBuf {
+        let path = dir.join("fifo");
+        let status = std::process::Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .expect("mkfifo");
+        assert!(status.success());
+        path
+    }
+
+    #[test]
+    fn only_regular_files_are_opened_and_nothing_waits() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = fifo(dir.path());
+        for (path, kind) in [
+            (fifo.as_path(), "FIFO"),
+            (Path::new("/dev/null"), "character device"),
+            (dir.path(), "directory"),
+        ] {
+            let err = FilePublisher::open(path).unwrap_err().to_string();
+            assert!(err.contains(kind) && err.contains("regular file"), "{err}");
+            let err = FilePublisher::check(path).unwrap_err().to_string();
+            assert!(err.contains(kind), "{err}");
+        }
+        let file = dir.path().join("events.jsonl");
+        FilePublisher::check(&file).unwrap();
+        assert!(!file.exists(), "check creates nothing");
+        FilePublisher::open(&file).unwrap();
+        FilePublisher::check(&file).unwrap();
+        let err = FilePublisher::check(dir.path().join("missing/x.jsonl"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("missing"), "{err}");
     }
 }
