@@ -13,6 +13,11 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// `--schema` when the flag is absent. No command-line argument can hold a
+/// NUL byte, so an explicit `--schema ''` stays distinguishable (and is
+/// refused as empty).
+pub const SCHEMA_UNSET: &str = "\0";
+
 #[derive(Debug, Args)]
 pub struct Global {
     /// TOML config file; environment variables and flags override it (see
@@ -23,9 +28,15 @@ pub struct Global {
     /// [env: OUTBOX_DATABASE_URL, DATABASE_URL].
     #[arg(long, global = true, value_name = "URL")]
     pub database_url: Option<String>,
-    /// Schema holding the outbox tables [env: OUTBOX_SCHEMA] [default:
-    /// public].
-    #[arg(long, global = true, default_value = "", hide_default_value = true)]
+    /// Schema holding the outbox tables: 1-63 lowercase letters, digits or
+    /// _, not a PostgreSQL keyword [env: OUTBOX_SCHEMA] [default: public].
+    #[arg(
+        long,
+        global = true,
+        value_name = "NAME",
+        default_value = SCHEMA_UNSET,
+        hide_default_value = true
+    )]
     pub schema: String,
     /// Log level (error, warn, info, debug, trace) or a RUST_LOG-style
     /// filter; wins over RUST_LOG [env: OUTBOX_LOG_LEVEL] [default: info for
@@ -128,11 +139,11 @@ pub struct StatusArgs {
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Orders to create.
-    #[arg(long, default_value_t = 2000)]
+    /// Orders to create, 1 to 10000000.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
     pub orders: u32,
-    /// Concurrent producers.
-    #[arg(long, default_value_t = 4)]
+    /// Concurrent producers, 1 to 64.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub producers: u32,
     /// Do not print the events, only the summary.
     #[arg(long)]

@@ -257,28 +257,15 @@ fn blocked_on_a_pipe(pid: u32) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_that_cannot_finish_still_exits_by_its_deadline() {
-    use std::os::unix::fs::OpenOptionsExt;
-
     let db = test_db().await;
     let pool = db.pool().await;
     migrated(&pool).await;
     let (_, producer) = produce(&pool, 50, 0, 40);
     producer.await.unwrap();
 
-    // A named pipe nobody reads: once it is full, the publisher's write
-    // blocks in the kernel, where no timeout can reach it.
-    let dir = tempfile::tempdir().unwrap();
-    let fifo = dir.path().join("stuck");
-    assert!(Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
-    let _reader = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(&fifo)
-        .unwrap();
+    // Standard output into a pipe nobody reads: once it is full, the
+    // publisher's write blocks in the kernel, where no timeout can reach it.
+    // (`file:` refuses FIFOs, so the stdout publisher is the one to block.)
     let mut relay = common::bin()
         .env("DATABASE_URL", &db.url)
         .args([
@@ -287,13 +274,14 @@ async fn a_relay_that_cannot_finish_still_exits_by_its_deadline() {
             "100",
             "--shutdown-timeout-secs",
             "1",
+            "--publisher",
+            "stdout",
         ])
-        .arg("--publisher")
-        .arg(format!("file:{}", fifo.display()))
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let _unread = relay.stdout.take().unwrap();
     let err = Arc::new(Mutex::new(String::new()));
     let reader = {
         let err = err.clone();

@@ -9,6 +9,7 @@ use anyhow::{anyhow, bail, Result};
 use super::keys::{Kind, KEYS, RESERVED_ENV_PREFIXES};
 use super::model::Config;
 use super::set_path;
+use super::validate::cut;
 
 /// The settings found in the environment.
 #[derive(Debug, Clone, Default)]
@@ -82,7 +83,7 @@ pub fn from_vars(vars: impl IntoIterator<Item = (OsString, OsString)>) -> Result
         let mut probe = toml::Table::new();
         set_path(&mut probe, key.path, value.clone());
         if let Err(e) = probe.try_into::<Config>() {
-            let message = super::one_line(&e.to_string());
+            let message = super::validate::cut_words(&super::one_line(&e.to_string()));
             let message = match message.rsplit_once(" in `") {
                 Some((head, _)) => head.to_owned(),
                 None => message,
@@ -117,12 +118,13 @@ fn to_value(kind: Kind, text: &str) -> std::result::Result<toml::Value, &'static
     }
 }
 
-/// The value as it may be shown: URLs lose their password.
+/// The value as it may be shown: URLs lose their password, long values
+/// are cut.
 fn shown(var: &str, text: &str) -> String {
     if var.contains("URL") {
-        format!("{:?}", crate::db::redact_text(text))
+        cut(&crate::db::redact_text(text))
     } else {
-        format!("{text:?}")
+        cut(text)
     }
 }
 

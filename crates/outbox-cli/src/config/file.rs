@@ -1,16 +1,25 @@
 //! The config file: TOML, checked strictly (unknown keys and wrong types are
 //! errors naming the file, the line and the key), with the line of every
-//! key kept for later messages.
+//! key kept for later messages. Only a regular file of at most
+//! [`MAX_BYTES`] is read, and parsing takes time linear in its size.
 
 use std::collections::BTreeMap;
+use std::fs::{FileType, OpenOptions};
+use std::io::Read;
 use std::ops::Range;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, bail, Result};
 use serde::Deserialize;
 use toml::de::{DeTable, DeValue};
 
 use super::model::Config;
+use super::validate::{cut, cut_words};
+
+/// The largest config file read: 1 MiB, far more than any configuration
+/// needs, so that a wrong path (a log, a device) fails at once.
+pub const MAX_BYTES: u64 = 1024 * 1024;
 
 /// A parsed config file.
 #[derive(Debug, Clone)]
@@ -25,19 +34,93 @@ pub struct FileLayer {
 
 /// Reads and checks `path`.
 pub fn read(path: &Path) -> Result<FileLayer> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| anyhow!("cannot read config file {}: {e}", path.display()))?;
+    let text = read_text(path)?;
     parse(path, &text)
+}
+
+/// The text of `path`, refused at once unless it is a regular file of at
+/// most [`MAX_BYTES`] of UTF-8: the type is checked before opening, the
+/// open never waits (`O_NONBLOCK`), and no more than the limit is read.
+fn read_text(path: &Path) -> Result<String> {
+    let shown = path.display().to_string();
+    let shown = if shown.chars().count() > 80 {
+        cut(&shown)
+    } else {
+        shown
+    };
+    let fix = "give --config (or OUTBOX_CONFIG) the path of a TOML file";
+    if path.as_os_str().is_empty() {
+        bail!("the config file path is empty: {fix}");
+    }
+    let cannot = |e: std::io::Error| anyhow!("cannot read config file {shown}: {e}");
+    let meta = std::fs::metadata(path).map_err(cannot)?;
+    if let Some(what) = not_a_file(meta.file_type()) {
+        bail!("config file {shown} is {what}, not a regular file: {fix}");
+    }
+    let too_big = |size: String| {
+        anyhow!(
+            "config file {shown} is {size} bytes: the limit is {MAX_BYTES} bytes (1 MiB): {fix}"
+        )
+    };
+    if meta.len() > MAX_BYTES {
+        return Err(too_big(meta.len().to_string()));
+    }
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(cannot)?;
+    // The path may have been replaced since it was checked.
+    if let Some(what) = not_a_file(file.metadata().map_err(cannot)?.file_type()) {
+        bail!("config file {shown} is {what}, not a regular file: {fix}");
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(cannot)?;
+    if bytes.len() as u64 > MAX_BYTES {
+        return Err(too_big(format!("more than {MAX_BYTES}")));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        let (line, col) = line_col(
+            &String::from_utf8_lossy(&e.as_bytes()[..e.utf8_error().valid_up_to()]),
+            usize::MAX,
+        );
+        anyhow!("config file {shown}:{line}:{col}: not UTF-8 text: a config file is TOML, which is UTF-8")
+    })
+}
+
+/// What `kind` is, unless it is a regular file.
+fn not_a_file(kind: FileType) -> Option<&'static str> {
+    if kind.is_file() {
+        None
+    } else if kind.is_dir() {
+        Some("a directory")
+    } else if kind.is_fifo() {
+        Some("a FIFO (named pipe)")
+    } else if kind.is_char_device() {
+        Some("a character device")
+    } else if kind.is_block_device() {
+        Some("a block device")
+    } else if kind.is_socket() {
+        Some("a socket")
+    } else {
+        Some("not a file")
+    }
 }
 
 /// Parses and checks `text`, read from `path`.
 pub fn parse(path: &Path, text: &str) -> Result<FileLayer> {
     let shown = path.display();
+    let lines_of = LineIndex::new(text);
     let doc = DeTable::parse(text).map_err(|e| {
-        let (line, col) = e.span().map(|s| line_col(text, s.start)).unwrap_or((1, 1));
+        let (line, col) = e
+            .span()
+            .map(|s| lines_of.line_col(s.start))
+            .unwrap_or((1, 1));
         anyhow!(
             "config file {shown}:{line}:{col}: invalid TOML: {}",
-            one_line(e.message())
+            cut_words(&one_line(e.message()))
         )
     })?;
     let mut spans = Vec::new();
@@ -45,19 +128,19 @@ pub fn parse(path: &Path, text: &str) -> Result<FileLayer> {
 
     if let Err(e) = Config::deserialize(toml::de::Deserializer::parse(text)?) {
         let at = e.span().map(|s| s.start).unwrap_or(0);
-        let (line, _) = line_col(text, at);
+        let (line, _) = lines_of.line_col(at);
         let key = spans
             .iter()
             .filter(|(_, key, value)| contains(key, at) || contains(value, at))
             .map(|(path, _, _)| path.as_str())
             .max_by_key(|p| p.len());
-        let message = plain(e.message());
+        let message = cut_words(&plain(e.message()));
         return Err(match key {
             Some(key) if !message.contains("unknown key") => {
-                anyhow!("config file {shown}:{line}: {key}: {message}")
+                anyhow!("config file {shown}:{line}: {}: {message}", cut_words(key))
             }
             Some(key) => {
-                let section = key.rsplit_once('.').map(|(s, _)| s);
+                let section = key.rsplit_once('.').map(|(s, _)| cut_words(s));
                 match section {
                     Some(s) => anyhow!("config file {shown}:{line}: in [{s}]: {message}"),
                     None => anyhow!("config file {shown}:{line}: {message}"),
@@ -70,7 +153,7 @@ pub fn parse(path: &Path, text: &str) -> Result<FileLayer> {
     let mut table: toml::Table = toml::from_str(text)?;
     let mut lines: BTreeMap<String, usize> = spans
         .iter()
-        .map(|(path, key, _)| (path.clone(), line_col(text, key.start).0))
+        .map(|(path, key, _)| (path.clone(), lines_of.line_col(key.start).0))
         .collect();
     if let Some(toml::Value::String(spec)) = table.get("publisher").cloned() {
         let mut t = toml::Table::new();
@@ -110,12 +193,35 @@ fn contains(span: &Range<usize>, at: usize) -> bool {
     span.start <= at && at < span.end.max(span.start + 1)
 }
 
-/// 1-based line and column of byte `at`.
+/// The byte offset where each line of a text starts, found in one pass so
+/// that the line of any offset is a binary search: a file with many keys
+/// is not rescanned from its start for each one.
+struct LineIndex {
+    starts: Vec<usize>,
+    len: usize,
+}
+
+impl LineIndex {
+    fn new(text: &str) -> Self {
+        let mut starts = vec![0];
+        starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
+        LineIndex {
+            starts,
+            len: text.len(),
+        }
+    }
+
+    /// 1-based line and column (in bytes) of byte `at`.
+    fn line_col(&self, at: usize) -> (usize, usize) {
+        let at = at.min(self.len);
+        let line = self.starts.partition_point(|&start| start <= at);
+        (line, at - self.starts[line - 1] + 1)
+    }
+}
+
+/// 1-based line and column of byte `at` of `text`.
 fn line_col(text: &str, at: usize) -> (usize, usize) {
-    let before = &text[..at.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-    (line, col)
+    LineIndex::new(text).line_col(at)
 }
 
 fn one_line(message: &str) -> String {
@@ -182,5 +288,64 @@ mod tests {
         assert_eq!(f.lines["publisher.spec"], 1);
         assert_eq!(f.lines["relay.batch_size"], 3);
         assert_eq!(f.table["publisher"]["spec"].as_str(), Some("stdout"));
+    }
+
+    #[test]
+    fn line_index_agrees_with_counting() {
+        let text = "a = 1\n\n[b]\nc = \"é\"\nd = 2";
+        for at in 0..=text.len() + 3 {
+            let before = &text.as_bytes()[..at.min(text.len())];
+            let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+            let col = before.len()
+                - before
+                    .iter()
+                    .rposition(|&b| b == b'\n')
+                    .map_or(0, |i| i + 1)
+                + 1;
+            assert_eq!(line_col(text, at), (line, col), "at {at}");
+        }
+    }
+
+    /// Many keys cost time in proportion: the line of each key is looked up,
+    /// not counted from the start of the file.
+    #[test]
+    fn a_hundred_thousand_keys_parse_in_linear_time() {
+        let keys = 100_000;
+        let mut text =
+            String::from("[publisher]\nspec = \"kafka://k:9092\"\n[publisher.kafka.properties]\n");
+        for i in 0..keys {
+            text.push_str(&format!("\"p.{i}\" = \"v\"\n"));
+        }
+        let started = std::time::Instant::now();
+        let f = parse(Path::new("many.toml"), &text).unwrap();
+        let took = started.elapsed();
+        assert_eq!(f.lines["publisher.kafka.properties.p.99999"], keys + 3);
+        // Linear work takes about a second unoptimised; the quadratic
+        // version took minutes.
+        assert!(took < std::time::Duration::from_secs(60), "{took:?}");
+    }
+
+    #[test]
+    fn only_small_regular_files_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        for (path, what) in [
+            (Path::new("/dev/zero"), "character device"),
+            (Path::new("/dev/urandom"), "character device"),
+            (dir.path(), "directory"),
+        ] {
+            let e = read(path).unwrap_err().to_string();
+            assert!(e.contains(what) && e.contains("--config"), "{e}");
+        }
+        let big = dir.path().join("big.toml");
+        std::fs::write(&big, "#".repeat(MAX_BYTES as usize + 1)).unwrap();
+        let e = read(&big).unwrap_err().to_string();
+        assert!(e.contains("1048577 bytes") && e.contains("1 MiB"), "{e}");
+        let binary = dir.path().join("binary.toml");
+        std::fs::write(&binary, b"schema = \"a\"\n\xff\xfe").unwrap();
+        let e = read(&binary).unwrap_err().to_string();
+        assert!(e.contains(":2:1") && e.contains("UTF-8"), "{e}");
+        let ok = dir.path().join("ok.toml");
+        std::fs::write(&ok, "#".repeat(MAX_BYTES as usize)).unwrap();
+        read(&ok).unwrap();
     }
 }

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use super::model::LogFormat;
 use super::set_path;
-use crate::cli::{Global, RelayArgs};
+use crate::cli::{Global, RelayArgs, SCHEMA_UNSET};
 
 /// The settings given as flags.
 #[derive(Debug, Clone, Default)]
@@ -36,7 +36,8 @@ pub fn from_cli(global: &Global, relay: Option<&RelayArgs>) -> FlagLayer {
     if let Some(url) = &global.database_url {
         l.set("database_url", "--database-url", url.as_str());
     }
-    if !global.schema.is_empty() {
+    // An explicit `--schema ''` is set, and refused by validation.
+    if global.schema != SCHEMA_UNSET {
         l.set("schema", "--schema", global.schema.as_str());
     }
     if let Some(level) = &global.log_level {

@@ -2,21 +2,63 @@
 //! the key, its value, where the value came from and what is allowed.
 
 use anyhow::{anyhow, bail, Result};
-use sqlx::postgres::PgConnectOptions;
 
 use super::logging;
 use super::Loaded;
-use crate::db::redact_text;
 
-/// What `publisher` may be.
-pub const PUBLISHER_FORMS: &str =
-    "use stdout, file:PATH, kafka://HOST:PORT[,HOST:PORT…] or amqp://USER:PASS@HOST:PORT/VHOST";
+/// Longest value a message shows whole.
+const SHOWN_WHOLE: usize = 80;
+
+/// `value` quoted for a message; a long value is cut to its first 60
+/// characters, followed by its length, so that a mistaken megabyte is not
+/// echoed back whole.
+pub(super) fn cut(value: &str) -> String {
+    if value.chars().count() <= SHOWN_WHOLE {
+        return format!("{value:?}");
+    }
+    let head: String = value.chars().take(60).collect();
+    format!("{head:?}… ({} bytes)", value.len())
+}
+
+/// `text` (a parser's message) with every word longer than 80 characters
+/// cut like [`cut`] does: such messages may quote a whole value.
+pub(super) fn cut_words(text: &str) -> String {
+    if text.len() <= SHOWN_WHOLE {
+        return text.to_owned();
+    }
+    text.split(' ')
+        .map(|word| {
+            if word.chars().count() <= SHOWN_WHOLE {
+                word.to_owned()
+            } else {
+                let head: String = word.chars().take(60).collect();
+                format!("{head}… ({} bytes)", word.len())
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
 
 /// Checks every setting of `l`.
 pub fn validate(l: &Loaded) -> Result<()> {
     let c = &l.config;
     let at = |key: &str| l.origin(key).describe();
 
+    if let Some(id) = &c.relay.instance_id {
+        let at = at("relay.instance_id");
+        if id.trim().is_empty() {
+            bail!(
+                "invalid relay.instance_id ({at}): the value is empty: give each instance a stable, distinct name (the pod name), or leave it out for HOST-PID-RANDOM"
+            );
+        }
+        // The library's own limit (bytes), checked here to cut the value.
+        if id.len() > 200 {
+            bail!(
+                "invalid relay.instance_id = {} ({at}): use 1 to 200 characters",
+                cut(id)
+            );
+        }
+    }
     if let Err(e) = c.relay.validate() {
         return Err(match e {
             outbox::Error::Invalid { field, reason } => {
@@ -63,26 +105,34 @@ pub fn validate(l: &Loaded) -> Result<()> {
             .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
         if !ok {
             bail!(
-                "invalid http.addr = {addr:?} ({}): use HOST:PORT, e.g. 127.0.0.1:9090 or 0.0.0.0:9090",
+                "invalid http.addr = {} ({}): use HOST:PORT, e.g. 127.0.0.1:9090 or 0.0.0.0:9090",
+                cut(addr),
                 at("http.addr")
             );
         }
     }
     if let Some(level) = &c.log.level {
-        logging::check_level(level)
-            .map_err(|fix| anyhow!("invalid log.level = {level:?} ({}): {fix}", at("log.level")))?;
+        logging::check_level(level).map_err(|fix| {
+            anyhow!(
+                "invalid log.level = {} ({}): {}",
+                cut(level),
+                at("log.level"),
+                cut_words(&fix)
+            )
+        })?;
     }
     if let Some(url) = &c.database_url {
-        if let Err(e) = url.parse::<PgConnectOptions>() {
-            bail!(
-                "invalid database URL {} ({}): {} (expected postgres://USER:PASS@HOST:PORT/DB)",
-                redact_text(url),
-                at("database_url"),
-                redact_text(&e.to_string())
-            );
-        }
+        database_url(url, &at("database_url"))?;
     }
     publisher(l)
+}
+
+/// The database URL, checked by the same function that connects with it
+/// (`postgres://` or `postgresql://` only), with where it was set.
+fn database_url(url: &str, at: &str) -> Result<()> {
+    crate::db::check_url(url)
+        .map(|_| ())
+        .map_err(|e| anyhow!("{} ({at})", cut_words(&format!("{e:#}"))))
 }
 
 fn range(l: &Loaded, key: &str, value: u64, min: u64, max: u64) -> Result<()> {
@@ -95,9 +145,10 @@ fn range(l: &Loaded, key: &str, value: u64, min: u64, max: u64) -> Result<()> {
     Ok(())
 }
 
+/// The publisher spec and its broker table, checked by the same function
+/// that builds the relay's publisher.
 fn publisher(l: &Loaded) -> Result<()> {
     let p = &l.config.publisher;
-    let spec = p.spec.as_str();
     // Name the setting the way the user wrote it.
     let name = match l.origin("publisher.spec") {
         super::Origin::Flag(flag) => flag.to_owned(),
@@ -105,28 +156,63 @@ fn publisher(l: &Loaded) -> Result<()> {
         super::Origin::File { path, line } => format!("publisher ({}:{line})", path.display()),
         super::Origin::Default => "publisher".to_owned(),
     };
-    let shown = redact_text(spec);
-    let known = spec == "stdout"
-        || spec.starts_with("file:")
-        || ["kafka", "amqp", "amqps"].contains(&p.scheme().unwrap_or(""));
-    if !known {
-        bail!("unknown {name} {shown:?}: {PUBLISHER_FORMS}");
-    }
-    if spec == "file:" {
-        bail!(
-            "invalid {name} {shown:?}: file: needs a path, e.g. file:/var/lib/outbox/events.jsonl"
-        );
-    }
-    let scheme = p.scheme().unwrap_or(spec);
+    // A broker library's message may quote a whole value: cut long words.
+    crate::publisher::check(&name, &p.spec, p.kafka.as_ref(), p.amqp.as_ref())
+        .map_err(|e| anyhow!(cut_words(&format!("{e:#}"))))?;
+    let scheme = p.scheme().unwrap_or(&p.spec);
     for (table, wants) in [("kafka", &p.kafka), ("amqp", &p.amqp)] {
         let fits = scheme == table || (table == "amqp" && scheme == "amqps");
         if wants.is_some() && !fits {
             bail!(
-                "[publisher.{table}] is set ({}) but the publisher is {shown:?} ({}): use a {table}:// publisher or remove the table",
+                "[publisher.{table}] is set ({}) but the publisher is {} ({}): use a {table}:// publisher or remove the table",
                 l.origin(&format!("publisher.{table}")).describe(),
+                crate::publisher::shown(&p.spec),
                 l.origin("publisher.spec").describe()
             );
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_values_are_cut_and_short_ones_kept() {
+        assert_eq!(cut("abc"), "\"abc\"");
+        let long = "y".repeat(10 << 20);
+        let shown = cut(&long);
+        assert!(
+            shown.len() < 100 && shown.ends_with("(10485760 bytes)"),
+            "{shown}"
+        );
+        let text = format!("invalid type: string \"{long}\", expected a whole number");
+        let folded = cut_words(&text);
+        assert!(
+            folded.len() < 200 && folded.ends_with("expected a whole number"),
+            "{folded}"
+        );
+        assert_eq!(cut_words("a short message"), "a short message");
+    }
+
+    #[test]
+    fn only_postgres_urls_are_database_urls() {
+        for url in ["http://h/d", "mysql://u:pw@h/d", "h/d", "://h", ""] {
+            let e = database_url(url, "set by --database-url")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("postgres://") && e.contains("--database-url"),
+                "{e}"
+            );
+            assert!(!e.contains(":pw@"), "{e}");
+        }
+        for url in [
+            "postgres://u@h/d",
+            "postgresql://u:pw@h:5432/d?sslmode=disable",
+        ] {
+            database_url(url, "").unwrap();
+        }
+    }
 }

@@ -17,17 +17,22 @@ use crate::cli::Global;
 
 #[derive(Debug, Args)]
 pub struct DrainArgs {
-    /// Events to preload (one statement).
-    #[arg(long, default_value_t = 200_000)]
+    /// Events to preload (one statement), 1 to 10000000.
+    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub events: u64,
-    /// Distinct aggregates the events spread over.
-    #[arg(long, default_value_t = 10_000)]
+    /// Distinct aggregates the events spread over, 1 to 10000000.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub aggregates: u64,
-    /// The relay's batch size.
-    #[arg(long, default_value_t = 1_000)]
+    /// The relay's batch size, 1 to 100000 (the relay's own limit).
+    #[arg(
+        long,
+        default_value_t = 1_000,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000)
+    )]
     pub batch_size: usize,
-    /// The reference's batch size (`DELETE … RETURNING` per batch).
-    #[arg(long, default_value_t = 1_000)]
+    /// The reference's batch size (`DELETE … RETURNING` per batch), 1 to
+    /// 100000.
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(i64).range(1..=100_000))]
     pub reference_batch: i64,
 }
 

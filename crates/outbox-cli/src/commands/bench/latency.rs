@@ -17,16 +17,21 @@ use super::stats::{ms, quantile};
 use super::{fresh_schema, Server};
 use crate::cli::Global;
 
+/// Most events one run may produce (`--rate` × `--seconds`): every commit
+/// and acknowledgement time is kept in memory until the end.
+pub const MAX_EVENTS: u64 = 1_000_000;
+
 #[derive(Debug, Args)]
 pub struct LatencyArgs {
-    /// Order transactions per second.
-    #[arg(long, default_value_t = 500)]
+    /// Order transactions per second, 1 to 20000 (and --rate × --seconds at
+    /// most 1000000 events).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=20_000))]
     pub rate: u32,
-    /// Length of the run, seconds.
-    #[arg(long, default_value_t = 20)]
+    /// Length of the run, seconds, 1 to 3600.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=3_600))]
     pub seconds: u64,
-    /// Producer connections (enough that the schedule is kept).
-    #[arg(long, default_value_t = 32)]
+    /// Producer connections (enough that the schedule is kept), 1 to 500.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=500))]
     pub connections: u32,
 }
 
@@ -52,9 +57,12 @@ impl Publisher for AckClock {
 }
 
 pub async fn run(global: &Global, fsync: bool, args: LatencyArgs) -> Result<serde_json::Value> {
+    let total = u64::from(args.rate) * args.seconds;
     ensure!(
-        args.rate > 0 && args.seconds > 0,
-        "--rate and --seconds must be at least 1"
+        total <= MAX_EVENTS,
+        "--rate {} × --seconds {} is {total} events: at most {MAX_EVENTS} per run; lower --rate or --seconds",
+        args.rate,
+        args.seconds
     );
     let server = Server::start(global, fsync).await?;
     let pool = server.pool(args.connections + 6).await?;
@@ -84,7 +92,6 @@ pub async fn run(global: &Global, fsync: bool, args: LatencyArgs) -> Result<serd
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 
-    let total = u64::from(args.rate) * args.seconds;
     let committed: Arc<Mutex<Vec<(Uuid, Instant)>>> =
         Arc::new(Mutex::new(Vec::with_capacity(total as usize)));
     let interval = Duration::from_secs_f64(1.0 / f64::from(args.rate));

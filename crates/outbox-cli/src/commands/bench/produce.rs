@@ -19,17 +19,17 @@ use crate::cli::Global;
 
 #[derive(Debug, Args)]
 pub struct ProduceArgs {
-    /// Concurrent producers.
-    #[arg(long, default_value_t = 8)]
+    /// Concurrent producers, 1 to 500 (each holds a connection).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=500))]
     pub producers: u32,
-    /// Seconds per variant per round.
-    #[arg(long, default_value_t = 10)]
+    /// Seconds per variant per round, 1 to 3600.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3_600))]
     pub seconds: u64,
-    /// Rounds (variants interleaved; medians reported).
-    #[arg(long, default_value_t = 1)]
+    /// Rounds (variants interleaved; medians reported), 1 to 100.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub rounds: u32,
-    /// Wake-up coalescing interval for (a), milliseconds.
-    #[arg(long, default_value_t = 5)]
+    /// Wake-up coalescing interval for (a), milliseconds, 1 to 60000.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub wake_interval_ms: u64,
 }
 
@@ -140,7 +140,7 @@ pub async fn run(global: &Global, fsync: bool, args: ProduceArgs) -> Result<serd
         schemas.push(setup(&pool, v).await?);
     }
     let mut results: [Vec<f64>; 3] = Default::default();
-    for round in 0..args.rounds.max(1) {
+    for round in 0..args.rounds {
         for (i, v) in variants.iter().enumerate() {
             let tps = run_variant(&pool, &schemas[i], *v, &args).await?;
             eprintln!(
