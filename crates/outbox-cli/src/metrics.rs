@@ -96,68 +96,27 @@ impl Metrics {
             event_types: Mutex::new(HashSet::new()),
             registry: Registry::default(),
         };
-        let r = &mut registry;
-        r.register(
-            "outbox_events_published",
-            "Events acknowledged by the broker and marked done",
-            m.published.clone(),
-        );
-        r.register(
-            "outbox_events_failed",
-            "Failed delivery attempts (retried or dead-lettered), by event type",
-            m.failed.clone(),
-        );
-        r.register(
-            "outbox_events_dead_lettered",
-            "Events dead-lettered by this relay",
-            m.dead_lettered.clone(),
-        );
-        r.register("outbox_retries", "Retries: reason=retry per event scheduled for another attempt; unavailable / database per round abandoned because the broker / PostgreSQL was down", m.retries.clone());
-        r.register(
-            "outbox_batches",
-            "Batches claimed and processed",
-            m.batches.clone(),
-        );
-        r.register(
-            "outbox_batch_duration_seconds",
-            "Time from claiming a batch to acknowledging it",
-            m.batch_duration.clone(),
-        );
-        r.register("outbox_commit_to_ack_seconds", "Time from an event's created_at (its transaction's start) to the broker's acknowledgement", m.commit_to_ack.clone());
-        r.register(
-            "outbox_events_pending",
-            "Events not yet delivered, including those waiting for a retry (from the database)",
-            m.pending.clone(),
-        );
-        r.register(
-            "outbox_events_retrying",
-            "Pending events that failed at least once (from the database)",
-            m.retrying.clone(),
-        );
-        r.register(
-            "outbox_oldest_pending_age_seconds",
-            "Age of the oldest pending event; 0 when none (from the database)",
-            m.oldest_pending_age.clone(),
-        );
-        r.register(
-            "outbox_dead_letters",
-            "Dead-lettered events in the table (from the database)",
-            m.dead_letters.clone(),
-        );
-        r.register(
-            "outbox_partitions_owned",
-            "Partitions this instance holds a lease on",
-            m.partitions_owned.clone(),
-        );
-        r.register(
-            "outbox_partitions",
-            "Partitions of the outbox",
-            m.partitions_total.clone(),
-        );
-        r.register(
-            "outbox_database_up",
-            "1 when the last database check (the one /readyz shows) could query the outbox tables, else 0",
-            m.database_up.clone(),
+        // Every metric: field, name, help. The one place metrics are named.
+        macro_rules! register {
+            ($(($field:ident, $name:literal, $help:literal),)*) => {
+                $(registry.register($name, $help, m.$field.clone());)*
+            };
+        }
+        register!(
+            (published, "outbox_events_published", "Events acknowledged by the broker and marked done"),
+            (failed, "outbox_events_failed", "Failed delivery attempts (retried or dead-lettered), by event type"),
+            (dead_lettered, "outbox_events_dead_lettered", "Events dead-lettered by this relay"),
+            (retries, "outbox_retries", "Retries: reason=retry per event scheduled for another attempt; unavailable / database per round abandoned because the broker / PostgreSQL was down"),
+            (batches, "outbox_batches", "Batches claimed and processed"),
+            (batch_duration, "outbox_batch_duration_seconds", "Time from claiming a batch to acknowledging it"),
+            (commit_to_ack, "outbox_commit_to_ack_seconds", "Time from an event's created_at (its transaction's start) to the broker's acknowledgement"),
+            (pending, "outbox_events_pending", "Events not yet delivered, including those waiting for a retry (from the database)"),
+            (retrying, "outbox_events_retrying", "Pending events that failed at least once (from the database)"),
+            (oldest_pending_age, "outbox_oldest_pending_age_seconds", "Age of the oldest pending event; 0 when none (from the database)"),
+            (dead_letters, "outbox_dead_letters", "Dead-lettered events in the table (from the database)"),
+            (partitions_owned, "outbox_partitions_owned", "Partitions this instance holds a lease on"),
+            (partitions_total, "outbox_partitions", "Partitions of the outbox (from the lease round)"),
+            (database_up, "outbox_database_up", "1 when the last database check (the one /readyz shows) could query the outbox tables, else 0"),
         );
         for reason in ["retry", "unavailable", "database"] {
             let _ = m.retries.get_or_create(&Reason { reason });
@@ -180,7 +139,6 @@ impl Metrics {
         self.dead_letters.set(status.dead_letters);
         self.oldest_pending_age
             .set(status.oldest_pending_age_seconds.unwrap_or(0.0).max(0.0));
-        self.partitions_total.set(status.partitions.len() as i64);
     }
 
     /// Sets `outbox_database_up`; only [`DbProbe`] calls it, with its
@@ -244,6 +202,7 @@ impl RelayObserver for Metrics {
         self.retries.get_or_create(&Reason { reason }).inc();
     }
 
+    /// The one writer of both partition gauges.
     fn on_ownership(&self, held: usize, total: usize) {
         self.partitions_owned.set(held as i64);
         self.partitions_total.set(total as i64);
