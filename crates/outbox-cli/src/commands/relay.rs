@@ -29,6 +29,27 @@ const TICK: Duration = Duration::from_millis(100);
 /// matter what (a publisher stuck in a system call cannot be cancelled).
 const HARD_EXIT_GRACE: Duration = Duration::from_secs(2);
 
+/// Why `outbox relay` stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StopReason {
+    /// SIGTERM or SIGINT.
+    Signal(&'static str),
+    /// `--drain`: nothing pending is left.
+    Drained,
+    /// The relay ended by itself (a fatal error, logged where it happened).
+    RelayStopped,
+}
+
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StopReason::Signal(name) => name,
+            StopReason::Drained => "drained",
+            StopReason::RelayStopped => "relay stopped",
+        })
+    }
+}
+
 struct Signals {
     term: Signal,
     int: Signal,
@@ -42,10 +63,10 @@ impl Signals {
         })
     }
 
-    async fn next(&mut self) -> &'static str {
+    async fn next(&mut self) -> StopReason {
         tokio::select! {
-            _ = self.term.recv() => "SIGTERM",
-            _ = self.int.recv() => "SIGINT",
+            _ = self.term.recv() => StopReason::Signal("SIGTERM"),
+            _ = self.int.recv() => StopReason::Signal("SIGINT"),
         }
     }
 }
@@ -148,7 +169,7 @@ pub async fn run(_global: &Global, schema: &Schema, _args: RelayArgs) -> Result<
     state.stopping.store(true, Ordering::Relaxed);
     let deadline = Duration::from_secs(c.shutdown_timeout_secs);
     tracing::info!(
-        reason,
+        %reason,
         timeout_secs = c.shutdown_timeout_secs,
         "relay stopping: finishing the in-flight batch and releasing partitions"
     );
@@ -189,13 +210,13 @@ pub async fn run(_global: &Global, schema: &Schema, _args: RelayArgs) -> Result<
         Err(e) => return Err(e).context("the relay failed while stopping"),
     };
     tracing::info!(
-        reason,
+        %reason,
         delivered = stats.delivered,
         retried = stats.retried,
         dead_lettered = stats.dead_lettered,
         "relay stopped"
     );
-    if reason == "relay stopped" {
+    if reason == StopReason::RelayStopped {
         bail!("the relay stopped on its own; see the log above");
     }
     if c.drain {
@@ -216,7 +237,7 @@ async fn watch_relay(
     loaded: &Loaded,
     state: &RelayState,
     signals: &mut Signals,
-) -> &'static str {
+) -> StopReason {
     let drain = loaded.config.drain;
     let mut progress = Progress::stderr("relay", drain);
     let mut tick = tokio::time::interval(TICK);
@@ -226,13 +247,13 @@ async fn watch_relay(
             _ = tick.tick() => {
                 state.held.store(relay.held_partitions(), Ordering::Relaxed);
                 if relay.is_finished() {
-                    break "relay stopped";
+                    break StopReason::RelayStopped;
                 }
                 if !drain {
                     continue;
                 }
                 match pending(pool, schema).await {
-                    Ok(0) => break "drained",
+                    Ok(0) => break StopReason::Drained,
                     Ok(n) => progress.update(relay.stats().delivered, Some(n as u64)),
                     Err(e) => tracing::warn!(error = %format!("{e:#}"), "drain check failed"),
                 }
