@@ -94,7 +94,14 @@ pub async fn fresh_schema(pool: &PgPool, name: &str, trigger: bool) -> Result<Sc
         &schema,
         &outbox::MigrateOptions {
             partitions: None,
-            notify_trigger: Some(trigger),
+            notify_trigger: None,
+            // The reference runs compare against a table with no trigger at
+            // all, or with the seed's per-row trigger.
+            wakeup: Some(if trigger {
+                outbox::WakeupTrigger::EveryInsert
+            } else {
+                outbox::WakeupTrigger::Off
+            }),
         },
     )
     .await?;
