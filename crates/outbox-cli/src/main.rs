@@ -16,7 +16,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let mut cli = cli::Cli::parse();
+    let cli = cli::Cli::parse();
     // Logging is configured like everything else (file < env < flags), so
     // the configuration is loaded first; its errors are printed plainly.
     let loaded = match config::load(&cli).and_then(|l| init_logging(&l).map(|()| l)) {
@@ -27,9 +27,14 @@ fn main() -> ExitCode {
         }
     };
     tracing::debug!(config = %config::redacted_json(&loaded), "configuration loaded");
-    cli.global.database_url = loaded.config.database_url.clone();
-    cli.global.schema = loaded.config.schema.clone();
-    config::install(loaded);
+    let schema = match outbox::Schema::new(&loaded.config.schema) {
+        Ok(schema) => schema,
+        Err(e) => {
+            eprintln!("error: {}", db::redact_text(&format!("{e:#}")));
+            return ExitCode::FAILURE;
+        }
+    };
+    let ctx = commands::Ctx { loaded, schema };
 
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -41,7 +46,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(commands::run(cli)) {
+    match runtime.block_on(commands::run(cli.command, ctx)) {
         Ok(code) => code,
         Err(e) => {
             // One line: the error and its causes, passwords redacted.

@@ -15,3 +15,6 @@ pub mod kafka;
 
 #[cfg(feature = "amqp")]
 pub mod amqp;
+
+#[cfg(feature = "http")]
+pub mod http;

@@ -7,6 +7,8 @@ pub mod order;
 pub mod postgres;
 pub mod publisher;
 pub mod wait;
+#[cfg(feature = "webhook")]
+pub mod webhook;
 
 /// Process groups, watchdogs, logs, program lookup and free ports: what the
 /// throwaway PostgreSQL runs on, and what [`brokers`] run on too.

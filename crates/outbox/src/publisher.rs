@@ -13,6 +13,11 @@ pub enum Outcome {
     /// A failure that may pass (timeout, broker asked to back off): the
     /// relay counts an attempt and retries after a backoff.
     Retry(String),
+    /// Like [`Outcome::Retry`], with the broker's own hint of how long to
+    /// wait (an HTTP `Retry-After`): the next attempt comes no earlier than
+    /// the hint and no earlier than the relay's backoff, but never later
+    /// than the relay's `backoff_max_ms` (a hint above it is cut to it).
+    RetryAfter(String, std::time::Duration),
     /// The broker will never take this event (too large, invalid
     /// destination): the relay dead-letters it at once with this error.
     Rejected(String),

@@ -5,11 +5,11 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use outbox::{format_age, Cleanup, CleanupParams, CleanupTarget, Schema};
+use outbox::{format_age, Cleanup, CleanupParams, CleanupTarget};
 use sqlx::PgConnection;
 
 use super::dead_letters::parse_age;
-use crate::cli::Global;
+use crate::commands::Ctx;
 use crate::db;
 
 #[derive(Debug, clap::Args)]
@@ -34,7 +34,8 @@ pub struct CleanupArgs {
 /// Seconds between progress lines of a long run.
 const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 
-pub async fn run(global: &Global, schema: &Schema, args: CleanupArgs) -> Result<ExitCode> {
+pub async fn run(ctx: &Ctx, args: CleanupArgs) -> Result<ExitCode> {
+    let schema = &ctx.schema;
     let mut jobs = vec![(CleanupTarget::Events, args.older_than)];
     if let Some(age) = args.inbox_older_than {
         jobs.push((CleanupTarget::Inbox, age));
@@ -46,7 +47,7 @@ pub async fn run(global: &Global, schema: &Schema, args: CleanupArgs) -> Result<
         }
         .validate()?;
     }
-    let url = db::require_url(&global.database_url)?;
+    let url = db::require_url(ctx.database_url())?;
     let pool = db::connect(&url, 1).await?;
     let mut conn = pool.acquire().await?;
     outbox::ensure_migrated(&mut conn, schema).await?;

@@ -7,7 +7,8 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use crate::cli::{Global, RelayArgs};
+use crate::cli::RelayArgs;
+use crate::commands::Ctx;
 use crate::config;
 
 #[derive(Debug, clap::Subcommand)]
@@ -24,13 +25,12 @@ pub enum ConfigCommand {
     },
 }
 
-pub async fn run(_global: &Global, cmd: ConfigCommand) -> Result<ExitCode> {
+pub async fn run(ctx: &Ctx, cmd: ConfigCommand) -> Result<ExitCode> {
     // The configuration was loaded and validated before the command ran;
     // a problem would have stopped the program with its message already.
     match cmd {
         ConfigCommand::Check { .. } => {
-            let loaded = config::installed()?;
-            print!("{}", config::render(loaded));
+            print!("{}", config::render(&ctx.loaded));
             eprintln!("configuration OK");
             Ok(ExitCode::SUCCESS)
         }

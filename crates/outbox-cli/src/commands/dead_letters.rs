@@ -5,12 +5,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use outbox::{DeadLetter, DeadLetters, Schema, Selector, DEFAULT_LIST_LIMIT};
+use outbox::{DeadLetter, DeadLetters, Selector, DEFAULT_LIST_LIMIT};
 use sqlx::pool::PoolConnection;
 use sqlx::Postgres;
 use uuid::Uuid;
 
-use crate::cli::Global;
+use crate::commands::Ctx;
 use crate::db;
 
 #[derive(Debug, clap::Subcommand)]
@@ -91,8 +91,9 @@ const PREVIEW_ROWS: u32 = 100;
 /// Characters of `last_error` shown in the table.
 const ERROR_CHARS: usize = 60;
 
-pub async fn run(global: &Global, schema: &Schema, cmd: DeadLettersCommand) -> Result<ExitCode> {
-    let url = db::require_url(&global.database_url)?;
+pub async fn run(ctx: &Ctx, cmd: DeadLettersCommand) -> Result<ExitCode> {
+    let schema = &ctx.schema;
+    let url = db::require_url(ctx.database_url())?;
     let pool = db::connect(&url, 1).await?;
     let mut conn = pool.acquire().await?;
     outbox::ensure_migrated(&mut conn, schema).await?;

@@ -7,21 +7,23 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use outbox::{NewEvent, Outbox, Publisher, Relay, RelayConfig, Schema, Status};
+use outbox::{NewEvent, Outbox, Publisher, Relay, RelayConfig, Status};
 use outbox_embedded_pg::PgCluster;
 use outbox_publishers::stream::NullPublisher;
 use outbox_publishers::StdoutPublisher;
 use rand::Rng;
 
-use crate::cli::{DemoArgs, Global};
+use crate::cli::DemoArgs;
+use crate::commands::Ctx;
 use crate::db;
 use crate::progress::Progress;
 
-pub async fn run(global: &Global, schema: &Schema, args: DemoArgs) -> Result<ExitCode> {
+pub async fn run(ctx: &Ctx, args: DemoArgs) -> Result<ExitCode> {
+    let schema = &ctx.schema;
     if args.orders == 0 || args.producers == 0 {
         bail!("--orders and --producers must be at least 1");
     }
-    let (_cluster, url) = match &global.database_url {
+    let (_cluster, url) = match ctx.database_url() {
         Some(url) => (None, url.clone()),
         None => {
             let cluster = tokio::task::spawn_blocking(PgCluster::start)

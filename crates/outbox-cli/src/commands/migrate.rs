@@ -3,13 +3,15 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
-use outbox::{MigrateOptions, Schema};
+use outbox::MigrateOptions;
 
-use crate::cli::{Global, MigrateArgs};
+use crate::cli::MigrateArgs;
+use crate::commands::Ctx;
 use crate::db;
 
-pub async fn run(global: &Global, schema: &Schema, args: MigrateArgs) -> Result<ExitCode> {
-    let url = db::require_url(&global.database_url)?;
+pub async fn run(ctx: &Ctx, args: MigrateArgs) -> Result<ExitCode> {
+    let schema = &ctx.schema;
+    let url = db::require_url(ctx.database_url())?;
     let pool = db::connect(&url, 1).await?;
     let mut conn = pool.acquire().await?;
     let report = outbox::migrate(

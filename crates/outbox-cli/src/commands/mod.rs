@@ -14,18 +14,35 @@ use std::process::ExitCode;
 use anyhow::Result;
 use outbox::Schema;
 
-use crate::cli::{Cli, Command};
+use crate::cli::Command;
 
-pub async fn run(cli: Cli) -> Result<ExitCode> {
-    let schema = Schema::new(&cli.global.schema)?;
-    match cli.command {
-        Command::Migrate(args) => migrate::run(&cli.global, &schema, args).await,
-        Command::Relay(args) => relay::run(&cli.global, &schema, args).await,
-        Command::Status(args) => status::run(&cli.global, &schema, args).await,
-        Command::Demo(args) => demo::run(&cli.global, &schema, args).await,
-        Command::DeadLetters(cmd) => dead_letters::run(&cli.global, &schema, cmd).await,
-        Command::Cleanup(args) => cleanup::run(&cli.global, &schema, args).await,
-        Command::Config(cmd) => config::run(&cli.global, cmd).await,
-        Command::Bench(args) => bench::run(&cli.global, &schema, args).await,
+/// What every command is handed: the configuration loaded (and validated)
+/// from the file, the environment and the flags, and its schema.
+pub struct Ctx {
+    /// The layered configuration, with the origin of every key.
+    pub loaded: crate::config::Loaded,
+    /// `schema`, checked.
+    pub schema: Schema,
+}
+
+impl Ctx {
+    /// The configuration's database URL, if any.
+    pub fn database_url(&self) -> &Option<String> {
+        &self.loaded.config.database_url
+    }
+}
+
+/// Runs `command` with its configuration.
+pub async fn run(command: Command, ctx: Ctx) -> Result<ExitCode> {
+    let ctx = &ctx;
+    match command {
+        Command::Migrate(args) => migrate::run(ctx, args).await,
+        Command::Relay(args) => relay::run(ctx, args).await,
+        Command::Status(args) => status::run(ctx, args).await,
+        Command::Demo(args) => demo::run(ctx, args).await,
+        Command::DeadLetters(cmd) => dead_letters::run(ctx, cmd).await,
+        Command::Cleanup(args) => cleanup::run(ctx, args).await,
+        Command::Config(cmd) => config::run(ctx, cmd).await,
+        Command::Bench(args) => bench::run(ctx, args).await,
     }
 }

@@ -15,8 +15,9 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::cli::{Global, RelayArgs};
-use crate::config::{self, Loaded};
+use crate::cli::RelayArgs;
+use crate::commands::Ctx;
+use crate::config::Loaded;
 use crate::http::{self, DbProbe, Readiness, RelayState};
 use crate::metrics::{self, Metrics};
 use crate::progress::Progress;
@@ -71,10 +72,11 @@ impl Signals {
     }
 }
 
-pub async fn run(_global: &Global, schema: &Schema, _args: RelayArgs) -> Result<ExitCode> {
+pub async fn run(ctx: &Ctx, _args: RelayArgs) -> Result<ExitCode> {
+    let schema = &ctx.schema;
     // Flags were folded into the loaded configuration with the file and
     // the environment.
-    let loaded = config::installed()?;
+    let loaded = &ctx.loaded;
     let c = &loaded.config;
     let mut signals = Signals::install()?;
     let url = db::require_url(&c.database_url)?;

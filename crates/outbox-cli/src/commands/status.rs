@@ -4,13 +4,15 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use outbox::{Schema, Status};
+use outbox::Status;
 
-use crate::cli::{Global, StatusArgs};
+use crate::cli::StatusArgs;
+use crate::commands::Ctx;
 use crate::db;
 
-pub async fn run(global: &Global, schema: &Schema, args: StatusArgs) -> Result<ExitCode> {
-    let url = db::require_url(&global.database_url)?;
+pub async fn run(ctx: &Ctx, args: StatusArgs) -> Result<ExitCode> {
+    let schema = &ctx.schema;
+    let url = db::require_url(ctx.database_url())?;
     let pool = db::connect(&url, 1).await?;
     let mut conn = pool.acquire().await?;
     let status = Status::read(&mut conn, schema).await?;

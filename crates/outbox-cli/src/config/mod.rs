@@ -14,7 +14,6 @@ mod validate;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::OnceLock;
 
 use anyhow::{anyhow, Result};
 
@@ -71,20 +70,6 @@ impl Loaded {
     pub fn origin(&self, path: &str) -> Origin {
         self.origins.get(path).cloned().unwrap_or(Origin::Default)
     }
-}
-
-static LOADED: OnceLock<Loaded> = OnceLock::new();
-
-/// Keeps the configuration for the commands to read.
-pub fn install(loaded: Loaded) {
-    let _ = LOADED.set(loaded);
-}
-
-/// The configuration kept by [`install`].
-pub fn installed() -> Result<&'static Loaded> {
-    LOADED
-        .get()
-        .ok_or_else(|| anyhow!("the configuration was not loaded"))
 }
 
 /// Loads the configuration for this command line from the file, the

@@ -82,22 +82,8 @@ impl Settlement {
     fn settle_one(&mut self, event: Event, outcome: Outcome, policy: &RetryPolicy) {
         match outcome {
             Outcome::Delivered => self.delivered.push(event),
-            Outcome::Retry(error) => {
-                let attempts = event.attempts.max(0) as u32 + 1;
-                let give_up = attempts >= policy.max_attempts;
-                self.failures.push(Failure {
-                    id: event.id,
-                    error: error.clone(),
-                    delay: retry_delay(attempts, policy.backoff_base_ms, policy.backoff_max_ms),
-                    dead: give_up,
-                });
-                self.blocked.insert(event.aggregate_id.clone());
-                if give_up {
-                    self.dead.push((event, error));
-                } else {
-                    self.retried.push((event, error));
-                }
-            }
+            Outcome::Retry(error) => self.retry(event, error, Duration::ZERO, policy),
+            Outcome::RetryAfter(error, hint) => self.retry(event, error, hint, policy),
             Outcome::Unavailable(error) => {
                 // Not sent: no attempt counted, successors held, and the
                 // batch ends here as an outage.
@@ -114,6 +100,27 @@ impl Settlement {
                 self.blocked.insert(event.aggregate_id.clone());
                 self.dead.push((event, error));
             }
+        }
+    }
+
+    /// Counts an attempt and schedules the next one after the backoff, or
+    /// after the broker's `hint` if that is longer (up to `backoff_max_ms`).
+    fn retry(&mut self, event: Event, error: String, hint: Duration, policy: &RetryPolicy) {
+        let attempts = event.attempts.max(0) as u32 + 1;
+        let give_up = attempts >= policy.max_attempts;
+        let backoff = retry_delay(attempts, policy.backoff_base_ms, policy.backoff_max_ms);
+        let delay = backoff.max(hint.min(Duration::from_millis(policy.backoff_max_ms)));
+        self.failures.push(Failure {
+            id: event.id,
+            error: error.clone(),
+            delay,
+            dead: give_up,
+        });
+        self.blocked.insert(event.aggregate_id.clone());
+        if give_up {
+            self.dead.push((event, error));
+        } else {
+            self.retried.push((event, error));
         }
     }
 }
@@ -161,6 +168,46 @@ mod tests {
         assert!(f.delay >= Duration::from_millis(50) && f.delay <= Duration::from_millis(100));
         assert!(s.blocked.contains("a"));
         assert_eq!(s.unblocked(vec![ev("a", 0), ev("b", 0)]).len(), 1);
+    }
+
+    #[test]
+    fn a_retry_after_waits_for_the_hint_capped_by_backoff_max() {
+        let mut s = Settlement::default();
+        s.settle(
+            vec![ev("a", 0), ev("b", 0), ev("c", 0)],
+            vec![
+                Outcome::RetryAfter("429".into(), Duration::from_millis(700)),
+                Outcome::RetryAfter("429".into(), Duration::from_secs(3_600)),
+                Outcome::RetryAfter("503".into(), Duration::ZERO),
+            ],
+            &POLICY,
+        );
+        assert_eq!(s.retried.len(), 3, "a hint still counts an attempt");
+        let delays: Vec<Duration> = s.failures.iter().map(|f| f.delay).collect();
+        assert_eq!(
+            delays[0],
+            Duration::from_millis(700),
+            "the hint beats a shorter backoff"
+        );
+        assert_eq!(
+            delays[1],
+            Duration::from_millis(1_000),
+            "cut to backoff_max_ms"
+        );
+        assert!(
+            delays[2] >= Duration::from_millis(50) && delays[2] <= Duration::from_millis(100),
+            "a shorter hint leaves the backoff: {:?}",
+            delays[2]
+        );
+        assert!(s.failures.iter().all(|f| !f.dead));
+        assert_eq!(s.blocked.len(), 3);
+        let mut s = Settlement::default();
+        s.settle(
+            vec![ev("a", 2)],
+            vec![Outcome::RetryAfter("429".into(), Duration::from_millis(10))],
+            &POLICY,
+        );
+        assert_eq!(s.dead.len(), 1, "the last allowed attempt dead-letters");
     }
 
     #[test]

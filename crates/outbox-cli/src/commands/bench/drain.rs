@@ -13,7 +13,7 @@ use sqlx::PgPool;
 
 use super::stats::{peak_rss_kib, reset_peak_rss};
 use super::{fresh_schema, Server};
-use crate::cli::Global;
+use crate::commands::Ctx;
 
 #[derive(Debug, Args)]
 pub struct DrainArgs {
@@ -122,8 +122,8 @@ async fn relay(
     Ok((stats.delivered, elapsed, rss))
 }
 
-pub async fn run(global: &Global, fsync: bool, args: DrainArgs) -> Result<serde_json::Value> {
-    let server = Server::start(global, fsync).await?;
+pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::Value> {
+    let server = Server::start(ctx, fsync).await?;
     let pool = server.pool(8).await?;
     let n = args.events;
 

@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use super::stats::{ms, quantile};
 use super::{fresh_schema, Server};
-use crate::cli::Global;
+use crate::commands::Ctx;
 
 /// Most events one run may produce (`--rate` × `--seconds`): every commit
 /// and acknowledgement time is kept in memory until the end.
@@ -56,7 +56,7 @@ impl Publisher for AckClock {
     }
 }
 
-pub async fn run(global: &Global, fsync: bool, args: LatencyArgs) -> Result<serde_json::Value> {
+pub async fn run(ctx: &Ctx, fsync: bool, args: LatencyArgs) -> Result<serde_json::Value> {
     let total = u64::from(args.rate) * args.seconds;
     ensure!(
         total <= MAX_EVENTS,
@@ -64,7 +64,7 @@ pub async fn run(global: &Global, fsync: bool, args: LatencyArgs) -> Result<serd
         args.rate,
         args.seconds
     );
-    let server = Server::start(global, fsync).await?;
+    let server = Server::start(ctx, fsync).await?;
     let pool = server.pool(args.connections + 6).await?;
     let schema = fresh_schema(&pool, "bench_latency", false).await?;
     sqlx::raw_sql(

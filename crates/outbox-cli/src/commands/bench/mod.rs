@@ -15,7 +15,7 @@ use outbox::Schema;
 use outbox_embedded_pg::{PgCluster, PgOptions};
 use sqlx::PgPool;
 
-use crate::cli::Global;
+use crate::commands::Ctx;
 use crate::db;
 
 /// Options shared by every scenario.
@@ -51,8 +51,8 @@ pub struct Server {
 }
 
 impl Server {
-    pub async fn start(global: &Global, fsync: bool) -> Result<Server> {
-        if let Some(url) = &global.database_url {
+    pub async fn start(ctx: &Ctx, fsync: bool) -> Result<Server> {
+        if let Some(url) = ctx.database_url() {
             return Ok(Server {
                 url: url.clone(),
                 _cluster: None,
@@ -108,12 +108,12 @@ pub async fn fresh_schema(pool: &PgPool, name: &str, trigger: bool) -> Result<Sc
     Ok(schema)
 }
 
-pub async fn run(global: &Global, _schema: &Schema, args: BenchArgs) -> Result<ExitCode> {
+pub async fn run(ctx: &Ctx, args: BenchArgs) -> Result<ExitCode> {
     let fsync = !args.no_fsync;
     let report = match args.scenario {
-        Scenario::Drain(a) => drain::run(global, fsync, a).await?,
-        Scenario::Latency(a) => latency::run(global, fsync, a).await?,
-        Scenario::Produce(a) => produce::run(global, fsync, a).await?,
+        Scenario::Drain(a) => drain::run(ctx, fsync, a).await?,
+        Scenario::Latency(a) => latency::run(ctx, fsync, a).await?,
+        Scenario::Produce(a) => produce::run(ctx, fsync, a).await?,
     };
     if args.json {
         println!("{}", serde_json::to_string(&report)?);

@@ -15,7 +15,7 @@ use sqlx::PgPool;
 
 use super::stats::median;
 use super::{fresh_schema, Server};
-use crate::cli::Global;
+use crate::commands::Ctx;
 
 #[derive(Debug, Args)]
 pub struct ProduceArgs {
@@ -131,8 +131,8 @@ async fn run_variant(
     Ok(done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64())
 }
 
-pub async fn run(global: &Global, fsync: bool, args: ProduceArgs) -> Result<serde_json::Value> {
-    let server = Server::start(global, fsync).await?;
+pub async fn run(ctx: &Ctx, fsync: bool, args: ProduceArgs) -> Result<serde_json::Value> {
+    let server = Server::start(ctx, fsync).await?;
     let pool = server.pool(args.producers + 4).await?;
     let variants = [Variant::Plain, Variant::Enqueue, Variant::Trigger];
     let mut schemas = Vec::new();

@@ -1,0 +1,343 @@
+//! The webhook publisher: one signed POST per event, a wave's requests in
+//! parallel; an event is delivered when the endpoint answers 2xx.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use outbox::redact::redact_url;
+use outbox::{Event, Outcome, Publisher, Unavailable};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use reqwest::{Client, Url};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use super::classify::{outcome, retry_after, transport_error, QUOTED_BODY_BYTES};
+use super::config::HttpConfig;
+use super::request::{event_headers, UrlTemplate};
+use super::sign::{sign, SigningKey};
+use crate::Error;
+
+/// How much of an answer's body is read (so the connection can be used
+/// again); the rest is dropped with the connection.
+const READ_BODY_BYTES: usize = 64 * 1024;
+
+/// Posts each event to a webhook endpoint, signed per Standard Webhooks.
+///
+/// * URL: [`HttpConfig::url`], its placeholders filled in;
+/// * body: the payload's JSON, byte for byte as stored, with
+///   `content-type: application/json`;
+/// * `webhook-id` = event id, `webhook-timestamp` = Unix seconds at
+///   sending, `webhook-signature` = `v1,` + base64 HMAC-SHA256 of
+///   `{id}.{timestamp}.{body}`;
+/// * `outbox-event-id`, `outbox-event-type`, `outbox-aggregate-type`,
+///   `outbox-aggregate-id`, `outbox-topic` (for a topic override), then
+///   the producer's headers and [`HttpConfig::headers`].
+///
+/// A wave's requests run up to [`HttpConfig::max_concurrency`] at a time.
+/// 2xx is [`Outcome::Delivered`]; 408, 425, 429 and 5xx are retried (no
+/// sooner than `Retry-After`); other 4xx are rejections; no answer is an
+/// outage. See `docs/publishers.md`.
+pub struct HttpPublisher {
+    config: HttpConfig,
+    template: UrlTemplate,
+    key: Arc<SigningKey>,
+    headers: HeaderMap,
+    client: Client,
+}
+
+impl std::fmt::Debug for HttpPublisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpPublisher")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one request came to.
+enum Sent {
+    /// The endpoint answered.
+    Answered(Outcome),
+    /// No answer: refused, reset, timed out, TLS failure.
+    NoAnswer(String),
+    /// Not sent, because another request of the wave got no answer.
+    Skipped,
+}
+
+impl HttpPublisher {
+    /// Validates `config` and builds the HTTP client. Nothing is connected
+    /// until the first publish or health check, so an endpoint that is
+    /// down now is not an error here.
+    pub fn new(config: HttpConfig) -> Result<Self, Error> {
+        config.validate()?;
+        let template = config.template()?;
+        let key = Arc::new(config.key()?);
+        let mut headers = HeaderMap::new();
+        for (name, value) in &config.headers {
+            // validate() checked both.
+            if let (Ok(n), Ok(v)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(value),
+            ) {
+                let mut v = v;
+                v.set_sensitive(outbox::redact::is_secret_key(name));
+                headers.append(n, v);
+            }
+        }
+        let client = Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(Duration::from_millis(config.timeout_ms))
+            .connect_timeout(Duration::from_millis(config.timeout_ms))
+            .pool_max_idle_per_host(config.max_concurrency)
+            .tcp_nodelay(true)
+            .user_agent(concat!("outbox-relay/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| Error::Client {
+                broker: "http",
+                message: outbox::redact::redact_text(&e.to_string()),
+            })?;
+        Ok(HttpPublisher {
+            config,
+            template,
+            key,
+            headers,
+            client,
+        })
+    }
+
+    /// The settings in use.
+    pub fn config(&self) -> &HttpConfig {
+        &self.config
+    }
+
+    /// `POST URL` as messages show it, password hidden.
+    fn target(url: &Url) -> String {
+        format!("POST {}", redact_url(url.as_str()))
+    }
+
+    /// The request for `event`, or why it can never be sent.
+    fn prepare(&self, event: &Event) -> Result<(Url, HeaderMap), String> {
+        let url = self.template.url_for(event)?;
+        let headers = event_headers(event, &self.headers)?;
+        Ok((url, headers))
+    }
+}
+
+/// Sends one signed request and reads the start of its answer.
+async fn send(
+    client: Client,
+    key: Arc<SigningKey>,
+    url: Url,
+    mut headers: HeaderMap,
+    id: String,
+    body: String,
+    timeout_ms: u64,
+) -> Sent {
+    let target = HttpPublisher::target(&url);
+    let timestamp = chrono::Utc::now().timestamp();
+    let signature = sign(&key, &id, timestamp, body.as_bytes());
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    for (name, value) in [
+        ("webhook-id", id),
+        ("webhook-timestamp", timestamp.to_string()),
+        ("webhook-signature", signature),
+    ] {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(HeaderName::from_static(name), value);
+        }
+    }
+    let response = match client.post(url).headers(headers).body(body).send().await {
+        Ok(r) => r,
+        Err(e) => return Sent::NoAnswer(transport_error(&target, e, timeout_ms)),
+    };
+    let status = response.status();
+    let hint = response
+        .headers()
+        .get(RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| retry_after(v, SystemTime::now()));
+    // The status is the answer: a body that breaks off or is slow changes
+    // nothing but what the error quotes.
+    let mut response = response;
+    let mut body = Vec::new();
+    while body.len() < READ_BODY_BYTES {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                if body.len() < QUOTED_BODY_BYTES {
+                    body.extend_from_slice(&chunk[..chunk.len().min(QUOTED_BODY_BYTES)]);
+                }
+                if chunk.len() >= READ_BODY_BYTES {
+                    break;
+                }
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    Sent::Answered(outcome(&target, status, hint, &body))
+}
+
+#[async_trait]
+impl Publisher for HttpPublisher {
+    fn name(&self) -> &str {
+        "http"
+    }
+
+    async fn publish(&self, batch: &[Event]) -> Result<Vec<Outcome>, Unavailable> {
+        let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.len()];
+        let limit = Arc::new(Semaphore::new(self.config.max_concurrency));
+        // Set by the first request that gets no answer: the rest of the
+        // wave is not sent (an endpoint that is down would otherwise cost
+        // timeout_ms per request).
+        let down = Arc::new(AtomicBool::new(false));
+        let mut requests = JoinSet::new();
+        for (i, event) in batch.iter().enumerate() {
+            let (url, headers) = match self.prepare(event) {
+                Ok(r) => r,
+                Err(why) => {
+                    outcomes[i] = Some(Outcome::Rejected(why));
+                    continue;
+                }
+            };
+            let (client, key, limit, down) = (
+                self.client.clone(),
+                self.key.clone(),
+                limit.clone(),
+                down.clone(),
+            );
+            let (id, body, timeout_ms) = (
+                event.id.to_string(),
+                event.payload.clone(),
+                self.config.timeout_ms,
+            );
+            requests.spawn(async move {
+                let Ok(_permit) = limit.acquire_owned().await else {
+                    return (i, Sent::Skipped);
+                };
+                if down.load(Ordering::SeqCst) {
+                    return (i, Sent::Skipped);
+                }
+                let sent = send(client, key, url, headers, id, body, timeout_ms).await;
+                if matches!(sent, Sent::NoAnswer(_)) {
+                    down.store(true, Ordering::SeqCst);
+                }
+                (i, sent)
+            });
+        }
+        let mut answered = false;
+        let mut first_failure: Option<String> = None;
+        let mut unanswered = Vec::new();
+        while let Some(joined) = requests.join_next().await {
+            let (i, sent) = match joined {
+                Ok(r) => r,
+                Err(e) => return Err(Unavailable::new(format!("http request task failed: {e}"))),
+            };
+            match sent {
+                Sent::Answered(o) => {
+                    answered = true;
+                    outcomes[i] = Some(o);
+                }
+                Sent::NoAnswer(why) => {
+                    first_failure.get_or_insert(why);
+                    unanswered.push(i);
+                }
+                Sent::Skipped => unanswered.push(i),
+            }
+        }
+        if let Some(why) = first_failure {
+            if !answered {
+                return Err(Unavailable::new(why));
+            }
+            for i in unanswered {
+                outcomes[i] = Some(Outcome::Unavailable(why.clone()));
+            }
+        }
+        Ok(outcomes
+            .into_iter()
+            .map(|o| {
+                o.unwrap_or_else(|| Outcome::Unavailable("http request was not sent".to_owned()))
+            })
+            .collect())
+    }
+
+    /// A `HEAD` of the URL up to its first placeholder: any answer, of any
+    /// status, means the endpoint is reachable.
+    async fn health(&self) -> Result<(), Unavailable> {
+        let url = self.template.base().clone();
+        let target = format!("HEAD {}", redact_url(url.as_str()));
+        match self
+            .client
+            .head(url)
+            .headers(self.headers.clone())
+            .send()
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) => Err(Unavailable::new(transport_error(
+                &target,
+                e,
+                self.config.timeout_ms,
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+    fn event() -> Event {
+        Event {
+            id: uuid::Uuid::now_v7(),
+            seq: 1,
+            aggregate_type: "order".into(),
+            aggregate_id: "1".into(),
+            event_type: "order.created".into(),
+            payload: "{}".into(),
+            headers: Default::default(),
+            topic: None,
+            attempts: 0,
+            created_at: chrono::Utc::now(),
+            partition: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn unreachable_endpoint_is_an_outage_and_hides_the_secrets() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let p = HttpPublisher::new(HttpConfig::new(
+            format!("http://u:hunter2@127.0.0.1:{port}/hook?token=t0ken"),
+            SECRET,
+        ))
+        .unwrap();
+        let e = p.publish(&[event(), event()]).await.unwrap_err();
+        assert!(e.message.contains(&port.to_string()), "{e}");
+        for secret in ["hunter2", "t0ken", "MfKQ9r8"] {
+            assert!(!e.message.contains(secret), "{e}");
+        }
+        let h = p.health().await.unwrap_err();
+        assert!(
+            h.message.contains("HEAD") && !h.message.contains("hunter2"),
+            "{h}"
+        );
+        assert!(!format!("{p:?}").contains("hunter2"));
+    }
+
+    #[tokio::test]
+    async fn an_event_http_cannot_carry_is_rejected_alone() {
+        let p = HttpPublisher::new(HttpConfig::new("http://127.0.0.1:9/hook", SECRET)).unwrap();
+        let mut bad = event();
+        bad.headers.insert("x-bad".into(), "a\r\nb".into());
+        let outcomes = p.publish(&[bad]).await.unwrap();
+        assert!(
+            matches!(&outcomes[0], Outcome::Rejected(why) if why.contains("x-bad")),
+            "{outcomes:?}"
+        );
+    }
+}
