@@ -198,6 +198,7 @@ impl RelayObserver for Metrics {
         let reason = match kind {
             OutageKind::Broker => "unavailable",
             OutageKind::Database => "database",
+            _ => "other",
         };
         self.retries.get_or_create(&Reason { reason }).inc();
     }

@@ -92,6 +92,7 @@ pub struct BatchReport<'a> {
 
 /// Where an outage was seen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum OutageKind {
     /// The publisher's transport.
     Broker,
