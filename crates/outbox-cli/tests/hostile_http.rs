@@ -3,6 +3,9 @@
 //! answering; a schema dropped under a running relay makes `/readyz` say
 //! which table is missing and how to fix it, in agreement with
 //! `outbox_database_up`.
+//!
+//! Longer than most files: the abusive clients (idle, slowloris, flood) are
+//! small hand-written TCP peers kept next to the tests that use them.
 
 mod common;
 

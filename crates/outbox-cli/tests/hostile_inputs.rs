@@ -8,6 +8,9 @@
 //! non-zero exit, no panic and one error line that names the setting and
 //! says what to do, without echoing a long value back whole. A new command
 //! or setting is covered by adding it to the tables.
+//!
+//! Longer than most files on purpose: the tables are the point, and one file
+//! per concern keeps a new command or input form a one-line addition.
 
 mod common;
 

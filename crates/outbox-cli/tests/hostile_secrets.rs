@@ -10,6 +10,9 @@
 //! password cut short, split over lines or half-hidden is caught as well
 //! as one printed whole. Nothing listens where the cases point: every
 //! command that connects fails at once with "connection refused".
+//!
+//! Longer than most files on purpose: the table of secret forms is the
+//! point, and every output path must run over all of it.
 
 mod common;
 

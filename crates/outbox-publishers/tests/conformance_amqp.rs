@@ -4,6 +4,9 @@
 //!
 //! One node is shared by the cases that leave it running; the cases that
 //! stop it get a node of their own.
+//!
+//! Longer than most files: besides the shared suite it holds the
+//! RabbitMQ-only cases (unroutable modes, frozen broker, channel renewal).
 #![cfg(feature = "amqp")]
 
 use std::sync::{Arc, Mutex, OnceLock};

@@ -10,6 +10,9 @@
 //! OUTBOX_TANSU_BIN=/path/to/tansu cargo test -p outbox-publishers --features kafka \
 //!     --test conformance_kafka -- --ignored
 //! ```
+//!
+//! Longer than most files: the mock cluster and a real Kafka-protocol broker
+//! run the same suite from one harness.
 #![cfg(feature = "kafka")]
 
 use std::collections::BTreeMap;

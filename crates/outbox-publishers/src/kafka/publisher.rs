@@ -1,5 +1,9 @@
 //! The Kafka publisher: an idempotent rdkafka `FutureProducer` with
 //! `acks=all`; an event is delivered when its delivery report says so.
+//!
+//! One file for the producer's life cycle and its error classification:
+//! librdkafka's error codes are only meaningful next to the calls that
+//! return them.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
