@@ -16,5 +16,11 @@ pub mod kafka;
 #[cfg(feature = "amqp")]
 pub mod amqp;
 
+#[cfg(feature = "nats")]
+pub mod nats;
+
+#[cfg(feature = "redis")]
+pub mod redis;
+
 #[cfg(feature = "http")]
 pub mod http;

@@ -1,6 +1,7 @@
 //! Real brokers for tests, started from the system's binaries on free ports
-//! of `127.0.0.1`: [`rabbitmq::RabbitMq`] (`rabbitmq-server`) and
-//! [`kafka::Tansu`] (a Kafka-protocol broker).
+//! of `127.0.0.1`: [`rabbitmq::RabbitMq`] (`rabbitmq-server`),
+//! [`kafka::Tansu`] (a Kafka-protocol broker), [`nats::Nats`]
+//! (`nats-server -js`) and [`redis::Redis`] (`redis-server`).
 //!
 //! Every broker runs in its own process [group](crate::process::Group),
 //! killed when its handle is dropped; a small `sh`
@@ -11,7 +12,9 @@
 //! missing, unless [`SKIP_ENV`] names that broker (see [`skipped`]).
 
 pub mod kafka;
+pub mod nats;
 pub mod rabbitmq;
+pub mod redis;
 
 use std::io;
 use std::path::Path;

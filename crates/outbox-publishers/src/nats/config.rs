@@ -1,0 +1,541 @@
+//! Settings of the NATS JetStream publisher.
+
+use std::fmt;
+
+use outbox::redact::{redact_url, REDACTED};
+use serde::{Deserialize, Serialize};
+
+use crate::Error;
+
+/// The default subject template.
+pub const DEFAULT_SUBJECT: &str = "outbox.{aggregate_type}.{event_type}";
+
+/// The NATS client port.
+pub const DEFAULT_PORT: u16 = 4222;
+
+/// What to do when no JetStream stream captures an event's subject (the
+/// server answers the publish with "no responders").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum NoStream {
+    /// Retry with backoff (default): an operator may be creating the
+    /// stream; the event waits (holding back only its own aggregate) and is
+    /// dead-lettered after the relay's `max_attempts` if nobody does.
+    #[default]
+    Retry,
+    /// Dead-letter at once: for setups where a subject without a stream is
+    /// a bug.
+    Reject,
+}
+
+fn invalid(field: &str, value: impl fmt::Display, fix: impl Into<String>) -> Error {
+    Error::invalid("nats", field, value, fix)
+}
+
+/// Settings of [`crate::nats::NatsPublisher`].
+///
+/// ```
+/// use outbox_publishers::nats::NatsConfig;
+/// let config = NatsConfig::from_url("nats://app:secret@127.0.0.1:4222,10.0.0.2:4222").unwrap();
+/// assert_eq!(config.servers, ["127.0.0.1:4222", "10.0.0.2:4222"]);
+/// assert_eq!(config.user.as_deref(), Some("app"));
+/// assert!(!format!("{config:?}").contains("secret"));
+/// ```
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NatsConfig {
+    /// The servers to connect to, `HOST:PORT` each (the client picks one
+    /// and fails over to the others). Default `["127.0.0.1:4222"]`.
+    pub servers: Vec<String>,
+    /// Subject of an event without a topic override; `{aggregate_type}`
+    /// and `{event_type}` are replaced by the event's values. Default
+    /// `outbox.{aggregate_type}.{event_type}`.
+    pub subject: String,
+    /// What to do when no stream captures the subject. Default `retry`.
+    pub no_stream: NoStream,
+    /// User name, with [`NatsConfig::password`].
+    pub user: Option<String>,
+    /// Password of [`NatsConfig::user`]; never shown.
+    pub password: Option<String>,
+    /// An authentication token; never shown.
+    pub token: Option<String>,
+    /// A `.creds` file (a user JWT and its NKey seed, as `nsc` writes
+    /// it), read when the publisher is built.
+    pub credentials_file: Option<String>,
+    /// Refuse to talk to a server without TLS. Default `false` (the client
+    /// still uses TLS when the server asks for it).
+    pub tls_required: bool,
+    /// PEM file of CA certificates to trust besides the system's.
+    pub tls_ca_file: Option<String>,
+    /// PEM client certificate, with [`NatsConfig::tls_key_file`], for
+    /// servers that verify clients.
+    pub tls_cert_file: Option<String>,
+    /// PEM private key of [`NatsConfig::tls_cert_file`].
+    pub tls_key_file: Option<String>,
+    /// Start TLS before the server's greeting (servers with
+    /// `handshake_first`). Default `false`.
+    pub tls_first: bool,
+    /// How long to wait for the JetStream acknowledgement (PubAck) of a
+    /// message. Keep it below the relay's `publish_timeout_ms`. Default
+    /// 10000.
+    pub ack_timeout_ms: u64,
+    /// How long connecting (TCP, TLS, handshake) may take. Default 5000.
+    pub connect_timeout_ms: u64,
+    /// The connection name the server shows in its monitoring. Default
+    /// `outbox-relay`.
+    pub connection_name: String,
+}
+
+impl Default for NatsConfig {
+    fn default() -> Self {
+        NatsConfig {
+            servers: vec![format!("127.0.0.1:{DEFAULT_PORT}")],
+            subject: DEFAULT_SUBJECT.to_owned(),
+            no_stream: NoStream::Retry,
+            user: None,
+            password: None,
+            token: None,
+            credentials_file: None,
+            tls_required: false,
+            tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_first: false,
+            ack_timeout_ms: 10_000,
+            connect_timeout_ms: 5_000,
+            connection_name: "outbox-relay".to_owned(),
+        }
+    }
+}
+
+/// `Some("***")` for a set secret.
+fn hidden(secret: &Option<String>) -> Option<&'static str> {
+    secret.as_ref().map(|_| REDACTED)
+}
+
+impl fmt::Debug for NatsConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NatsConfig")
+            .field("servers", &self.servers)
+            .field("subject", &self.subject)
+            .field("no_stream", &self.no_stream)
+            .field("user", &self.user)
+            .field("password", &hidden(&self.password))
+            .field("token", &hidden(&self.token))
+            .field("credentials_file", &self.credentials_file)
+            .field("tls_required", &self.tls_required)
+            .field("tls_ca_file", &self.tls_ca_file)
+            .field("tls_cert_file", &self.tls_cert_file)
+            .field("tls_key_file", &self.tls_key_file)
+            .field("tls_first", &self.tls_first)
+            .field("ack_timeout_ms", &self.ack_timeout_ms)
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("connection_name", &self.connection_name)
+            .finish()
+    }
+}
+
+impl fmt::Display for NatsConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} subject {}", self.where_(), self.subject)
+    }
+}
+
+impl NatsConfig {
+    /// Settings for `nats://[USER:PASS@|TOKEN@]HOST:PORT[,HOST:PORT…]`,
+    /// every other field at its default. Credentials in the URL set
+    /// [`NatsConfig::user`] and [`NatsConfig::password`] (or
+    /// [`NatsConfig::token`] when there is no `:`); the port defaults to
+    /// 4222.
+    pub fn from_url(url: &str) -> Result<Self, Error> {
+        let mut config = NatsConfig::default();
+        config.apply_url(url)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Takes the servers (and credentials, if any) from `url`, keeping
+    /// every other field: the spec's address wins over a config file's.
+    pub fn apply_url(&mut self, url: &str) -> Result<(), Error> {
+        let shown = redact_url(url);
+        let form = "use nats://HOST:PORT[,HOST:PORT…] (credentials as nats://USER:PASS@HOST:PORT \
+                    or in [publisher.nats])";
+        let Some(rest) = url.strip_prefix("nats://") else {
+            return Err(invalid(
+                "url",
+                shown,
+                format!("must start with nats://; {form}"),
+            ));
+        };
+        if rest.contains(['/', '?', '#']) {
+            return Err(invalid(
+                "url",
+                shown,
+                format!("takes only servers and credentials; {form}; set other options in the config file"),
+            ));
+        }
+        let (userinfo, hosts) = match rest.rsplit_once('@') {
+            Some((userinfo, hosts)) => (Some(userinfo), hosts),
+            None => (None, rest),
+        };
+        if let Some(userinfo) = userinfo {
+            let decode = |s: &str| {
+                percent_decode(s).ok_or_else(|| {
+                    invalid(
+                        "url",
+                        &shown,
+                        "has credentials that are not valid percent-encoded UTF-8",
+                    )
+                })
+            };
+            match userinfo.split_once(':') {
+                Some((user, password)) => {
+                    self.user = Some(decode(user)?);
+                    self.password = Some(decode(password)?);
+                    self.token = None;
+                }
+                None => {
+                    self.token = Some(decode(userinfo)?);
+                    self.user = None;
+                    self.password = None;
+                }
+            }
+        }
+        self.servers = hosts
+            .split(',')
+            .map(|h| {
+                let h = h.trim();
+                if h.rsplit_once(':').is_some_and(|(_, p)| !p.contains(']')) {
+                    h.to_owned()
+                } else {
+                    format!("{h}:{DEFAULT_PORT}")
+                }
+            })
+            .collect();
+        Ok(())
+    }
+
+    /// The servers, for messages: `nats://HOST:PORT,HOST:PORT` (never a
+    /// credential).
+    pub(crate) fn where_(&self) -> String {
+        format!("nats://{}", self.servers.join(","))
+    }
+
+    /// Checks every field; the error names the field, its value and the fix.
+    pub fn validate(&self) -> Result<(), Error> {
+        if self.servers.is_empty() {
+            return Err(invalid(
+                "servers",
+                "[] (empty)",
+                "name at least one server as HOST:PORT, e.g. [\"127.0.0.1:4222\"]",
+            ));
+        }
+        for server in &self.servers {
+            let ok = server.rsplit_once(':').is_some_and(|(host, port)| {
+                !host.is_empty()
+                    && !host.contains([',', ' ', '/', '@', '?', '#'])
+                    && !host.chars().any(char::is_control)
+                    && port.parse::<u16>().is_ok_and(|p| p > 0)
+            });
+            if !ok {
+                return Err(invalid(
+                    "servers",
+                    redact_url(server),
+                    "each server is HOST:PORT with a port from 1 to 65535, e.g. 127.0.0.1:4222",
+                ));
+            }
+        }
+        let literal = self
+            .subject
+            .replace("{aggregate_type}", "a")
+            .replace("{event_type}", "e");
+        if literal.contains(['{', '}']) {
+            return Err(invalid(
+                "subject",
+                &self.subject,
+                "the only placeholders are {aggregate_type} and {event_type}",
+            ));
+        }
+        if let Err(why) = check_subject(&literal) {
+            return Err(invalid(
+                "subject",
+                &self.subject,
+                format!("{why}; e.g. outbox.{{aggregate_type}}.{{event_type}}"),
+            ));
+        }
+        let logins = [
+            self.user.is_some() || self.password.is_some(),
+            self.token.is_some(),
+            self.credentials_file.is_some(),
+        ];
+        if logins.iter().filter(|set| **set).count() > 1 {
+            return Err(invalid(
+                "token",
+                if self.token.is_some() {
+                    REDACTED
+                } else {
+                    "(unset)"
+                },
+                "set one way to log in: user and password, token, or credentials_file",
+            ));
+        }
+        match (&self.user, &self.password) {
+            (Some(user), None) => {
+                return Err(invalid(
+                    "password",
+                    "(unset)",
+                    format!("user {user:?} needs a password"),
+                ))
+            }
+            (None, Some(_)) => return Err(invalid("user", "(unset)", "a password needs a user")),
+            (Some(user), Some(_)) if user.is_empty() => {
+                return Err(invalid(
+                    "user",
+                    "\"\"",
+                    "name the user, or remove user and password",
+                ))
+            }
+            _ => {}
+        }
+        if self.token.as_deref() == Some("") {
+            return Err(invalid(
+                "token",
+                "\"\"",
+                "set a token, or remove the setting",
+            ));
+        }
+        for (field, path) in [
+            ("credentials_file", &self.credentials_file),
+            ("tls_ca_file", &self.tls_ca_file),
+            ("tls_cert_file", &self.tls_cert_file),
+            ("tls_key_file", &self.tls_key_file),
+        ] {
+            if path.as_deref().is_some_and(|p| p.trim().is_empty()) {
+                return Err(invalid(field, "\"\"", "name a file, or remove the setting"));
+            }
+        }
+        if self.tls_cert_file.is_some() != self.tls_key_file.is_some() {
+            let (field, other) = if self.tls_cert_file.is_some() {
+                ("tls_key_file", "tls_cert_file")
+            } else {
+                ("tls_cert_file", "tls_key_file")
+            };
+            return Err(invalid(
+                field,
+                "(unset)",
+                format!(
+                    "{other} is set: a client certificate needs both the certificate and its key"
+                ),
+            ));
+        }
+        if !(100..=3_600_000).contains(&self.ack_timeout_ms) {
+            return Err(invalid(
+                "ack_timeout_ms",
+                self.ack_timeout_ms,
+                "use 100 to 3600000, and keep it below the relay's publish_timeout_ms",
+            ));
+        }
+        if !(100..=600_000).contains(&self.connect_timeout_ms) {
+            return Err(invalid(
+                "connect_timeout_ms",
+                self.connect_timeout_ms,
+                "use 100 to 600000",
+            ));
+        }
+        if self.connection_name.chars().any(char::is_control) || self.connection_name.len() > 255 {
+            return Err(invalid(
+                "connection_name",
+                format!("{:?}", self.connection_name),
+                "use at most 255 bytes without control characters",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Why `subject` cannot be published to, if it cannot: NATS subjects are
+/// non-empty tokens separated by `.`, without whitespace, and a publish
+/// subject may not contain the wildcards `*` and `>`.
+pub(crate) fn check_subject(subject: &str) -> Result<(), String> {
+    if subject.is_empty() {
+        return Err("a subject cannot be empty".into());
+    }
+    if subject.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("a subject cannot contain whitespace or control characters".into());
+    }
+    for token in subject.split('.') {
+        if token.is_empty() {
+            return Err(
+                "a subject cannot have empty tokens (a leading, trailing or double '.')".into(),
+            );
+        }
+        if token == "*" || token == ">" {
+            return Err("a subject to publish to cannot contain the wildcards * and >".into());
+        }
+    }
+    Ok(())
+}
+
+/// `%XX` decoding of URL credentials; `None` if not valid UTF-8 after it.
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        NatsConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn from_url_reads_servers_and_credentials() {
+        let c = NatsConfig::from_url("nats://a:1,b:2").unwrap();
+        assert_eq!(c.servers, vec!["a:1", "b:2"]);
+        assert_eq!((c.user, c.password, c.token), (None, None, None));
+        let c = NatsConfig::from_url("nats://localhost").unwrap();
+        assert_eq!(c.servers, vec!["localhost:4222"]);
+        let c = NatsConfig::from_url("nats://app:p%40ss@h:4222").unwrap();
+        assert_eq!(c.user.as_deref(), Some("app"));
+        assert_eq!(c.password.as_deref(), Some("p@ss"));
+        let c = NatsConfig::from_url("nats://s3cr3t@h:4222").unwrap();
+        assert_eq!(c.token.as_deref(), Some("s3cr3t"));
+        assert_eq!(c.servers, vec!["h:4222"]);
+    }
+
+    #[test]
+    fn bad_urls_name_the_url_and_hide_the_password() {
+        for url in [
+            "http://h:4222",
+            "nats://",
+            "nats://h:0",
+            "nats://h:99999",
+            "nats://h:4222/x",
+            "nats://u:hunter2@h:notaport",
+            "nats://h 1:4222",
+            "nats://:4222",
+        ] {
+            let e = NatsConfig::from_url(url).unwrap_err();
+            let text = e.to_string();
+            assert!(
+                matches!(e.field(), Some("url" | "servers")),
+                "{url}: {text}"
+            );
+            assert!(!text.contains("hunter2"), "{text}");
+            assert!(text.contains("HOST:PORT"), "{text}");
+        }
+    }
+
+    #[test]
+    fn secrets_never_show() {
+        let c = NatsConfig {
+            user: Some("app".into()),
+            password: Some("hunter2".into()),
+            ..NatsConfig::default()
+        };
+        assert!(!format!("{c:?} {c}").contains("hunter2"), "{c:?}");
+        let c = NatsConfig {
+            token: Some("tok-hunter2".into()),
+            ..NatsConfig::default()
+        };
+        assert!(!format!("{c:?} {c}").contains("hunter2"), "{c:?}");
+        let c = NatsConfig::from_url("nats://u:hunter2@h:4222").unwrap();
+        assert!(!format!("{c:?} {c}").contains("hunter2"), "{c:?}");
+    }
+
+    #[test]
+    fn errors_name_field_value_and_fix() {
+        let c = NatsConfig {
+            subject: "outbox.{aggregate_id}".into(),
+            ..NatsConfig::default()
+        };
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("subject") && e.contains("{aggregate_id}"), "{e}");
+        for subject in [
+            "outbox..{event_type}",
+            "outbox.*",
+            "outbox.>",
+            "out box",
+            "",
+        ] {
+            let c = NatsConfig {
+                subject: subject.into(),
+                ..NatsConfig::default()
+            };
+            let e = c.validate().unwrap_err();
+            assert_eq!(e.field(), Some("subject"), "{subject}: {e}");
+        }
+        let c = NatsConfig {
+            ack_timeout_ms: 1,
+            ..NatsConfig::default()
+        };
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("ack_timeout_ms = 1"));
+        let c = NatsConfig {
+            user: Some("app".into()),
+            ..NatsConfig::default()
+        };
+        assert_eq!(c.validate().unwrap_err().field(), Some("password"));
+        let c = NatsConfig {
+            user: Some("app".into()),
+            password: Some("hunter2".into()),
+            token: Some("t".into()),
+            ..NatsConfig::default()
+        };
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("one way to log in") && !e.contains("hunter2"),
+            "{e}"
+        );
+        let c = NatsConfig {
+            tls_cert_file: Some("/etc/nats/client.pem".into()),
+            ..NatsConfig::default()
+        };
+        assert_eq!(c.validate().unwrap_err().field(), Some("tls_key_file"));
+        let c = NatsConfig {
+            servers: vec![],
+            ..NatsConfig::default()
+        };
+        assert_eq!(c.validate().unwrap_err().field(), Some("servers"));
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let e = serde_json::from_str::<NatsConfig>(r#"{"subjct": "x"}"#).unwrap_err();
+        assert!(e.to_string().contains("subjct"), "{e}");
+        let c: NatsConfig = serde_json::from_str(r#"{"no_stream": "reject"}"#).unwrap();
+        assert_eq!(c.no_stream, NoStream::Reject);
+        assert!(serde_json::from_str::<NatsConfig>(r#"{"no_stream": "drop"}"#).is_err());
+    }
+
+    #[test]
+    fn subjects_are_checked_like_the_server_does() {
+        assert!(check_subject("outbox.order.order.created").is_ok());
+        assert!(check_subject("a-b_c.1").is_ok());
+        for bad in ["", ".a", "a.", "a..b", "a b", "a\tb", "a.*", "a.>", "a.*.b"] {
+            assert!(check_subject(bad).is_err(), "{bad:?}");
+        }
+        assert!(
+            check_subject("a*b").is_ok(),
+            "only whole-token wildcards are special"
+        );
+    }
+}

@@ -1,0 +1,180 @@
+//! An event as a NATS message: subject, headers and body, or why it can
+//! never be sent.
+
+use std::str::FromStr;
+
+use async_nats::header::{HeaderName, HeaderValue};
+use async_nats::HeaderMap;
+use bytes::Bytes;
+use outbox::Event;
+
+use super::config::check_subject;
+
+/// JetStream's de-duplication header: a message whose id the stream has
+/// seen within its duplicate window is acknowledged but not stored again.
+pub(super) const MSG_ID_HEADER: &str = "Nats-Msg-Id";
+
+/// Bytes of the header block around the headers: `NATS/1.0\r\n` before
+/// them, `\r\n` after.
+const HEADER_FRAME_BYTES: usize = 10 + 2;
+
+/// A message ready to publish.
+pub(super) struct Message {
+    pub(super) subject: String,
+    pub(super) headers: HeaderMap,
+    pub(super) payload: Bytes,
+}
+
+/// The message for `event` with subject template `template`, or why it can
+/// never be sent (checked before sending: the server closes a connection
+/// that sends a message above its `max_payload`, and a malformed header
+/// would corrupt the protocol stream).
+pub(super) fn message(
+    event: &Event,
+    template: &str,
+    max_payload: usize,
+) -> Result<Message, String> {
+    let subject = event.destination(template);
+    if let Err(why) = check_subject(&subject) {
+        return Err(format!(
+            "subject {:?} is not a valid NATS subject: {why}",
+            shorten(&subject)
+        ));
+    }
+    let mut headers = HeaderMap::new();
+    let mut header_bytes = HEADER_FRAME_BYTES;
+    let mut add = |headers: &mut HeaderMap, name: &str, value: &str| -> Result<(), String> {
+        let parsed_name = HeaderName::from_str(name).map_err(|_| {
+            format!(
+                "header name {:?} cannot be sent over NATS: names are printable ASCII without ':' or spaces",
+                shorten(name)
+            )
+        })?;
+        let parsed_value = HeaderValue::from_str(value).map_err(|_| {
+            format!(
+                "the value of header {:?} contains a line break, which NATS headers cannot carry",
+                shorten(name)
+            )
+        })?;
+        // The identity headers come first and win over a producer header
+        // of the same name.
+        if headers.get(parsed_name.clone()).is_none() {
+            header_bytes += name.len() + 2 + value.len() + 2;
+            headers.insert(parsed_name, parsed_value);
+        }
+        Ok(())
+    };
+    let id = event.id.to_string();
+    add(&mut headers, MSG_ID_HEADER, &id)?;
+    for (name, value) in event.message_headers() {
+        add(&mut headers, &name, &value)?;
+    }
+    let size = header_bytes + event.payload.len();
+    if size > max_payload {
+        return Err(format!(
+            "message of {size} bytes ({} of payload, {header_bytes} of headers) is larger than the server's max_payload ({max_payload} bytes)",
+            event.payload.len()
+        ));
+    }
+    Ok(Message {
+        subject,
+        headers,
+        payload: Bytes::from(event.payload.clone()),
+    })
+}
+
+/// The first 60 characters of `s`, for messages.
+fn shorten(s: &str) -> String {
+    if s.chars().count() <= 60 {
+        return s.to_owned();
+    }
+    let head: String = s.chars().take(60).collect();
+    format!("{head}…")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event() -> Event {
+        Event {
+            id: uuid::Uuid::now_v7(),
+            seq: 1,
+            aggregate_type: "order".into(),
+            aggregate_id: "42".into(),
+            event_type: "order.created".into(),
+            payload: r#"{"n": 1e400}"#.into(),
+            headers: [("traceparent".to_owned(), "00-ab-01".to_owned())].into(),
+            topic: None,
+            attempts: 0,
+            created_at: chrono::Utc::now(),
+            partition: 0,
+        }
+    }
+
+    #[test]
+    fn carries_the_identity_the_payload_as_stored_and_the_msg_id() {
+        let e = event();
+        let m = message(&e, super::super::config::DEFAULT_SUBJECT, 1 << 20).unwrap();
+        assert_eq!(m.subject, "outbox.order.order.created");
+        assert_eq!(&m.payload[..], e.payload.as_bytes());
+        let get = |k: &str| {
+            let name = HeaderName::from_str(k).unwrap();
+            m.headers.get(name).map(|v| v.as_str().to_owned())
+        };
+        assert_eq!(get(MSG_ID_HEADER), Some(e.id.to_string()));
+        for (k, v) in e.message_headers() {
+            assert_eq!(get(&k), Some(v), "{k}");
+        }
+    }
+
+    #[test]
+    fn the_topic_override_wins() {
+        let mut e = event();
+        e.topic = Some("orders.special".into());
+        let m = message(&e, "x.{event_type}", 1 << 20).unwrap();
+        assert_eq!(m.subject, "orders.special");
+    }
+
+    #[test]
+    fn unsendable_events_are_refused_with_the_reason() {
+        let mut e = event();
+        e.aggregate_type = "my order".into();
+        let why = message(&e, "outbox.{aggregate_type}", 1 << 20)
+            .err()
+            .unwrap();
+        assert!(why.contains("not a valid NATS subject"), "{why}");
+
+        let mut e = event();
+        e.headers
+            .insert("x-note".into(), "line\r\nX-Injected: 1".into());
+        let why = message(&e, "a", 1 << 20).err().unwrap();
+        assert!(
+            why.contains("line break") && why.contains("x-note"),
+            "{why}"
+        );
+
+        let mut e = event();
+        e.headers.insert("bad name".into(), "v".into());
+        let why = message(&e, "a", 1 << 20).err().unwrap();
+        assert!(why.contains("header name"), "{why}");
+
+        let mut e = event();
+        e.payload = "x".repeat(1000);
+        let why = message(&e, "a", 1000).err().unwrap();
+        assert!(why.contains("max_payload (1000 bytes)"), "{why}");
+    }
+
+    #[test]
+    fn a_producer_header_cannot_replace_the_identity() {
+        let mut e = event();
+        e.headers
+            .insert("outbox-event-id".into(), "not-the-id".into());
+        e.headers.insert(MSG_ID_HEADER.into(), "forged".into());
+        let m = message(&e, "a", 1 << 20).unwrap();
+        for k in ["outbox-event-id", MSG_ID_HEADER] {
+            let name = HeaderName::from_str(k).unwrap();
+            assert_eq!(m.headers.get(name).unwrap().as_str(), e.id.to_string());
+        }
+    }
+}

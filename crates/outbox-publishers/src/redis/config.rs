@@ -1,0 +1,328 @@
+//! Settings of the Redis Streams publisher.
+
+use std::fmt;
+
+use outbox::redact::redact_url;
+use serde::{Deserialize, Serialize};
+
+use crate::Error;
+
+/// The default stream-key template.
+pub const DEFAULT_STREAM: &str = "outbox:{aggregate_type}";
+
+/// Redis's own limit on one value (`proto-max-bulk-len`, 512 MiB).
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 512 * 1024 * 1024;
+
+fn invalid(field: &str, value: impl fmt::Display, fix: impl Into<String>) -> Error {
+    Error::invalid("redis", field, value, fix)
+}
+
+/// Settings of [`crate::redis::RedisPublisher`].
+///
+/// ```
+/// use outbox_publishers::redis::RedisConfig;
+/// let config = RedisConfig::from_url("redis://app:secret@127.0.0.1:6379/2").unwrap();
+/// assert_eq!(config.stream, "outbox:{aggregate_type}");
+/// assert!(!format!("{config:?} {config}").contains("secret"));
+/// ```
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedisConfig {
+    /// Where to connect: `redis://[USER:PASS@]HOST:PORT[/DB]` (the port
+    /// defaults to 6379, the database to 0). The password is never shown.
+    pub url: String,
+    /// Stream key of an event without a topic override; `{aggregate_type}`
+    /// and `{event_type}` are replaced by the event's values. Default
+    /// `outbox:{aggregate_type}`.
+    pub stream: String,
+    /// Trim each stream to about this many entries as events are added
+    /// (`XADD … MAXLEN ~ N`; Redis trims whole nodes, so a stream may hold
+    /// a few more). Unset (the default): streams are not trimmed.
+    pub maxlen: Option<u64>,
+    /// After each batch, wait until this many replicas have its writes
+    /// (`WAIT`); fewer within [`RedisConfig::wait_timeout_ms`] is an
+    /// outage. Unset (the default): the primary's answer is enough.
+    pub wait_replicas: Option<u32>,
+    /// How long `WAIT` may take. Default 1000.
+    pub wait_timeout_ms: u64,
+    /// Largest entry, in bytes (field names and values together); a larger
+    /// event is rejected before it is sent. Default 536870912, Redis's own
+    /// limit on a value.
+    pub max_message_bytes: usize,
+    /// How long Redis may take to answer a batch (or a `WAIT`). Keep it
+    /// below the relay's `publish_timeout_ms`. Default 10000.
+    pub response_timeout_ms: u64,
+    /// How long connecting (TCP, authentication, database selection) may
+    /// take. Default 5000.
+    pub connect_timeout_ms: u64,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            url: "redis://127.0.0.1:6379".to_owned(),
+            stream: DEFAULT_STREAM.to_owned(),
+            maxlen: None,
+            wait_replicas: None,
+            wait_timeout_ms: 1_000,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            response_timeout_ms: 10_000,
+            connect_timeout_ms: 5_000,
+        }
+    }
+}
+
+impl fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("url", &redact_url(&self.url))
+            .field("stream", &self.stream)
+            .field("maxlen", &self.maxlen)
+            .field("wait_replicas", &self.wait_replicas)
+            .field("wait_timeout_ms", &self.wait_timeout_ms)
+            .field("max_message_bytes", &self.max_message_bytes)
+            .field("response_timeout_ms", &self.response_timeout_ms)
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .finish()
+    }
+}
+
+impl fmt::Display for RedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} stream {}", redact_url(&self.url), self.stream)
+    }
+}
+
+impl RedisConfig {
+    /// Settings for `redis://[USER:PASS@]HOST:PORT[/DB]`, every other field
+    /// at its default.
+    pub fn from_url(url: &str) -> Result<Self, Error> {
+        let config = RedisConfig {
+            url: url.to_owned(),
+            ..RedisConfig::default()
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The client for [`RedisConfig::url`] (nothing is connected).
+    pub(crate) fn client(&self) -> Result<redis::Client, Error> {
+        let shown = redact_url(&self.url);
+        let form = "use redis://[USER:PASS@]HOST:PORT[/DB], e.g. redis://127.0.0.1:6379/0";
+        if self.url.starts_with("rediss://") {
+            return Err(invalid(
+                "url",
+                shown,
+                format!("TLS (rediss://) is not supported by this publisher; {form}"),
+            ));
+        }
+        let Some(rest) = self.url.strip_prefix("redis://") else {
+            return Err(invalid(
+                "url",
+                shown,
+                format!("must start with redis://; {form}"),
+            ));
+        };
+        let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+        if host.is_empty() || host.starts_with([':', '/']) {
+            return Err(invalid("url", shown, format!("names no host; {form}")));
+        }
+        if rest.contains(['?', '#']) {
+            return Err(invalid(
+                "url",
+                shown,
+                format!("takes no query or fragment; {form}; set other options in the config file"),
+            ));
+        }
+        if let Some((_, db)) = host.split_once('/') {
+            if !db.is_empty() && !db.parse::<u32>().is_ok_and(|n| n <= 1_000_000) {
+                return Err(invalid(
+                    "url",
+                    shown,
+                    format!(
+                        "the database after / is a number (0 to 15 on a default server); {form}"
+                    ),
+                ));
+            }
+        }
+        let authority = host.split('/').next().unwrap_or_default();
+        let port = if authority.starts_with('[') {
+            authority.split_once("]:").map(|(_, p)| p)
+        } else {
+            authority.rsplit_once(':').map(|(_, p)| p)
+        };
+        if port.is_some_and(|p| !p.parse::<u16>().is_ok_and(|p| p > 0)) {
+            return Err(invalid(
+                "url",
+                shown,
+                format!("the port is a number from 1 to 65535; {form}"),
+            ));
+        }
+        redis::Client::open(self.url.as_str()).map_err(|e| {
+            let why = outbox::redact::redact_text(&e.to_string().replace(&self.url, &shown));
+            invalid("url", &shown, format!("cannot be parsed ({why}); {form}"))
+        })
+    }
+
+    /// Checks every field; the error names the field, its value and the fix.
+    pub fn validate(&self) -> Result<(), Error> {
+        self.client()?;
+        let literal = self
+            .stream
+            .replace("{aggregate_type}", "a")
+            .replace("{event_type}", "e");
+        if literal.contains(['{', '}']) {
+            return Err(invalid(
+                "stream",
+                &self.stream,
+                "the only placeholders are {aggregate_type} and {event_type}",
+            ));
+        }
+        if self.stream.is_empty() {
+            return Err(invalid(
+                "stream",
+                "\"\"",
+                "name the stream key, e.g. outbox:{aggregate_type}",
+            ));
+        }
+        if self.maxlen == Some(0) {
+            return Err(invalid(
+                "maxlen",
+                0,
+                "use at least 1, or leave it unset to keep every entry",
+            ));
+        }
+        if self.wait_replicas == Some(0) {
+            return Err(invalid(
+                "wait_replicas",
+                0,
+                "use at least 1, or leave it unset not to wait for replicas",
+            ));
+        }
+        if !(1..=600_000).contains(&self.wait_timeout_ms) {
+            return Err(invalid(
+                "wait_timeout_ms",
+                self.wait_timeout_ms,
+                "use 1 to 600000 (WAIT with 0 would block forever)",
+            ));
+        }
+        if self.max_message_bytes == 0 || self.max_message_bytes > DEFAULT_MAX_MESSAGE_BYTES {
+            return Err(invalid(
+                "max_message_bytes",
+                self.max_message_bytes,
+                "use 1 to 536870912 (Redis's proto-max-bulk-len)",
+            ));
+        }
+        if !(100..=3_600_000).contains(&self.response_timeout_ms) {
+            return Err(invalid(
+                "response_timeout_ms",
+                self.response_timeout_ms,
+                "use 100 to 3600000, and keep it below the relay's publish_timeout_ms",
+            ));
+        }
+        if self.wait_replicas.is_some() && self.wait_timeout_ms >= self.response_timeout_ms {
+            return Err(invalid(
+                "wait_timeout_ms",
+                self.wait_timeout_ms,
+                format!(
+                    "keep it below response_timeout_ms ({}), which also bounds the WAIT",
+                    self.response_timeout_ms
+                ),
+            ));
+        }
+        if !(100..=600_000).contains(&self.connect_timeout_ms) {
+            return Err(invalid(
+                "connect_timeout_ms",
+                self.connect_timeout_ms,
+                "use 100 to 600000",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        RedisConfig::default().validate().unwrap();
+        for url in [
+            "redis://h",
+            "redis://h:6380",
+            "redis://h:6380/3",
+            "redis://:pw@h:6379",
+            "redis://app:pw@h:6379/0",
+            "redis://[::1]:6379",
+        ] {
+            RedisConfig::from_url(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+        }
+    }
+
+    #[test]
+    fn bad_urls_name_the_url_and_hide_the_password() {
+        for url in [
+            "http://h:6379",
+            "redis://",
+            "redis://:6379",
+            "redis://u:hunter2@h:notaport",
+            "redis://u:hunter2@h:99999",
+            "redis://u:hunter2@h:6379/x",
+            "redis://h:6379?db=1",
+            "rediss://u:hunter2@h:6379",
+        ] {
+            let e = RedisConfig::from_url(url).unwrap_err();
+            let text = e.to_string();
+            assert_eq!(e.field(), Some("url"), "{url}: {text}");
+            assert!(!text.contains("hunter2"), "{text}");
+            assert!(text.contains("redis://"), "{text}");
+        }
+    }
+
+    #[test]
+    fn passwords_never_show() {
+        let c = RedisConfig::from_url("redis://app:hunter2@h:6379/1").unwrap();
+        assert!(!format!("{c:?} {c}").contains("hunter2"), "{c:?}");
+        assert!(format!("{c}").contains("app:***@h:6379/1"), "{c}");
+    }
+
+    #[test]
+    fn errors_name_field_value_and_fix() {
+        let c = RedisConfig {
+            stream: "outbox:{aggregate_id}".into(),
+            ..RedisConfig::default()
+        };
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("stream") && e.contains("{aggregate_id}"), "{e}");
+        let c = RedisConfig {
+            maxlen: Some(0),
+            ..RedisConfig::default()
+        };
+        assert_eq!(c.validate().unwrap_err().field(), Some("maxlen"));
+        let c = RedisConfig {
+            wait_replicas: Some(1),
+            wait_timeout_ms: 20_000,
+            ..RedisConfig::default()
+        };
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("wait_timeout_ms = 20000") && e.contains("response_timeout_ms"),
+            "{e}"
+        );
+        let c = RedisConfig {
+            max_message_bytes: 0,
+            ..RedisConfig::default()
+        };
+        assert_eq!(c.validate().unwrap_err().field(), Some("max_message_bytes"));
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let e = serde_json::from_str::<RedisConfig>(r#"{"max_len": 5}"#).unwrap_err();
+        assert!(e.to_string().contains("max_len"), "{e}");
+        let c: RedisConfig =
+            serde_json::from_str(r#"{"maxlen": 1000, "wait_replicas": 1}"#).unwrap();
+        assert_eq!((c.maxlen, c.wait_replicas), (Some(1000), Some(1)));
+    }
+}

@@ -1,0 +1,445 @@
+//! The Redis Streams publisher: each event is an `XADD`; a wave's `XADD`s
+//! go out in one pipelined round trip, and an event is delivered when
+//! Redis answered its `XADD` with an entry id.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::SecondsFormat;
+use outbox::redact::{redact_text, redact_url};
+use outbox::{Event, Outcome, Publisher, Unavailable};
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Value};
+use tokio::sync::Mutex;
+use tokio::time::timeout;
+
+use super::classify::{classify_reply, is_transport, Answer};
+use super::config::RedisConfig;
+use crate::Error;
+
+/// Appends events to Redis streams.
+///
+/// * stream key: the event's topic override, or [`RedisConfig::stream`];
+/// * fields, in this order: `id`, `aggregate_type`, `aggregate_id`,
+///   `event_type`, `payload` (the JSON text as stored), `headers` (the
+///   producer's headers as a JSON object), `created_at` (RFC 3339, UTC);
+/// * entry id: assigned by Redis (`*`); with [`RedisConfig::maxlen`],
+///   `MAXLEN ~ N` trims the stream as it grows.
+///
+/// An event is [`Outcome::Delivered`] once Redis answered its `XADD` with
+/// an entry id (and, with [`RedisConfig::wait_replicas`], once `WAIT`
+/// counted enough replicas). What that means for durability depends on the
+/// server's persistence settings: see `docs/publishers.md`. The connection
+/// is opened on the first publish or health check, and again after it was
+/// lost.
+pub struct RedisPublisher {
+    config: RedisConfig,
+    client: redis::Client,
+    conn: Mutex<Option<MultiplexedConnection>>,
+}
+
+impl std::fmt::Debug for RedisPublisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisPublisher")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The field names of an entry, in order.
+pub(super) const FIELDS: [&str; 7] = [
+    "id",
+    "aggregate_type",
+    "aggregate_id",
+    "event_type",
+    "payload",
+    "headers",
+    "created_at",
+];
+
+impl RedisPublisher {
+    /// Validates `config`. Nothing is connected until the first publish or
+    /// health check, so a server that is down now is not an error here.
+    pub fn new(config: RedisConfig) -> Result<Self, Error> {
+        config.validate()?;
+        let client = config.client()?;
+        Ok(RedisPublisher {
+            config,
+            client,
+            conn: Mutex::new(None),
+        })
+    }
+
+    /// A publisher for `redis://[USER:PASS@]HOST:PORT[/DB]` with default
+    /// settings.
+    pub fn from_url(url: &str) -> Result<Self, Error> {
+        Self::new(RedisConfig::from_url(url)?)
+    }
+
+    /// The settings in use.
+    pub fn config(&self) -> &RedisConfig {
+        &self.config
+    }
+
+    fn where_(&self) -> String {
+        redact_url(&self.config.url)
+    }
+
+    /// A client error as text: the URL's password hidden wherever the
+    /// client may have quoted it.
+    fn scrub(&self, text: String) -> String {
+        let text = text.replace(&self.config.url, &self.where_());
+        let password = self
+            .client
+            .get_connection_info()
+            .redis_settings()
+            .password();
+        match password {
+            Some(p) if !p.is_empty() => redact_text(&text.replace(p, "***")),
+            _ => redact_text(&text),
+        }
+    }
+
+    async fn connect(&self) -> Result<MultiplexedConnection, String> {
+        let connect = Duration::from_millis(self.config.connect_timeout_ms);
+        let settings = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(connect))
+            .set_response_timeout(Some(Duration::from_millis(self.config.response_timeout_ms)));
+        // The client's timeout covers the TCP connect; this one the
+        // handshake (authentication, database selection) too.
+        match timeout(
+            connect * 2,
+            self.client
+                .get_multiplexed_async_connection_with_config(&settings),
+        )
+        .await
+        {
+            Err(_) => Err(format!(
+                "connecting to redis at {} timed out after {} ms",
+                self.where_(),
+                connect.as_millis() * 2
+            )),
+            Ok(Err(e)) => {
+                Err(self.scrub(format!("cannot connect to redis at {}: {e}", self.where_())))
+            }
+            Ok(Ok(mut conn)) => {
+                // A server that wants a password accepts the connection
+                // without one and refuses each command after: find out now.
+                let pong: Result<String, _> = redis::cmd("PING").query_async(&mut conn).await;
+                match pong {
+                    Ok(_) => Ok(conn),
+                    Err(e) => {
+                        Err(self.scrub(format!("cannot use redis at {}: {e}", self.where_())))
+                    }
+                }
+            }
+        }
+    }
+
+    /// The connection, opened if needed.
+    async fn connection(&self) -> Result<MultiplexedConnection, Unavailable> {
+        let mut guard = self.conn.lock().await;
+        if let Some(conn) = guard.as_ref() {
+            return Ok(conn.clone());
+        }
+        let conn = self.connect().await.map_err(Unavailable::new)?;
+        *guard = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Gives up the connection (the next publish opens a new one).
+    async fn drop_connection(&self) {
+        self.conn.lock().await.take();
+    }
+
+    /// The `XADD` for `event` and its stream key, or why it can never be
+    /// sent.
+    fn xadd(&self, event: &Event) -> Result<(redis::Cmd, String), String> {
+        let key = event.destination(&self.config.stream);
+        if key.is_empty() {
+            return Err("the stream key is empty".to_owned());
+        }
+        let id = event.id.to_string();
+        let headers = serde_json::to_string(&event.headers).unwrap_or_else(|_| "{}".to_owned());
+        let created_at = event
+            .created_at
+            .to_rfc3339_opts(SecondsFormat::Micros, true);
+        let values: [&[u8]; 7] = [
+            id.as_bytes(),
+            event.aggregate_type.as_bytes(),
+            event.aggregate_id.as_bytes(),
+            event.event_type.as_bytes(),
+            event.payload.as_bytes(),
+            headers.as_bytes(),
+            created_at.as_bytes(),
+        ];
+        let size: usize = FIELDS.iter().map(|f| f.len()).sum::<usize>()
+            + values.iter().map(|v| v.len()).sum::<usize>();
+        if size > self.config.max_message_bytes {
+            return Err(format!(
+                "entry of {size} bytes ({} of payload) is larger than max_message_bytes ({})",
+                event.payload.len(),
+                self.config.max_message_bytes
+            ));
+        }
+        let mut cmd = redis::cmd("XADD");
+        cmd.arg(&key);
+        if let Some(maxlen) = self.config.maxlen {
+            cmd.arg("MAXLEN").arg("~").arg(maxlen);
+        }
+        cmd.arg("*");
+        for (field, value) in FIELDS.iter().zip(values) {
+            cmd.arg(*field).arg(value);
+        }
+        Ok((cmd, key))
+    }
+
+    /// `WAIT wait_replicas wait_timeout_ms` after a batch; `Err` with why
+    /// if fewer replicas acknowledged its writes.
+    async fn wait_replicas(&self, conn: &mut MultiplexedConnection) -> Result<(), String> {
+        let Some(wanted) = self.config.wait_replicas else {
+            return Ok(());
+        };
+        let got: Result<i64, _> = redis::cmd("WAIT")
+            .arg(wanted)
+            .arg(self.config.wait_timeout_ms)
+            .query_async(conn)
+            .await;
+        match got {
+            Ok(n) if n >= i64::from(wanted) => Ok(()),
+            Ok(n) => Err(format!(
+                "redis at {}: WAIT counted {n} of {wanted} replicas within {} ms (wait_replicas); \
+                 the entries are on the primary and will be sent again",
+                self.where_(),
+                self.config.wait_timeout_ms
+            )),
+            Err(e) => Err(self.scrub(format!("redis at {}: WAIT failed: {e}", self.where_()))),
+        }
+    }
+}
+
+#[async_trait]
+impl Publisher for RedisPublisher {
+    fn name(&self) -> &str {
+        "redis"
+    }
+
+    async fn publish(&self, batch: &[Event]) -> Result<Vec<Outcome>, Unavailable> {
+        let mut conn = self.connection().await?;
+
+        let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.len()];
+        let mut sent: Vec<(usize, String)> = Vec::with_capacity(batch.len());
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for (i, event) in batch.iter().enumerate() {
+            match self.xadd(event) {
+                Ok((cmd, key)) => {
+                    pipe.add_command(cmd);
+                    sent.push((i, key));
+                }
+                Err(why) => outcomes[i] = Some(Outcome::Rejected(why)),
+            }
+        }
+        if sent.is_empty() {
+            return Ok(outcomes.into_iter().flatten().collect());
+        }
+
+        // One round trip for the wave.
+        let replies: Vec<Value> = match pipe.query_async(&mut conn).await {
+            Ok(replies) => replies,
+            Err(e) => {
+                let mut why = self.scrub(format!("redis at {}: {e}", self.where_()));
+                if e.is_timeout() {
+                    why.push_str(&format!(
+                        " (no answer within response_timeout_ms = {})",
+                        self.config.response_timeout_ms
+                    ));
+                }
+                if is_transport(&e) {
+                    // Some entries may have been added before the link
+                    // failed; they are sent again (consumers deduplicate
+                    // by id).
+                    self.drop_connection().await;
+                    return Err(Unavailable::new(why));
+                }
+                for (i, _) in &sent {
+                    outcomes[*i] = Some(Outcome::Retry(why.clone()));
+                }
+                return Ok(outcomes.into_iter().flatten().collect());
+            }
+        };
+        if replies.len() != sent.len() {
+            self.drop_connection().await;
+            return Err(Unavailable::new(format!(
+                "redis at {} answered {} of {} commands",
+                self.where_(),
+                replies.len(),
+                sent.len()
+            )));
+        }
+
+        let mut outage: Option<String> = None;
+        let mut added = Vec::with_capacity(sent.len());
+        for ((i, key), reply) in sent.into_iter().zip(replies) {
+            let answer = match reply {
+                Value::BulkString(_) | Value::SimpleString(_) | Value::VerbatimString { .. } => {
+                    added.push(i);
+                    Answer::Outcome(Outcome::Delivered)
+                }
+                Value::ServerError(e) => {
+                    classify_reply(&e, &format!("at {}, stream {key:?}", self.where_()))
+                }
+                other => Answer::Outcome(Outcome::Retry(format!(
+                    "redis at {}, stream {key:?}: XADD answered {other:?} instead of an entry id",
+                    self.where_()
+                ))),
+            };
+            match answer {
+                Answer::Outcome(o) => outcomes[i] = Some(o),
+                Answer::Transport(why) => {
+                    outage.get_or_insert(why);
+                }
+            }
+        }
+
+        if !added.is_empty() {
+            if let Err(why) = self.wait_replicas(&mut conn).await {
+                for i in &added {
+                    outcomes[*i] = None;
+                }
+                outage.get_or_insert(why);
+            }
+        }
+
+        let Some(why) = outage else {
+            return Ok(outcomes
+                .into_iter()
+                .map(|o| o.unwrap_or_else(|| Outcome::Retry("redis gave no answer".into())))
+                .collect());
+        };
+        // Start afresh: after a protocol error the server has closed this
+        // connection, and a new one says at once what is wrong with it.
+        self.drop_connection().await;
+        match outcomes.iter().any(|o| o == &Some(Outcome::Delivered)) {
+            false => Err(Unavailable::new(why)),
+            true => Ok(outcomes
+                .into_iter()
+                .map(|o| o.unwrap_or_else(|| Outcome::Unavailable(why.clone())))
+                .collect()),
+        }
+    }
+
+    async fn health(&self) -> Result<(), Unavailable> {
+        let mut conn = self.connection().await?;
+        let pong: Result<String, _> = redis::cmd("PING").query_async(&mut conn).await;
+        match pong {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                if is_transport(&e) {
+                    self.drop_connection().await;
+                }
+                Err(Unavailable::new(
+                    self.scrub(format!("redis at {}: {e}", self.where_())),
+                ))
+            }
+        }
+    }
+
+    async fn close(&self) {
+        self.drop_connection().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event() -> Event {
+        Event {
+            id: uuid::Uuid::now_v7(),
+            seq: 1,
+            aggregate_type: "order".into(),
+            aggregate_id: "1".into(),
+            event_type: "order.created".into(),
+            payload: r#"{"n": 1e400}"#.into(),
+            headers: [("traceparent".to_owned(), "00-ab-01".to_owned())].into(),
+            topic: None,
+            attempts: 0,
+            created_at: chrono::Utc::now(),
+            partition: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn unreachable_server_is_an_outage_and_hides_the_password() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let p = RedisPublisher::from_url(&format!("redis://u:hunter2@127.0.0.1:{port}/0")).unwrap();
+        let e = p.publish(&[event()]).await.unwrap_err();
+        assert!(e.message.contains(&port.to_string()), "{e}");
+        assert!(!e.message.contains("hunter2"), "{e}");
+        assert!(p.health().await.is_err());
+        assert!(!format!("{p:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn the_entry_carries_every_field_and_the_payload_as_stored() {
+        let p = RedisPublisher::new(RedisConfig {
+            maxlen: Some(1000),
+            ..RedisConfig::default()
+        })
+        .unwrap();
+        let e = event();
+        let (cmd, key) = p.xadd(&e).unwrap();
+        assert_eq!(key, "outbox:order");
+        let args: Vec<Vec<u8>> = cmd
+            .args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => b.to_vec(),
+                _ => b"<other>".to_vec(),
+            })
+            .collect();
+        let text = |i: usize| String::from_utf8_lossy(&args[i]).into_owned();
+        assert_eq!(
+            (1..6).map(text).collect::<Vec<_>>(),
+            ["outbox:order", "MAXLEN", "~", "1000", "*"]
+        );
+        let fields: Vec<(String, Vec<u8>)> = args[6..]
+            .chunks(2)
+            .map(|kv| (String::from_utf8_lossy(&kv[0]).into_owned(), kv[1].clone()))
+            .collect();
+        assert_eq!(
+            fields.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
+            FIELDS
+        );
+        assert_eq!(fields[0].1, e.id.to_string().as_bytes());
+        assert_eq!(fields[4].1, e.payload.as_bytes(), "the payload as stored");
+        assert_eq!(fields[5].1, br#"{"traceparent":"00-ab-01"}"#);
+        let created = String::from_utf8(fields[6].1.clone()).unwrap();
+        assert_eq!(
+            chrono::DateTime::parse_from_rfc3339(&created).unwrap(),
+            e.created_at.trunc_subsecs(6)
+        );
+    }
+
+    #[test]
+    fn an_entry_above_the_limit_is_refused_before_sending() {
+        let p = RedisPublisher::new(RedisConfig {
+            max_message_bytes: 1_000,
+            ..RedisConfig::default()
+        })
+        .unwrap();
+        let mut e = event();
+        e.payload = format!("\"{}\"", "x".repeat(1_000));
+        let why = p.xadd(&e).err().unwrap();
+        assert!(why.contains("max_message_bytes (1000)"), "{why}");
+        let mut e = event();
+        e.topic = Some("orders-special".into());
+        assert_eq!(p.xadd(&e).unwrap().1, "orders-special");
+    }
+
+    use chrono::SubsecRound;
+}

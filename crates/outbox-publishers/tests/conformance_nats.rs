@@ -1,0 +1,435 @@
+//! The publisher conformance suite for [`NatsPublisher`], against a real
+//! `nats-server -js` started by the test kit (`apt-get install nats-server`;
+//! `OUTBOX_SKIP_BROKER_TESTS=nats` skips these tests instead).
+//!
+//! One server is shared by the cases that leave it running; the cases that
+//! stop, freeze or lock it get a server of their own.
+#![cfg(feature = "nats")]
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use outbox::{Outcome, Publisher};
+use outbox_publishers::nats::{NatsConfig, NatsPublisher, NoStream};
+use outbox_testkit::brokers::nats::client::{self, StoredMessage};
+use outbox_testkit::brokers::nats::{Nats, MAX_PAYLOAD_BYTES};
+use outbox_testkit::conformance::{self, Capabilities, Harness, Received, Scope, EVENT_ID_HEADER};
+use outbox_testkit::postgres::test_db;
+
+struct NatsHarness {
+    nats: Arc<Mutex<Nats>>,
+    url: String,
+}
+
+/// The server shared by the cases that do not stop it; `None` if skipped.
+static SHARED: OnceLock<Option<Arc<Mutex<Nats>>>> = OnceLock::new();
+
+impl NatsHarness {
+    fn from(nats: Nats) -> NatsHarness {
+        eprintln!("nats-server ready in {:.2?}", nats.last_start_duration());
+        NatsHarness {
+            url: nats.url(),
+            nats: Arc::new(Mutex::new(nats)),
+        }
+    }
+
+    /// The shared server.
+    async fn shared() -> Option<NatsHarness> {
+        let nats = tokio::task::spawn_blocking(|| {
+            SHARED
+                .get_or_init(|| Nats::start_or_skip().map(|n| Arc::new(Mutex::new(n))))
+                .clone()
+        })
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
+        let url = nats.lock().unwrap().url();
+        Some(NatsHarness { nats, url })
+    }
+
+    /// A server of its own.
+    async fn private() -> Option<NatsHarness> {
+        tokio::task::spawn_blocking(Nats::start_or_skip)
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+            .map(NatsHarness::from)
+    }
+
+    fn config(&self) -> NatsConfig {
+        NatsConfig {
+            ack_timeout_ms: 5_000,
+            connect_timeout_ms: 2_000,
+            ..NatsConfig::from_url(&self.url).expect("test server url")
+        }
+    }
+}
+
+/// The stream a scope's messages are kept in: its default subjects and its
+/// override.
+fn stream_subjects(scope: &Scope) -> Vec<String> {
+    vec![
+        format!("outbox.{}.>", scope.name()),
+        format!("{}.>", scope.name()),
+    ]
+}
+
+fn received(m: StoredMessage) -> Received {
+    Received {
+        destination: m.subject,
+        key: None,
+        headers: m.headers,
+        payload: m.payload,
+    }
+}
+
+#[async_trait(?Send)]
+impl Harness for NatsHarness {
+    type Publisher = NatsPublisher;
+
+    fn name(&self) -> String {
+        "nats (jetstream)".into()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            keyed: false,
+            oversized_payload_bytes: Some(MAX_PAYLOAD_BYTES + 100_000),
+            stop_start: true,
+            keeps_data_across_restart: true,
+        }
+    }
+
+    async fn publisher(&self) -> NatsPublisher {
+        NatsPublisher::new(self.config()).expect("nats publisher")
+    }
+
+    fn default_destination(&self, scope: &Scope) -> String {
+        format!("outbox.{}.{}", scope.aggregate_type(), scope.event_type())
+    }
+
+    async fn prepare(&self, scope: &Scope) {
+        let js = client::context(&self.url).await;
+        client::create_stream(&js, scope.name(), &stream_subjects(scope)).await;
+    }
+
+    async fn consume(&self, scope: &Scope, expected: usize, deadline: Duration) -> Vec<Received> {
+        let js = client::context(&self.url).await;
+        let mut ids = HashSet::new();
+        if expected == 0 {
+            return Vec::new();
+        }
+        client::read_stream(&js, scope.name(), deadline, |m| {
+            if let Some(id) = m.headers.get(EVENT_ID_HEADER) {
+                ids.insert(id.clone());
+            }
+            ids.len() >= expected
+        })
+        .await
+        .into_iter()
+        .map(received)
+        .collect()
+    }
+
+    async fn stop_broker(&self) {
+        let n = self.nats.clone();
+        tokio::task::spawn_blocking(move || n.lock().unwrap().stop())
+            .await
+            .unwrap();
+    }
+
+    async fn start_broker(&self) {
+        let n = self.nats.clone();
+        let took = tokio::task::spawn_blocking(move || {
+            let mut n = n.lock().unwrap();
+            n.start_again().unwrap_or_else(|e| panic!("{e}"));
+            n.last_start_duration()
+        })
+        .await
+        .unwrap();
+        eprintln!("nats-server restarted in {took:.2?}");
+    }
+}
+
+// ---- the suite, on the shared server ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delivers_a_batch() {
+    let Some(h) = NatsHarness::shared().await else {
+        return;
+    };
+    conformance::delivers_a_batch(&h).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maps_headers_key_and_destination() {
+    let Some(h) = NatsHarness::shared().await else {
+        return;
+    };
+    conformance::maps_headers_key_and_destination(&h).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keeps_aggregate_order() {
+    let Some(h) = NatsHarness::shared().await else {
+        return;
+    };
+    let pool = test_db().await.pool().await;
+    conformance::keeps_aggregate_order(&h, &pool).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drains_a_large_batch() {
+    let Some(h) = NatsHarness::shared().await else {
+        return;
+    };
+    let pool = test_db().await.pool().await;
+    conformance::drains_a_large_batch(&h, &pool, 5_000).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejects_an_oversized_message() {
+    let Some(h) = NatsHarness::shared().await else {
+        return;
+    };
+    let pool = test_db().await.pool().await;
+    conformance::rejects_an_oversized_message(&h, &pool).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delivers_every_event_as_stored() {
+    let Some(h) = NatsHarness::shared().await else {
+        return;
+    };
+    let pool = test_db().await.pool().await;
+    // The largest payload that fits under max_payload with its headers.
+    conformance::delivers_every_event_as_stored(&h, &pool, Some(MAX_PAYLOAD_BYTES - 4_000)).await;
+}
+
+// ---- the cases that stop the server, on a server of their own ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outage_and_restart() {
+    let Some(h) = NatsHarness::private().await else {
+        return;
+    };
+    let pool = test_db().await.pool().await;
+    conformance::outage_burns_no_attempts(&h, &pool).await;
+    let pool = test_db().await.pool().await;
+    conformance::survives_a_broker_restart(&h, &pool).await;
+}
+
+// ---- NATS specifics ----
+
+/// `Nats-Msg-Id` carries the event id, so JetStream stores an event
+/// published twice (a relay's repeat after a lost PubAck) once; both
+/// publishes are delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_event_is_stored_once() {
+    let Some(h) = NatsHarness::shared().await else {
+        return;
+    };
+    let scope = Scope::new("dedup");
+    h.prepare(&scope).await;
+    let p = h.publisher().await;
+    let event = conformance::event(&scope, "a", 0);
+    for _ in 0..3 {
+        assert_eq!(
+            p.publish(std::slice::from_ref(&event)).await.unwrap(),
+            vec![Outcome::Delivered]
+        );
+    }
+    let later = conformance::event(&scope, "a", 1);
+    assert_eq!(
+        p.publish(std::slice::from_ref(&later)).await.unwrap(),
+        vec![Outcome::Delivered]
+    );
+    let js = client::context(&h.url).await;
+    let stored = client::read_stream(&js, scope.name(), Duration::from_secs(3), |_| false).await;
+    assert_eq!(stored.len(), 2, "one message per event: {stored:?}");
+    assert_eq!(
+        stored[0].headers.get("Nats-Msg-Id"),
+        Some(&event.id.to_string())
+    );
+    assert_eq!(
+        stored[1].headers.get("Nats-Msg-Id"),
+        Some(&later.id.to_string())
+    );
+    p.close().await;
+}
+
+/// A subject no stream captures is retried by default (an operator may be
+/// creating the stream) and rejected with `no_stream = reject`; the other
+/// events of the call are delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_stream_follows_the_setting() {
+    let Some(h) = NatsHarness::shared().await else {
+        return;
+    };
+    let scope = Scope::new("nostream");
+    h.prepare(&scope).await;
+    let mut lost = conformance::event(&scope, "lost", 0);
+    lost.topic = Some(format!("nowhere.{}", scope.name()));
+    for (setting, rejected) in [(NoStream::Retry, false), (NoStream::Reject, true)] {
+        let p = NatsPublisher::new(NatsConfig {
+            no_stream: setting,
+            ..h.config()
+        })
+        .unwrap();
+        let ok = conformance::event(&scope, &format!("ok-{rejected}"), 0);
+        let outcomes = p.publish(&[lost.clone(), ok]).await.unwrap();
+        match (&outcomes[0], rejected) {
+            (Outcome::Retry(why), false) | (Outcome::Rejected(why), true) => {
+                assert!(
+                    why.contains("no JetStream stream") && why.contains("nowhere."),
+                    "{why}"
+                );
+            }
+            other => panic!("no_stream = {setting:?}: {other:?}"),
+        }
+        assert_eq!(outcomes[1], Outcome::Delivered);
+        p.close().await;
+    }
+}
+
+/// A message above the server's `max_payload` is rejected before it is
+/// sent (the server would close the connection on it); the rest of the
+/// call is delivered on the same connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_message_is_refused_alone() {
+    let Some(h) = NatsHarness::shared().await else {
+        return;
+    };
+    let scope = Scope::new("big");
+    h.prepare(&scope).await;
+    let p = h.publisher().await;
+    // Connect first, so the server's own max_payload is known.
+    p.health().await.unwrap();
+    let mut big = conformance::event(&scope, "big", 0);
+    big.payload = format!("\"{}\"", "x".repeat(MAX_PAYLOAD_BYTES));
+    let small = conformance::event(&scope, "small", 0);
+    let outcomes = p.publish(&[big, small.clone()]).await.unwrap();
+    let Outcome::Rejected(why) = &outcomes[0] else {
+        panic!("{outcomes:?}");
+    };
+    assert!(why.contains("max_payload (1048576 bytes)"), "{why}");
+    assert_eq!(outcomes[1], Outcome::Delivered);
+    let again = conformance::event(&scope, "small", 1);
+    assert_eq!(
+        p.publish(std::slice::from_ref(&again)).await.unwrap(),
+        vec![Outcome::Delivered]
+    );
+    let got = h.consume(&scope, 2, Duration::from_secs(10)).await;
+    let ids: Vec<_> = got.iter().filter_map(Received::event_id).collect();
+    assert_eq!(ids, vec![small.id, again.id]);
+}
+
+/// A hung server (frozen with SIGSTOP) keeps the connection open but sends
+/// no PubAck: the publish is an outage after `ack_timeout_ms`, not a
+/// retry, and delivery resumes after the thaw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_server_is_an_outage_not_a_hang() {
+    let Some(h) = NatsHarness::private().await else {
+        return;
+    };
+    let scope = Scope::new("frozen");
+    h.prepare(&scope).await;
+    let p = NatsPublisher::new(NatsConfig {
+        ack_timeout_ms: 1_500,
+        ..h.config()
+    })
+    .unwrap();
+    let warm = conformance::event(&scope, "warm", 0);
+    assert_eq!(
+        p.publish(std::slice::from_ref(&warm)).await.unwrap(),
+        vec![Outcome::Delivered]
+    );
+    let batch: Vec<_> = (0..50)
+        .map(|n| conformance::event(&scope, &format!("f{n}"), 0))
+        .collect();
+    h.nats.lock().unwrap().freeze();
+    let started = Instant::now();
+    let frozen = tokio::time::timeout(Duration::from_secs(20), p.publish(&batch)).await;
+    let took = started.elapsed();
+    h.nats.lock().unwrap().thaw();
+    let e = frozen
+        .expect("a publish to a frozen server must return")
+        .expect_err("nothing can be acknowledged by a frozen server");
+    assert!(e.message.contains("timed out"), "{e}");
+    eprintln!("publish to the frozen server returned after {took:.2?}: {e}");
+    let started = Instant::now();
+    loop {
+        match p.publish(&batch).await {
+            Ok(outcomes) if outcomes.iter().all(|o| *o == Outcome::Delivered) => break,
+            other => assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "no delivery 30 s after the thaw: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let got = h.consume(&scope, 51, Duration::from_secs(10)).await;
+    assert_eq!(
+        conformance::distinct_events(&got),
+        51,
+        "every event once in the stream after the repeats"
+    );
+}
+
+/// Credentials: a wrong password is an outage naming the server (never
+/// the password), the right one delivers, and a server that wants a login
+/// refuses a publisher without one the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_are_used_and_never_shown() {
+    let started = tokio::task::spawn_blocking(|| {
+        if outbox_testkit::brokers::skipped(outbox_testkit::brokers::nats::NAME) {
+            return None;
+        }
+        Some(Nats::start_with_user("relay", "s3cret-pw").unwrap_or_else(|e| panic!("{e}")))
+    })
+    .await
+    .unwrap();
+    let Some(nats) = started else {
+        return;
+    };
+    let url = nats.url();
+    let port = nats.port();
+    let scope = Scope::new("auth");
+    let event = conformance::event(&scope, "a", 0);
+    for (user, password) in [(Some("relay"), Some("wrong-pw")), (None, None)] {
+        let p = NatsPublisher::new(NatsConfig {
+            user: user.map(str::to_owned),
+            password: password.map(str::to_owned),
+            connect_timeout_ms: 2_000,
+            ..NatsConfig::from_url(&url).unwrap()
+        })
+        .unwrap();
+        let e = p
+            .publish(std::slice::from_ref(&event))
+            .await
+            .expect_err("a refused login is an outage");
+        assert!(
+            e.message.contains(&port.to_string())
+                && e.message.to_lowercase().contains("authorization"),
+            "{e}"
+        );
+        assert!(!e.message.contains("wrong-pw"), "{e}");
+    }
+    let authed = NatsConfig::from_url(&format!("nats://relay:s3cret-pw@127.0.0.1:{port}")).unwrap();
+    let js = {
+        let client =
+            async_nats::ConnectOptions::with_user_and_password("relay".into(), "s3cret-pw".into())
+                .connect(&url)
+                .await
+                .unwrap();
+        async_nats::jetstream::new(client)
+    };
+    client::create_stream(&js, scope.name(), &stream_subjects(&scope)).await;
+    let p = NatsPublisher::new(authed).unwrap();
+    assert_eq!(
+        p.publish(std::slice::from_ref(&event)).await.unwrap(),
+        vec![Outcome::Delivered]
+    );
+    assert!(!format!("{p:?}").contains("s3cret"));
+    p.close().await;
+}
