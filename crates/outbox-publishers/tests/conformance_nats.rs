@@ -4,6 +4,10 @@
 //!
 //! One server is shared by the cases that leave it running; the cases that
 //! stop, freeze or lock it get a server of their own.
+//!
+//! Longer than most files: besides the shared suite it holds the
+//! NATS-only cases (de-duplication, missing stream, max_payload, frozen
+//! server, credentials).
 #![cfg(feature = "nats")]
 
 use std::collections::HashSet;

@@ -10,6 +10,10 @@
 //!
 //! One server is shared by the cases that leave it running; the cases that
 //! stop, freeze or reconfigure it get a server of their own.
+//!
+//! Longer than most files: besides the shared suite it holds the
+//! Redis-only cases (fields, WRONGTYPE, MAXLEN, WAIT, OOM, frozen server,
+//! credentials).
 #![cfg(feature = "redis")]
 
 use std::collections::{BTreeMap, HashSet};

@@ -1,5 +1,9 @@
 //! The NATS JetStream publisher: each event is a JetStream publish, and it
 //! is delivered when the stream's PubAck comes back.
+//!
+//! One file for the connection's life cycle and the settling of a wave:
+//! whether a silence is an outage depends on what the connection did
+//! meanwhile.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex as StdMutex};

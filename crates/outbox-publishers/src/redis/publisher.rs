@@ -1,6 +1,9 @@
 //! The Redis Streams publisher: each event is an `XADD`; a wave's `XADD`s
 //! go out in one pipelined round trip, and an event is delivered when
 //! Redis answered its `XADD` with an entry id.
+//!
+//! One file for the entry's shape and the settling of a wave: an error
+//! reply concerns one event, a failed round trip the whole wave.
 
 use std::time::Duration;
 
