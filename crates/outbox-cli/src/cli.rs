@@ -109,9 +109,8 @@ fn parse_wakeup_trigger(s: &str) -> Result<outbox::WakeupTrigger, String> {
 /// environment (see docs/configuration.md for the keys and variables).
 #[derive(Debug, Args)]
 pub struct RelayArgs {
-    /// Where to publish: `stdout`, or `file:PATH` (JSON lines, fsynced
-    /// before acknowledging) [env: OUTBOX_PUBLISHER] [default: stdout].
-    #[arg(long, value_name = "SPEC")]
+    // Where to publish: every form of the publishers' table.
+    #[arg(long, value_name = "SPEC", help = crate::publisher::help())]
     pub publisher: Option<String>,
     /// Exit 0 once nothing is pending (all delivered or dead-lettered).
     #[arg(long)]

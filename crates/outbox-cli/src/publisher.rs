@@ -1,128 +1,277 @@
-//! The publisher named by `--publisher` / `publisher.spec` and the optional
-//! `[publisher.kafka]` / `[publisher.amqp]` tables.
+//! The publishers the program knows, in one table: [`PUBLISHERS`]. Each
+//! entry names the spec forms it takes (`kafka://`, `file:`, …), its
+//! `[publisher.NAME]` table, if any, and one function that checks the spec
+//! and the table without connecting and returns how to build the publisher.
+//! `--publisher --help`, `outbox config check` and the "unknown publisher"
+//! error list the forms from this table; adding a publisher is adding an
+//! entry (and its function).
 //!
 //! [`check`] is the one validation of these settings. Loading the
 //! configuration runs it for every command, so `outbox config check` and
 //! `outbox relay` accept and refuse exactly the same publishers;
 //! [`from_config`] then only opens or connects what it accepted.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use outbox::Publisher;
 use outbox_publishers::{FilePublisher, StdoutPublisher};
 
-/// What a publisher spec may be.
-pub const FORMS: &str =
-    "use stdout, file:PATH, kafka://HOST:PORT[,HOST:PORT…] or amqp://USER:PASS@HOST:PORT/VHOST";
+/// The `[publisher.NAME]` tables of a configuration, by `NAME`.
+pub type Tables = BTreeMap<String, toml::Table>;
+
+/// How to build a publisher whose settings were checked.
+type Build = Box<dyn FnOnce() -> Result<Arc<dyn Publisher>> + Send>;
+
+/// One kind of publisher.
+pub struct Kind {
+    /// Its name: the `[publisher.NAME]` table and the cargo feature.
+    pub name: &'static str,
+    /// What a spec of this kind starts with (`kafka://`, `file:`), or the
+    /// whole spec (`stdout`).
+    pub prefixes: &'static [&'static str],
+    /// The spec's form, as help and errors show it.
+    pub form: &'static str,
+    /// Whether it reads a `[publisher.NAME]` table.
+    pub table: bool,
+    /// Checks `spec` and the table without opening or connecting anything.
+    check: fn(spec: &str, table: Option<&toml::Table>) -> Result<Build>,
+}
+
+/// Every publisher, in the order help lists them.
+pub const PUBLISHERS: &[Kind] = &[
+    Kind {
+        name: "stdout",
+        prefixes: &["stdout"],
+        form: "stdout",
+        table: false,
+        check: stdout,
+    },
+    Kind {
+        name: "file",
+        prefixes: &["file:"],
+        form: "file:PATH",
+        table: false,
+        check: file,
+    },
+    Kind {
+        name: "kafka",
+        prefixes: &["kafka://"],
+        form: "kafka://HOST:PORT[,HOST:PORT…]",
+        table: true,
+        check: kafka,
+    },
+    Kind {
+        name: "amqp",
+        prefixes: &["amqp://", "amqps://"],
+        form: "amqp[s]://USER:PASS@HOST:PORT/VHOST",
+        table: true,
+        check: amqp,
+    },
+    Kind {
+        name: "http",
+        prefixes: &["http://", "https://"],
+        form: "http[s]://HOST[:PORT]/PATH",
+        table: true,
+        check: http,
+    },
+];
+
+impl Kind {
+    /// Whether `spec` is of this kind.
+    fn takes(&self, spec: &str) -> bool {
+        self.prefixes.iter().any(|p| {
+            spec == *p || ((p.ends_with(':') || p.ends_with("://")) && spec.starts_with(p))
+        })
+    }
+}
+
+/// The publisher `spec` names, if any.
+pub fn kind_of(spec: &str) -> Option<&'static Kind> {
+    PUBLISHERS.iter().find(|k| k.takes(spec))
+}
+
+/// The `[publisher.NAME]` tables there are.
+pub fn table_names() -> impl Iterator<Item = &'static str> {
+    PUBLISHERS.iter().filter(|k| k.table).map(|k| k.name)
+}
+
+/// Every spec form: `use stdout, file:PATH, … or …`.
+pub fn forms() -> String {
+    let all: Vec<&str> = PUBLISHERS.iter().map(|k| k.form).collect();
+    match all.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("use {} or {last}", rest.join(", ")),
+        _ => format!("use {}", all.join("")),
+    }
+}
+
+/// The help of `--publisher`.
+pub fn help() -> String {
+    format!(
+        "Where to publish: {}; http[s] needs a whsec_ secret in OUTBOX_PUBLISHER_HTTP_SECRET or [publisher.http] [env: OUTBOX_PUBLISHER] [default: stdout]",
+        forms().trim_start_matches("use ")
+    )
+}
 
 /// A publisher whose settings passed [`check`]; nothing is open yet.
-#[derive(Debug)]
-pub enum Checked {
-    /// JSON lines on standard output.
-    Stdout,
-    /// JSON lines appended to this file.
-    File(String),
-    /// Kafka, with every setting validated.
-    #[cfg(feature = "kafka")]
-    Kafka(outbox_publishers::kafka::KafkaConfig),
-    /// RabbitMQ, with every setting validated.
-    #[cfg(feature = "amqp")]
-    Amqp(outbox_publishers::amqp::AmqpConfig),
+pub struct Checked {
+    /// Which publisher.
+    pub kind: &'static Kind,
+    build: Build,
 }
 
-/// Validates `spec` and the broker table it uses, without opening,
+impl std::fmt::Debug for Checked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checked")
+            .field("kind", &self.kind.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Validates `spec` and the table of its publisher, without opening,
 /// creating or connecting to anything. `name` is the setting as the user
 /// wrote it (`--publisher`, `OUTBOX_PUBLISHER`, `publisher (FILE:LINE)`).
-pub fn check(
-    name: &str,
-    spec: &str,
-    kafka: Option<&toml::Table>,
-    amqp: Option<&toml::Table>,
-) -> Result<Checked> {
+pub fn check(name: &str, spec: &str, tables: &Tables) -> Result<Checked> {
     if spec.trim().is_empty() {
-        bail!("{name} is empty: {FORMS}");
+        bail!("{name} is empty: {}", forms());
     }
-    let invalid =
-        |reason: &dyn std::fmt::Display| anyhow!("invalid {name} {}: {reason}", shown(spec));
-    if spec == "stdout" {
-        return Ok(Checked::Stdout);
-    }
-    if let Some(path) = spec.strip_prefix("file:") {
-        if path.is_empty() {
-            return Err(invalid(
-                &"file: needs a path, e.g. file:/var/lib/outbox/events.jsonl",
-            ));
-        }
-        FilePublisher::check(path).map_err(|e| invalid(&e))?;
-        return Ok(Checked::File(path.to_owned()));
-    }
-    if spec.starts_with("kafka://") {
-        return kafka_config(spec, kafka).map_err(|e| invalid(&format!("{e:#}")));
-    }
-    if spec.starts_with("amqp://") || spec.starts_with("amqps://") {
-        return amqp_config(spec, amqp).map_err(|e| invalid(&format!("{e:#}")));
-    }
-    bail!("unknown {name} {}: {FORMS}", shown(spec))
+    let Some(kind) = kind_of(spec) else {
+        bail!("unknown {name} {}: {}", shown(spec), forms())
+    };
+    let table = tables.get(kind.name).filter(|_| kind.table);
+    let build =
+        (kind.check)(spec, table).map_err(|e| anyhow!("invalid {name} {}: {e:#}", shown(spec)))?;
+    Ok(Checked { kind, build })
 }
 
-/// Builds the publisher named by `spec`; a broker's table from the config
-/// file, if any, supplies its other settings (the spec's address wins).
-pub fn from_config(
-    spec: &str,
-    kafka: Option<&toml::Table>,
-    amqp: Option<&toml::Table>,
-) -> Result<Arc<dyn Publisher>> {
-    Ok(match check("publisher", spec, kafka, amqp)? {
-        Checked::Stdout => Arc::new(StdoutPublisher),
-        Checked::File(path) => Arc::new(
-            FilePublisher::open(&path)
-                .with_context(|| format!("cannot open --publisher file {}", shown(&path)))?,
-        ),
-        #[cfg(feature = "kafka")]
-        Checked::Kafka(config) => Arc::new(outbox_publishers::kafka::KafkaPublisher::new(config)?),
-        #[cfg(feature = "amqp")]
-        Checked::Amqp(config) => Arc::new(outbox_publishers::amqp::AmqpPublisher::new(config)?),
+/// Builds the publisher named by `spec`; its table from the config file, if
+/// any, supplies its other settings (the spec's address wins).
+pub fn from_config(spec: &str, tables: &Tables) -> Result<Arc<dyn Publisher>> {
+    (check("publisher", spec, tables)?.build)()
+}
+
+/// `[publisher.NAME]` as `C`, or `C`'s defaults. A value quoted by the
+/// error is hidden if its key names a secret.
+#[allow(dead_code)] // unused in builds without any broker
+fn settings<C: serde::de::DeserializeOwned + Default>(
+    name: &str,
+    table: Option<&toml::Table>,
+) -> Result<C> {
+    let Some(t) = table else {
+        return Ok(C::default());
+    };
+    toml::Value::Table(t.clone()).try_into().map_err(|e| {
+        let mut text = e.to_string();
+        hide_secrets(t, &mut text);
+        anyhow!("invalid [publisher.{name}]: {text}")
     })
 }
 
+/// Replaces in `text` every value of `table` (at any depth) under a key
+/// that names a secret.
+fn hide_secrets(table: &toml::Table, text: &mut String) {
+    for (key, value) in table {
+        if outbox::redact::is_secret_key(key) {
+            let shown = match value {
+                toml::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            if !shown.is_empty() {
+                *text = text.replace(&shown, outbox::redact::REDACTED);
+            }
+        } else if let toml::Value::Table(inner) = value {
+            hide_secrets(inner, text);
+        }
+    }
+}
+
+#[allow(dead_code)] // unused in builds with every broker
+fn not_built(name: &str) -> Result<Build> {
+    bail!("this outbox was built without {name} support: rebuild with --features {name}")
+}
+
+fn stdout(_: &str, _: Option<&toml::Table>) -> Result<Build> {
+    Ok(Box::new(|| {
+        Ok(Arc::new(StdoutPublisher) as Arc<dyn Publisher>)
+    }))
+}
+
+fn file(spec: &str, _: Option<&toml::Table>) -> Result<Build> {
+    let path = spec.strip_prefix("file:").unwrap_or(spec).to_owned();
+    if path.is_empty() {
+        bail!("file: needs a path, e.g. file:/var/lib/outbox/events.jsonl");
+    }
+    FilePublisher::check(&path)?;
+    Ok(Box::new(move || {
+        let p = FilePublisher::open(&path)
+            .with_context(|| format!("cannot open --publisher file {}", shown(&path)))?;
+        Ok(Arc::new(p) as Arc<dyn Publisher>)
+    }))
+}
+
 #[cfg(feature = "kafka")]
-fn kafka_config(spec: &str, table: Option<&toml::Table>) -> Result<Checked> {
-    use outbox_publishers::kafka::KafkaConfig;
-    let brokers = KafkaConfig::from_url(spec)?.brokers;
-    let mut config: KafkaConfig = match table {
-        Some(t) => toml::Value::Table(t.clone())
-            .try_into()
-            .context("invalid [publisher.kafka]")?,
-        None => KafkaConfig::default(),
-    };
-    config.brokers = brokers;
+fn kafka(spec: &str, table: Option<&toml::Table>) -> Result<Build> {
+    use outbox_publishers::kafka::{KafkaConfig, KafkaPublisher};
+    let mut config: KafkaConfig = settings("kafka", table)?;
+    config.brokers = KafkaConfig::from_url(spec)?.brokers;
     config.validate()?;
-    Ok(Checked::Kafka(config))
+    Ok(Box::new(|| {
+        Ok(Arc::new(KafkaPublisher::new(config)?) as Arc<dyn Publisher>)
+    }))
 }
 
 #[cfg(not(feature = "kafka"))]
-fn kafka_config(_: &str, _: Option<&toml::Table>) -> Result<Checked> {
-    bail!("this outbox was built without Kafka support: rebuild with --features kafka")
+fn kafka(_: &str, _: Option<&toml::Table>) -> Result<Build> {
+    not_built("kafka")
 }
 
 #[cfg(feature = "amqp")]
-fn amqp_config(spec: &str, table: Option<&toml::Table>) -> Result<Checked> {
-    use outbox_publishers::amqp::AmqpConfig;
-    let mut config: AmqpConfig = match table {
-        Some(t) => toml::Value::Table(t.clone())
-            .try_into()
-            .context("invalid [publisher.amqp]")?,
-        None => AmqpConfig::default(),
-    };
+fn amqp(spec: &str, table: Option<&toml::Table>) -> Result<Build> {
+    use outbox_publishers::amqp::{AmqpConfig, AmqpPublisher};
+    let mut config: AmqpConfig = settings("amqp", table)?;
     config.url = spec.to_owned();
     config.validate()?;
-    Ok(Checked::Amqp(config))
+    Ok(Box::new(|| {
+        Ok(Arc::new(AmqpPublisher::new(config)?) as Arc<dyn Publisher>)
+    }))
 }
 
 #[cfg(not(feature = "amqp"))]
-fn amqp_config(_: &str, _: Option<&toml::Table>) -> Result<Checked> {
-    bail!("this outbox was built without RabbitMQ support: rebuild with --features amqp")
+fn amqp(_: &str, _: Option<&toml::Table>) -> Result<Build> {
+    not_built("amqp")
+}
+
+#[cfg(feature = "http")]
+fn http(spec: &str, table: Option<&toml::Table>) -> Result<Build> {
+    use outbox_publishers::http::{HttpPublisher, SECRET_ENV};
+    let secret = std::env::var(SECRET_ENV).ok().filter(|s| !s.is_empty());
+    let config = http_config(spec, table, secret)?;
+    Ok(Box::new(|| {
+        Ok(Arc::new(HttpPublisher::new(config)?) as Arc<dyn Publisher>)
+    }))
+}
+
+/// `[publisher.http]` for `spec`, the secret from the environment winning
+/// over the table's.
+#[cfg(feature = "http")]
+fn http_config(
+    spec: &str,
+    table: Option<&toml::Table>,
+    env_secret: Option<String>,
+) -> Result<outbox_publishers::http::HttpConfig> {
+    let mut config: outbox_publishers::http::HttpConfig = settings("http", table)?;
+    config.url = spec.to_owned();
+    if env_secret.is_some() {
+        config.secret = env_secret;
+    }
+    config.validate()?;
+    Ok(config)
+}
+
+#[cfg(not(feature = "http"))]
+fn http(_: &str, _: Option<&toml::Table>) -> Result<Build> {
+    not_built("http")
 }
 
 /// `spec` as a message may show it: quoted, password hidden, cut to its
@@ -141,7 +290,7 @@ mod tests {
     use super::*;
 
     fn refused(spec: &str) -> String {
-        check("--publisher", spec, None, None)
+        check("--publisher", spec, &Tables::new())
             .unwrap_err()
             .to_string()
     }
@@ -152,7 +301,7 @@ mod tests {
             let e = refused(spec);
             assert!(e.contains("--publisher") && e.contains("HOST:PORT"), "{e}");
         }
-        assert!(check("--publisher", "kafka://127.0.0.1:9092", None, None).is_ok());
+        assert!(check("--publisher", "kafka://127.0.0.1:9092", &Tables::new()).is_ok());
         let e = refused("amqp://u:hunter2@h:99999/v");
         assert!(e.contains("--publisher") && !e.contains("hunter2"), "{e}");
     }
@@ -170,6 +319,76 @@ mod tests {
         assert!(
             !shown.contains("hunter2") && shown.ends_with("(100017 bytes)"),
             "{shown}"
+        );
+    }
+
+    #[test]
+    fn help_and_errors_list_every_publisher_of_the_table() {
+        let unknown = refused("nats2://x");
+        for kind in PUBLISHERS {
+            assert!(help().contains(kind.form), "{}", help());
+            assert!(unknown.contains(kind.form), "{unknown}");
+            for prefix in kind.prefixes {
+                let spec = match prefix.ends_with(':') || prefix.ends_with("://") {
+                    true => format!("{prefix}x"),
+                    false => prefix.to_string(),
+                };
+                assert_eq!(kind_of(&spec).map(|k| k.name), Some(kind.name));
+            }
+        }
+        assert!(
+            forms().starts_with("use stdout, file:PATH, "),
+            "{}",
+            forms()
+        );
+        assert_eq!(kind_of("HTTPS://h/x").map(|k| k.name), None);
+        assert_eq!(kind_of("stdoutx").map(|k| k.name), None);
+        let tables: Vec<_> = table_names().collect();
+        for name in ["kafka", "amqp", "http"] {
+            assert!(tables.contains(&name), "{tables:?}");
+        }
+    }
+
+    #[cfg(feature = "http")]
+    #[test]
+    fn webhook_specs_need_a_whsec_secret_that_is_never_shown() {
+        const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        let table = |t: &str| -> Option<toml::Table> { Some(toml::from_str(t).unwrap()) };
+        let ok = http_config("https://hooks.example.com/x", None, Some(SECRET.into())).unwrap();
+        assert_eq!(ok.secret.as_deref(), Some(SECRET));
+        let from_file = table(&format!("secret = \"{SECRET}\"\ntimeout_ms = 2000"));
+        let c = http_config("http://h:1/x", from_file.as_ref(), None).unwrap();
+        assert_eq!((c.url.as_str(), c.timeout_ms), ("http://h:1/x", 2000));
+        let e = format!("{:#}", http_config("http://h/x", None, None).unwrap_err());
+        assert!(
+            e.contains("secret") && e.contains("OUTBOX_PUBLISHER_HTTP_SECRET"),
+            "{e}"
+        );
+        for bad in ["hunter2hunter2", "whsec_hunter2!!", "whsec_aHVudGVyMg=="] {
+            let e = format!(
+                "{:#}",
+                http_config("http://h/x", None, Some(bad.into())).unwrap_err()
+            );
+            assert!(
+                e.contains("secret") && !e.contains("hunter2") && !e.contains("aHVudGVy"),
+                "{e}"
+            );
+        }
+        let typed = table("secret = 123456789\n");
+        let e = format!(
+            "{:#}",
+            http_config("http://h/x", typed.as_ref(), None).unwrap_err()
+        );
+        assert!(!e.contains("123456789"), "{e}");
+        let e = format!(
+            "{:#}",
+            http_config("http://u:hunter2@h:99999/x", None, Some(SECRET.into())).unwrap_err()
+        );
+        assert!(e.contains("url") && !e.contains("hunter2"), "{e}");
+        let e = refused("http://u:hunter2@h:99999/x");
+        assert!(
+            e.starts_with("invalid --publisher") && !e.contains("hunter2"),
+            "{e}"
         );
     }
 }

@@ -87,11 +87,7 @@ pub async fn run(ctx: &Ctx, _args: RelayArgs) -> Result<ExitCode> {
             })?),
             None => None,
         };
-    let publisher = publisher::from_config(
-        &c.publisher.spec,
-        c.publisher.kafka.as_ref(),
-        c.publisher.amqp.as_ref(),
-    )?;
+    let publisher = publisher::from_config(&c.publisher.spec, &c.publisher.tables)?;
     tracing::debug!(database = %db::redact_text(&url), "connecting");
     // Worker, leases, wake-up listener, claim-ahead, and the cleaner.
     let pool = db::connect(&url, 6).await?;

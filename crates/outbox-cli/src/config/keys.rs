@@ -1,6 +1,6 @@
 //! Every scalar setting: its dotted key in the file, its environment
-//! variables and its flag. Tables that are passed through whole
-//! (`[publisher.kafka]`, `[publisher.amqp]`) are file-only.
+//! variables and its flag. The publishers' tables, passed through whole
+//! (`[publisher.kafka]`, `[publisher.http]`, …), are file-only.
 
 /// How an environment variable's text becomes a TOML value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

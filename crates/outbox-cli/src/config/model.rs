@@ -103,50 +103,38 @@ impl LogFormat {
     }
 }
 
-/// The publisher: a spec (`stdout`, `file:PATH`, `kafka://…`, `amqp://…`)
-/// and the broker's own settings, kept as tables and handed to the broker's
-/// publisher as they are. In a file it is either a string
-/// (`publisher = "stdout"`) or a table (`[publisher]` with `spec`, and
-/// `[publisher.kafka]` / `[publisher.amqp]`).
+/// The publisher: a spec (`stdout`, `file:PATH`, `kafka://…`, `http://…`,
+/// see [`crate::publisher::PUBLISHERS`]) and the publishers' own settings,
+/// kept as tables and handed to the publisher as they are. In a file it is
+/// either a string (`publisher = "stdout"`) or a table (`[publisher]` with
+/// `spec`, and `[publisher.NAME]` tables such as `[publisher.kafka]`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PublisherConfig {
     /// Where to publish.
     pub spec: String,
-    /// `[publisher.kafka]`: Kafka producer settings.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub kafka: Option<toml::Table>,
-    /// `[publisher.amqp]`: RabbitMQ settings.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub amqp: Option<toml::Table>,
+    /// `[publisher.NAME]`: a publisher's own settings, by `NAME` (one of
+    /// [`crate::publisher::table_names`]).
+    #[serde(flatten)]
+    pub tables: crate::publisher::Tables,
 }
 
 impl Default for PublisherConfig {
     fn default() -> Self {
         PublisherConfig {
             spec: "stdout".to_owned(),
-            kafka: None,
-            amqp: None,
+            tables: Default::default(),
         }
     }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, default)]
-struct PublisherTable {
-    spec: String,
-    kafka: Option<toml::Table>,
-    amqp: Option<toml::Table>,
-}
-
-impl Default for PublisherTable {
-    fn default() -> Self {
-        let d = PublisherConfig::default();
-        PublisherTable {
-            spec: d.spec,
-            kafka: d.kafka,
-            amqp: d.amqp,
-        }
-    }
+/// The keys of a `[publisher]` table: `spec` and the publishers' tables.
+fn publisher_keys() -> &'static [&'static str] {
+    static KEYS: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    KEYS.get_or_init(|| {
+        std::iter::once("spec")
+            .chain(crate::publisher::table_names())
+            .collect()
+    })
 }
 
 impl<'de> Deserialize<'de> for PublisherConfig {
@@ -165,23 +153,22 @@ impl<'de> Deserialize<'de> for PublisherConfig {
                     ..PublisherConfig::default()
                 })
             }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<PublisherConfig, A::Error> {
-                let t = PublisherTable::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                Ok(PublisherConfig {
-                    spec: t.spec,
-                    kafka: t.kafka,
-                    amqp: t.amqp,
-                })
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<PublisherConfig, A::Error> {
+                let mut config = PublisherConfig::default();
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "spec" {
+                        config.spec = map.next_value()?;
+                    } else if publisher_keys().contains(&key.as_str()) {
+                        let table: toml::Table = map.next_value()?;
+                        config.tables.insert(key, table);
+                    } else {
+                        return Err(de::Error::unknown_field(&key, publisher_keys()));
+                    }
+                }
+                Ok(config)
             }
         }
         deserializer.deserialize_any(SpecOrTable)
-    }
-}
-
-impl PublisherConfig {
-    /// The broker scheme of the spec (`kafka`, `amqp`), if it is a URL.
-    pub fn scheme(&self) -> Option<&str> {
-        self.spec.split_once("://").map(|(scheme, _)| scheme)
     }
 }
 
@@ -198,8 +185,16 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.publisher.spec, "kafka://k:9092");
-        assert_eq!(c.publisher.kafka.unwrap()["client_id"].as_str(), Some("a"));
+        assert_eq!(
+            c.publisher.tables.get("kafka").unwrap()["client_id"].as_str(),
+            Some("a")
+        );
         let err = toml::from_str::<Config>("[publisher]\nspek = \"x\"\n").unwrap_err();
         assert!(err.message().contains("spek"), "{err}");
+        let err = toml::from_str::<Config>("[publisher.kafak]\nclient_id = \"a\"\n").unwrap_err();
+        assert!(
+            err.message().contains("kafak") && err.message().contains("http"),
+            "the publishers' tables are listed: {err}"
+        );
     }
 }

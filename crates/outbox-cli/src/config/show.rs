@@ -66,6 +66,11 @@ pub fn render(l: &Loaded) -> String {
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| "config file (none)".to_owned())
     );
+    let _ = writeln!(
+        out,
+        "# publisher.spec forms: {}",
+        crate::publisher::forms().trim_start_matches("use ")
+    );
     let mut section = "";
     for key in KEYS {
         let (sect, name) = key.path.rsplit_once('.').unwrap_or(("", key.path));
@@ -80,7 +85,7 @@ pub fn render(l: &Loaded) -> String {
         };
         let _ = writeln!(out, "{line:<40} # {origin}");
     }
-    for broker in ["kafka", "amqp"] {
+    for broker in crate::publisher::table_names() {
         if let Some(t) = lookup(&table, &format!("publisher.{broker}")).and_then(|v| v.as_table()) {
             let mut wrapped = toml::Table::new();
             let mut inner = toml::Table::new();

@@ -59,7 +59,7 @@ fn env_publisher_replaces_the_file_spec_but_keeps_its_table() {
     let e = env_of(&[("OUTBOX_PUBLISHER", "kafka://b:2")]);
     let l = resolve(f, e, Default::default(), false).unwrap();
     assert_eq!(l.config.publisher.spec, "kafka://b:2");
-    assert!(l.config.publisher.kafka.is_some());
+    assert!(l.config.publisher.tables.contains_key("kafka"));
     assert_eq!(
         l.config.log.level.as_deref(),
         Some("warn"),

@@ -157,14 +157,16 @@ fn publisher(l: &Loaded) -> Result<()> {
         super::Origin::Default => "publisher".to_owned(),
     };
     // A broker library's message may quote a whole value: cut long words.
-    crate::publisher::check(&name, &p.spec, p.kafka.as_ref(), p.amqp.as_ref())
+    let checked = crate::publisher::check(&name, &p.spec, &p.tables)
         .map_err(|e| anyhow!(cut_words(&format!("{e:#}"))))?;
-    let scheme = p.scheme().unwrap_or(&p.spec);
-    for (table, wants) in [("kafka", &p.kafka), ("amqp", &p.amqp)] {
-        let fits = scheme == table || (table == "amqp" && scheme == "amqps");
-        if wants.is_some() && !fits {
+    for table in p.tables.keys() {
+        if table != checked.kind.name {
+            let form = crate::publisher::PUBLISHERS
+                .iter()
+                .find(|k| k.name == table)
+                .map_or(table.as_str(), |k| k.form);
             bail!(
-                "[publisher.{table}] is set ({}) but the publisher is {} ({}): use a {table}:// publisher or remove the table",
+                "[publisher.{table}] is set ({}) but the publisher is {} ({}): use a {form} publisher or remove the table",
                 l.origin(&format!("publisher.{table}")).describe(),
                 crate::publisher::shown(&p.spec),
                 l.origin("publisher.spec").describe()

@@ -122,11 +122,13 @@ impl HttpConfig {
     /// The signing key.
     pub(crate) fn key(&self) -> Result<SigningKey, Error> {
         match &self.secret {
+            // The value is shown as *** like any secret's, so the fix
+            // says that it is missing.
             None => Err(invalid(
                 "secret",
-                "(not set)",
+                REDACTED,
                 format!(
-                    "webhooks are signed: set secret in [publisher.http] or {SECRET_ENV} to {SECRET_PREFIX} followed by a base64 key, e.g. {SECRET_PREFIX}$(openssl rand -base64 32)"
+                    "missing: webhooks are signed, set secret in [publisher.http] or {SECRET_ENV} to {SECRET_PREFIX} followed by a base64 key, e.g. {SECRET_PREFIX}$(openssl rand -base64 32)"
                 ),
             )),
             Some(secret) => SigningKey::parse(secret).map_err(|fix| invalid("secret", REDACTED, fix)),
@@ -210,7 +212,10 @@ mod tests {
         .validate()
         .unwrap_err();
         assert_eq!(e.field(), Some("secret"));
-        assert!(e.to_string().contains(SECRET_ENV), "{e}");
+        assert!(
+            e.to_string().contains(SECRET_ENV) && e.to_string().contains("missing"),
+            "{e}"
+        );
         for url in [
             "",
             "ftp://h/x",
