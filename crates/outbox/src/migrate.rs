@@ -25,6 +25,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "idle_wakeup",
         include_str!("../migrations/0003_idle_wakeup.sql"),
     ),
+    (
+        4,
+        "xid_first",
+        include_str!("../migrations/0004_xid_first.sql"),
+    ),
 ];
 
 const TRIGGER_ON: &str = include_str!("../migrations/notify_trigger_on.sql");

@@ -25,22 +25,50 @@
 /// before migration 2's `CHECK`) comes back as NULL with its text beside it,
 /// so the row is dead-lettered with that reason instead of stopping the
 /// relay.
+///
+/// Fresh rows (never failed) are read from `seq >= $6` only, the claim
+/// cursor (`relay/cursor.rs`), so rows deleted while something holds
+/// PostgreSQL's xmin back are not walked again at every claim; rows whose
+/// retry is due are read from anywhere through their own index (`seq + 0`
+/// keeps the planner from walking the seq index for them). The last
+/// columns, computed once per statement, tell the cursor how far it may
+/// move: the snapshot's xmin and xmax, the last seq drawn, and the lowest
+/// fresh pending seq of the partitions from the cursor on.
 pub const EVENT_ACK_AND_CLAIM: &str = "
-WITH acked AS ({ack})
+WITH acked AS ({ack}),
+blocked AS (
+    SELECT aggregate_id FROM {schema}.outbox_events
+    WHERE processed_at IS NULL AND dead_lettered_at IS NULL AND next_attempt_at > now())
 SELECT id, seq, aggregate_type, aggregate_id, event_type, payload::text, headers::text,
        topic, attempts,
        CASE WHEN isfinite(created_at) AND created_at < '100000-01-01' THEN created_at END,
-       partition, ctid::text,
+       partition, row_ctid::text,
        CASE WHEN isfinite(created_at) AND created_at < '100000-01-01' THEN NULL
-            ELSE created_at::text END
-FROM {schema}.outbox_events
-WHERE processed_at IS NULL AND dead_lettered_at IS NULL
-  AND partition = ANY($1::int[])
-  AND id NOT IN (SELECT unnest($5::uuid[]))
-  AND aggregate_id NOT IN (
-      SELECT aggregate_id FROM {schema}.outbox_events
-      WHERE processed_at IS NULL AND dead_lettered_at IS NULL
-        AND next_attempt_at > now())
+            ELSE created_at::text END,
+       (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint),
+       (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint),
+       (SELECT pg_sequence_last_value(pg_get_serial_sequence('{schema}.outbox_events', 'seq'))),
+       (SELECT min(seq) FROM {schema}.outbox_events
+        WHERE processed_at IS NULL AND dead_lettered_at IS NULL AND next_attempt_at IS NULL
+          AND partition = ANY($1::int[]) AND seq >= $6)
+FROM (
+    (SELECT *, ctid AS row_ctid FROM {schema}.outbox_events
+     WHERE processed_at IS NULL AND dead_lettered_at IS NULL AND seq >= $6
+       AND partition = ANY($1::int[])
+       AND id NOT IN (SELECT unnest($5::uuid[]))
+       AND aggregate_id NOT IN (SELECT aggregate_id FROM blocked)
+     ORDER BY seq
+     LIMIT $2)
+    UNION ALL
+    (SELECT *, ctid AS row_ctid FROM {schema}.outbox_events
+     WHERE processed_at IS NULL AND dead_lettered_at IS NULL AND seq < $6
+       AND next_attempt_at <= now()
+       AND partition = ANY($1::int[])
+       AND id NOT IN (SELECT unnest($5::uuid[]))
+       AND aggregate_id NOT IN (SELECT aggregate_id FROM blocked)
+     ORDER BY seq + 0
+     LIMIT $2)
+) e
 ORDER BY seq
 LIMIT $2";
 

@@ -102,7 +102,11 @@ async fn list_filters_by_type_aggregate_age_ids_and_limit_in_seq_order() {
     assert_eq!(all.total, 4);
     let first = &all.items[0];
     assert_eq!(
-        (first.attempts, first.last_error.as_deref(), first.payload.get()),
+        (
+            first.attempts,
+            first.last_error.as_deref(),
+            first.payload.get()
+        ),
         (3, Some("boom a"), r#"{"n": 1}"#)
     );
 
@@ -174,7 +178,7 @@ async fn retry_by_id_aggregate_type_and_all_resets_attempts_and_keeps_seq() {
         .unwrap();
     assert_eq!(n, 1, "only dead letters are retried, never a pending event");
     let row: (i32, Option<String>, bool, bool) = sqlx::query_as(
-        "SELECT attempts, last_error, dead_lettered_at IS NULL, next_attempt_at IS NULL
+        "SELECT attempts, last_error, dead_lettered_at IS NULL, next_attempt_at <= now()
          FROM outbox_events WHERE id = $1",
     )
     .bind(a1)

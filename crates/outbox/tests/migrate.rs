@@ -18,7 +18,8 @@ async fn migrating_twice_is_a_no_op() {
         vec![
             "0001_outbox".to_owned(),
             "0002_finite_timestamps".to_owned(),
-            "0003_idle_wakeup".to_owned()
+            "0003_idle_wakeup".to_owned(),
+            "0004_xid_first".to_owned()
         ]
     );
     assert_eq!(first.partitions, 32);

@@ -169,7 +169,7 @@ impl DeadLetters {
     /// aggregate has been delivered (it moved on after the dead-lettering),
     /// no retry can make this one arrive first; consumers see it late.
     /// Retry all dead letters of an aggregate in one call, so they keep
-    /// their order among themselves.
+    /// their order among themselves. They come back due at once.
     pub async fn retry(&self, conn: &mut PgConnection, selector: &Selector) -> Result<u64> {
         selector.validate()?;
         let done = Criteria::of(selector)

@@ -55,10 +55,13 @@ WHERE ",
 /// Puts matching dead letters back in the queue. They keep their seq, so the
 /// relay takes them in their original order; attempts start again from zero;
 /// `last_error` is kept for diagnosis until the next attempt overwrites it.
+/// They come back as retries due now (`next_attempt_at = now()`), not as
+/// fresh rows: they lie below the relays' claim cursors, and the claim reads
+/// due retries from anywhere.
 pub const DEAD_LETTER_RETRY: &str = concat!(
     "
 UPDATE {schema}.outbox_events
-SET dead_lettered_at = NULL, attempts = 0, next_attempt_at = NULL
+SET dead_lettered_at = NULL, attempts = 0, next_attempt_at = now()
 WHERE ",
     dead_letter_match!()
 );

@@ -4,6 +4,7 @@
 
 mod backoff;
 mod config;
+mod cursor;
 mod decode;
 mod lease;
 mod listen;

@@ -10,6 +10,7 @@ use uuid::Uuid;
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::queries as q;
+use crate::relay::cursor::ClaimMeta;
 use crate::relay::decode;
 use crate::schema::Schema;
 
@@ -25,6 +26,9 @@ pub struct Claimed {
     /// are in `events` (with what could be read) to be dead-lettered, never
     /// published.
     pub undecodable: HashMap<Uuid, String>,
+    /// What the claim saw besides its rows, for the cursor (`None` when it
+    /// returned no row).
+    pub meta: Option<ClaimMeta>,
 }
 
 /// Rows to acknowledge: locations and ids, pairwise.
@@ -95,13 +99,15 @@ impl Store {
 
     /// Marks `acked` done and claims up to `limit` deliverable events of
     /// `partitions`, in seq order, other than `exclude` (which must contain
-    /// the acknowledged ids), in one statement.
+    /// the acknowledged ids), fresh ones from seq `from` on, in one
+    /// statement.
     pub async fn event_ack_and_claim(
         &self,
         partitions: &[i32],
         limit: usize,
         acked: &RowRefs,
         exclude: &[Uuid],
+        from: i64,
     ) -> Result<Claimed> {
         let rows = sqlx::query(&self.ack_and_claim)
             .bind(partitions)
@@ -109,6 +115,7 @@ impl Store {
             .bind(&acked.ctids)
             .bind(&acked.ids)
             .bind(exclude)
+            .bind(from)
             .fetch_all(&self.pool)
             .await
             .map_err(Error::db("acknowledging and claiming a batch"))?;
@@ -116,6 +123,11 @@ impl Store {
             events: Vec::with_capacity(rows.len()),
             ctids: HashMap::with_capacity(rows.len()),
             undecodable: HashMap::new(),
+            meta: rows
+                .first()
+                .map(claim_meta)
+                .transpose()
+                .map_err(Error::db("reading the claim's snapshot"))?,
         };
         for row in rows {
             let decoded =
@@ -310,4 +322,15 @@ impl Store {
             .await
             .map_err(Error::db("reading the partition count"))
     }
+}
+
+/// The last columns of a claim row: the same on every row.
+fn claim_meta(row: &sqlx::postgres::PgRow) -> std::result::Result<ClaimMeta, sqlx::Error> {
+    use sqlx::Row;
+    Ok(ClaimMeta {
+        xmin: row.try_get(13)?,
+        xmax: row.try_get(14)?,
+        seq_high: row.try_get(15)?,
+        lowest_fresh: row.try_get(16)?,
+    })
 }

@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::publisher::Publisher;
 use crate::relay::backoff::DoublingDelay;
 use crate::relay::config::{RelayConfig, OUTAGE_BACKOFF_MIN_MS};
+use crate::relay::cursor::Cursor;
 use crate::relay::observe::{OutageKind, RelayObserver, RelayStats};
 use crate::relay::ownership::{Claimable, Ownership};
 use crate::relay::store::{Claimed, Store};
@@ -46,6 +47,8 @@ pub(crate) struct Worker {
     /// A withdrawal of the idle announcement still running off the publish
     /// path; the next announcement waits for it, so they cannot cross.
     retracting: Option<tokio::task::JoinHandle<()>>,
+    /// Where the next claim starts reading fresh rows.
+    cursor: Cursor,
 }
 
 /// What a worker works with; the rest is its own state.
@@ -78,6 +81,7 @@ impl Worker {
             tables_missing: false,
             idle_announced: None,
             retracting: None,
+            cursor: Cursor::new(),
         }
     }
 
@@ -135,6 +139,7 @@ impl Worker {
 
     async fn claim(&mut self, claim: Claimable) -> Phase {
         let acked = self.unacked_refs();
+        let from = self.cursor_start(&claim.partitions);
         let claimed = self
             .deps
             .store
@@ -143,10 +148,14 @@ impl Worker {
                 self.deps.config.batch_size,
                 &acked,
                 &acked.ids,
+                from,
             )
             .await;
         match claimed {
             Ok(batch) => {
+                if let Some(meta) = batch.meta {
+                    self.cursor.observe(&claim.partitions, from, meta);
+                }
                 self.tables_back();
                 self.unacked_acknowledged();
                 if batch.events.is_empty() {
@@ -200,12 +209,13 @@ impl Worker {
         let acked = self.unacked_refs();
         let mut exclude = acked.ids.clone();
         exclude.extend(batch.events.iter().map(|e| e.id));
+        let from = self.cursor_start(&claim.partitions);
         let prefetch = {
             let (store, partitions) = (self.deps.store.clone(), claim.partitions.clone());
             let limit = self.deps.config.batch_size;
             tokio::spawn(async move {
                 store
-                    .event_ack_and_claim(&partitions, limit, &acked, &exclude)
+                    .event_ack_and_claim(&partitions, limit, &acked, &exclude, from)
                     .await
             })
         };
@@ -216,6 +226,9 @@ impl Worker {
         };
         match next {
             Ok(next) => {
+                if let Some(meta) = next.meta {
+                    self.cursor.observe(&claim.partitions, from, meta);
+                }
                 self.unacked_acknowledged();
                 // The next batch was claimed before this one's outcome was
                 // known: it is only safe to publish if every event of this
@@ -333,6 +346,11 @@ impl Worker {
                 tracing::debug!(error = %e.with_causes(), "could not withdraw the idle announcement; it lapses by itself");
             }
         }
+    }
+
+    /// Where a claim of `partitions` starts reading fresh rows now.
+    fn cursor_start(&mut self, partitions: &[i32]) -> i64 {
+        self.cursor.start(partitions, Instant::now())
     }
 
     /// A claim succeeded: if the tables had been missing, say they are back.

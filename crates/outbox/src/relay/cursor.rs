@@ -1,0 +1,215 @@
+//! The claim cursor: where in `seq` order a claim may start, so that its
+//! cost does not grow with the dead rows left behind while something holds
+//! back PostgreSQL's xmin (a long report, `pg_dump`, a replica's feedback).
+//!
+//! The claim reads fresh rows (never failed: `next_attempt_at IS NULL`)
+//! from `seq >= at` only, and rows whose retry is due from anywhere (they
+//! are few, found through their own index). The cursor only ever stands at
+//! or below the lowest fresh pending row of the owned partitions; why no
+//! row can be skipped for good:
+//!
+//! * **Late commits.** A row's transaction takes its transaction id before
+//!   the row draws its `seq` (migration 4's statement trigger). Claim *k*
+//!   reads the sequence's last value *H*; the next claim's snapshot has
+//!   `xmax` *X*, taken after claim *k* finished, so every transaction that
+//!   drew a `seq ≤ H` has an id below *X*. Once a later claim sees
+//!   `xmin ≥ X`, all of them have ended: every row with `seq ≤ H` is
+//!   committed (and visible) or gone. Only then may the cursor pass them,
+//!   and only up to the lowest fresh pending row that claim saw.
+//! * **Rows pending below the cursor that are not due retries**: partitions
+//!   taken over from another instance (the cursor restarts whenever the
+//!   owned set changes; their rows were never below it for this instance).
+//!   Dead letters put back by `outbox dead-letters retry` come back as
+//!   retries due at once, which the claim reads from anywhere. Rows changed
+//!   or inserted by hand with an explicit `seq` are not supported; a full
+//!   rescan every [`RESCAN_EVERY`] still bounds how late such a row is.
+//!
+//! A transaction that wrote to the outbox and stays open holds the cursor
+//! where it is (its rows may still commit); a read-only snapshot, however
+//! old, does not.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// How often the claim starts from the beginning anyway.
+pub(crate) const RESCAN_EVERY: Duration = Duration::from_secs(30);
+
+/// Checkpoints kept while the oldest running writer holds `xmin` back;
+/// beyond this the newest are dropped (the cursor then advances later, not
+/// wrongly).
+const MAX_CHECKPOINTS: usize = 1_024;
+
+/// What a claim statement saw, besides its rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ClaimMeta {
+    /// `xmin` of the claim's snapshot: every transaction id below it ended.
+    pub xmin: i64,
+    /// `xmax` of the claim's snapshot: every id assigned so far is below.
+    pub xmax: i64,
+    /// The last `seq` drawn so far (`None` before the first).
+    pub seq_high: Option<i64>,
+    /// The lowest fresh pending `seq >= cursor` in the claimed partitions.
+    pub lowest_fresh: Option<i64>,
+}
+
+/// The cursor of one worker.
+#[derive(Debug)]
+pub(crate) struct Cursor {
+    at: i64,
+    partitions: Vec<i32>,
+    /// `(seq_high of claim k, xmax of claim k + 1)`, oldest first.
+    checkpoints: VecDeque<(i64, Option<i64>)>,
+    last_rescan: Option<Instant>,
+}
+
+impl Cursor {
+    pub fn new() -> Self {
+        Cursor {
+            at: 0,
+            partitions: Vec::new(),
+            checkpoints: VecDeque::new(),
+            last_rescan: None,
+        }
+    }
+
+    /// Where a claim of `partitions` starts now. Starts over (0) when the
+    /// partitions changed or the last full scan is [`RESCAN_EVERY`] old.
+    pub fn start(&mut self, partitions: &[i32], now: Instant) -> i64 {
+        let due = self
+            .last_rescan
+            .is_none_or(|at| now.duration_since(at) >= RESCAN_EVERY);
+        if due || partitions != self.partitions.as_slice() {
+            self.at = 0;
+            self.partitions = partitions.to_vec();
+            self.last_rescan = Some(now);
+        }
+        self.at
+    }
+
+    /// Learns from a claim of `partitions` that started at `from`.
+    pub fn observe(&mut self, partitions: &[i32], from: i64, meta: ClaimMeta) {
+        if let Some(last) = self.checkpoints.back_mut() {
+            last.1.get_or_insert(meta.xmax);
+        }
+        let mut stable = None;
+        while let Some(&(high, Some(xmax))) = self.checkpoints.front() {
+            if xmax > meta.xmin {
+                break;
+            }
+            stable = Some(high);
+            self.checkpoints.pop_front();
+        }
+        if let Some(high) = meta.seq_high {
+            if self.checkpoints.len() < MAX_CHECKPOINTS {
+                self.checkpoints.push_back((high, None));
+            }
+        }
+        let same_range = from == self.at && partitions == self.partitions.as_slice();
+        if let (Some(stable), true) = (stable, same_range) {
+            let bound = match meta.lowest_fresh {
+                Some(fresh) => fresh.min(stable + 1),
+                None => stable + 1,
+            };
+            self.at = self.at.max(bound);
+        }
+    }
+
+    #[cfg(test)]
+    fn at(&self) -> i64 {
+        self.at
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: &[i32] = &[0, 1];
+
+    fn meta(xmin: i64, xmax: i64, seq_high: i64, lowest_fresh: Option<i64>) -> ClaimMeta {
+        ClaimMeta {
+            xmin,
+            xmax,
+            seq_high: Some(seq_high),
+            lowest_fresh,
+        }
+    }
+
+    #[test]
+    fn the_cursor_waits_until_every_writer_that_drew_a_seq_has_ended() {
+        let now = Instant::now();
+        let mut c = Cursor::new();
+        let from = c.start(P, now);
+        assert_eq!(from, 0);
+        // claim 1: seqs up to 100 drawn; nothing stable yet
+        c.observe(P, from, meta(500, 510, 100, Some(90)));
+        assert_eq!(c.at(), 0);
+        // claim 2: xmax 520 pairs with seq_high 100, but a writer below 520
+        // is still running (xmin 515): not stable
+        let from = c.start(P, now);
+        c.observe(P, from, meta(515, 520, 150, Some(95)));
+        assert_eq!(c.at(), 0);
+        // claim 3: xmin passed 520: every seq <= 100 is final; the lowest
+        // fresh pending row is 97
+        let from = c.start(P, now);
+        c.observe(P, from, meta(521, 530, 200, Some(97)));
+        assert_eq!(c.at(), 97);
+    }
+
+    /// Three claims of `parts` from the cursor, each seeing every earlier
+    /// writer ended and `seq_high` drawn: the cursor becomes `seq_high + 1`
+    /// (or the lowest fresh row).
+    fn settle(c: &mut Cursor, parts: &[i32], now: Instant, seq_high: i64, xid: &mut i64) {
+        for _ in 0..3 {
+            let from = c.start(parts, now);
+            c.observe(parts, from, meta(*xid, *xid + 1, seq_high, None));
+            *xid += 2;
+        }
+    }
+
+    #[test]
+    fn the_cursor_never_passes_the_stable_bound_or_goes_back() {
+        let now = Instant::now();
+        let mut c = Cursor::new();
+        c.start(P, now);
+        c.observe(P, 0, meta(10, 11, 100, None));
+        c.observe(P, 0, meta(12, 13, 200, None));
+        c.observe(P, 0, meta(14, 15, 300, None));
+        // only seq_high 100 is stable (its pairing xmax 13 <= xmin 14)
+        assert_eq!(c.at(), 101);
+        // 200 becomes stable; the lowest fresh row 150 is below 201
+        c.observe(P, 101, meta(16, 17, 300, Some(150)));
+        assert_eq!(c.at(), 150);
+        // a claim that saw a lower fresh row cannot move it back
+        c.observe(P, 150, meta(18, 19, 300, Some(120)));
+        assert_eq!(c.at(), 150);
+    }
+
+    #[test]
+    fn new_partitions_or_time_start_over() {
+        let now = Instant::now();
+        let mut xid = 10;
+        let mut c = Cursor::new();
+        settle(&mut c, P, now, 100, &mut xid);
+        assert_eq!(c.start(P, now), 101);
+        assert_eq!(c.start(&[0, 1, 2], now), 0, "a partition was added");
+        settle(&mut c, &[0, 1, 2], now, 100, &mut xid);
+        assert_eq!(c.start(&[0, 1, 2], now), 101);
+        assert_eq!(c.start(&[0, 1, 2], now + RESCAN_EVERY), 0);
+    }
+
+    #[test]
+    fn a_claim_from_another_range_teaches_nothing() {
+        let now = Instant::now();
+        let mut c = Cursor::new();
+        c.start(P, now);
+        c.observe(P, 0, meta(10, 11, 100, None));
+        c.observe(P, 0, meta(12, 13, 100, None));
+        // this claim ran over other partitions (ownership changed meanwhile)
+        c.observe(&[5], 0, meta(14, 15, 100, None));
+        assert_eq!(c.at(), 0);
+        // and one from a stale start teaches nothing either
+        c.observe(P, 7, meta(16, 17, 100, None));
+        assert_eq!(c.at(), 0);
+    }
+}

@@ -1,0 +1,178 @@
+//! The claim cursor: while something holds an old snapshot, claims do not
+//! walk the rows deleted since again and again; transactions that commit
+//! late with a low seq are never skipped, across a crash and a rebalance.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::{count, fast_config, start_relay, LONG};
+use outbox::RelayConfig;
+use outbox_testkit::{wait_until, TestPublisher};
+use rand::Rng;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+/// Index entries of the unprocessed-rows index read so far (what a claim
+/// walks, dead entries included).
+async fn index_entries_read(pool: &PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT idx_tup_read FROM pg_stat_user_indexes WHERE indexrelname = 'idx_outbox_unprocessed'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// `n` events by plain SQL, 20 per transaction, paced so the relay keeps up
+/// (each claim then finds a few new rows, as in production).
+async fn produce(pool: &PgPool, n: usize) {
+    for chunk in 0..n / 20 {
+        sqlx::query(
+            "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+             SELECT 'order', (g % 500)::text, 'order.created', '{}' FROM generate_series(1, 20) g",
+        )
+        .execute(pool)
+        .await
+        .unwrap();
+        if chunk % 10 == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+async fn drained(pool: &PgPool) {
+    wait_until("the relay to drain", LONG, || async {
+        count(pool, "SELECT count(*) FROM outbox_events").await == 0
+    })
+    .await;
+    // Let the relay's backends report their statistics (at most once a
+    // second in PostgreSQL 15).
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_do_not_walk_the_dead_rows_of_a_held_snapshot_again() {
+    let ctx = common::setup().await;
+    let publisher = TestPublisher::new();
+    let relay = start_relay(&ctx, &publisher, fast_config("held")).await;
+
+    // An old snapshot, held for the whole test: nothing deleted from now on
+    // can be vacuumed.
+    let mut holder = ctx.pool.acquire().await.unwrap();
+    sqlx::raw_sql("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pg_class;")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+
+    let before = index_entries_read(&ctx.pool).await;
+    produce(&ctx.pool, 2_000).await;
+    drained(&ctx.pool).await;
+    let early = index_entries_read(&ctx.pool).await;
+    // Ten times as many dead rows...
+    produce(&ctx.pool, 20_000).await;
+    drained(&ctx.pool).await;
+    let middle = index_entries_read(&ctx.pool).await;
+    // ...then the same 2,000 events again.
+    produce(&ctx.pool, 2_000).await;
+    drained(&ctx.pool).await;
+    let late = index_entries_read(&ctx.pool).await;
+
+    let (first, last) = ((early - before) as f64, (late - middle) as f64);
+    eprintln!(
+        "index entries read per event: {:.1} with 2,000 dead rows, {:.1} with 22,000",
+        first / 2_000.0,
+        last / 2_000.0
+    );
+    assert!(
+        last <= 3.0 * first.max(2_000.0),
+        "claims must not walk the held dead rows again: {first} entries read for the first 2,000 events, {last} for the last 2,000"
+    );
+    sqlx::raw_sql("COMMIT").execute(&mut *holder).await.unwrap();
+    relay.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_commits_are_delivered_in_order_across_a_crash_and_a_rebalance() {
+    let ctx = common::setup().await;
+    let publisher = TestPublisher::new();
+    let config = |id: &str| RelayConfig {
+        batch_size: 20,
+        ..fast_config(id)
+    };
+    let first = start_relay(&ctx, &publisher, config("r1")).await;
+
+    // One writer per aggregate (serialised, as producers must be); some of
+    // its transactions stay open for up to 2 s while others commit, so rows
+    // with low seqs become visible after rows with higher ones.
+    const AGGREGATES: usize = 30;
+    const PER_AGGREGATE: i64 = 8;
+    let mut writers = Vec::new();
+    for a in 0..AGGREGATES {
+        let pool = ctx.pool.clone();
+        writers.push(tokio::spawn(async move {
+            let mut ids = Vec::new();
+            for n in 1..=PER_AGGREGATE {
+                let hold = {
+                    let mut rng = rand::rng();
+                    if rng.random_bool(0.3) {
+                        rng.random_range(0..2_000)
+                    } else {
+                        rng.random_range(0..20)
+                    }
+                };
+                let mut tx = pool.begin().await.unwrap();
+                let id: Uuid = sqlx::query_scalar(
+                    "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+                     VALUES ('order', $1, 'order.updated', jsonb_build_object('n', $2::bigint))
+                     RETURNING id",
+                )
+                .bind(format!("late-{a}"))
+                .bind(n)
+                .fetch_one(&mut *tx)
+                .await
+                .unwrap();
+                tokio::time::sleep(Duration::from_millis(hold)).await;
+                tx.commit().await.unwrap();
+                ids.push(id);
+            }
+            ids
+        }));
+    }
+
+    // A crash, then two instances sharing the partitions.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    first.abort();
+    let second = start_relay(&ctx, &publisher, config("r2")).await;
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    let third = start_relay(&ctx, &publisher, config("r3")).await;
+
+    let mut expected = Vec::new();
+    for w in writers {
+        expected.extend(w.await.unwrap());
+    }
+    // Well within the cursor's periodic full rescan (30 s): a late commit
+    // the cursor had passed would only be found by that.
+    wait_until(
+        "every late commit to be delivered",
+        Duration::from_secs(15),
+        || async { count(&ctx.pool, "SELECT count(*) FROM outbox_events").await == 0 },
+    )
+    .await;
+    second.shutdown().await.unwrap();
+    third.shutdown().await.unwrap();
+
+    let delivered = publisher.deliveries();
+    let seen: HashMap<Uuid, ()> = delivered.iter().map(|e| (e.id, ())).collect();
+    let lost: Vec<_> = expected
+        .iter()
+        .filter(|id| !seen.contains_key(id))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} late commits lost: {lost:?}",
+        lost.len()
+    );
+    common::assert_first_deliveries_in_order(&delivered);
+}
