@@ -18,6 +18,23 @@ fn last_json(out: &std::process::Output) -> serde_json::Value {
     serde_json::from_str(line).unwrap_or_else(|e| panic!("{line:?}: {e}"))
 }
 
+/// Processes running `outbox relay` with `DATABASE_URL` set to `url`.
+fn relays_on(url: &str) -> Vec<u32> {
+    let has = |hay: &[u8], needle: &str| hay.split(|&b| b == 0).any(|p| p == needle.as_bytes());
+    let env = format!("DATABASE_URL={url}");
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+            (has(&cmdline, "relay") && has(&environ, &env)).then_some(pid)
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn bench_drain_reports_both_rates_and_memory() {
     let db = test_db().await;
@@ -58,6 +75,7 @@ async fn bench_latency_reports_percentiles_in_order() {
     );
     let v = last_json(&out);
     assert_eq!(v["events"], 400);
+    assert_eq!(v["producer"], "library");
     let p = |k: &str| v[k].as_f64().unwrap();
     assert!(
         p("p50_ms") <= p("p99_ms") && p("p99_ms") <= p("p999_ms") && p("p999_ms") <= p("max_ms")
@@ -66,7 +84,112 @@ async fn bench_latency_reports_percentiles_in_order() {
 }
 
 #[tokio::test]
-async fn bench_produce_reports_three_variants_and_ratios() {
+async fn bench_latency_sql_times_every_line_of_a_child_relay() {
+    let db = test_db().await;
+    let out = common::run(
+        &[
+            "bench",
+            "latency",
+            "--producer",
+            "sql",
+            "--rate",
+            "50",
+            "--seconds",
+            "2",
+            "--json",
+        ],
+        Some(&db.url),
+    );
+    let v = last_json(&out);
+    assert_eq!(v["producer"], "sql", "{v}");
+    assert_eq!(v["wakeup_trigger"], "idle", "{v}");
+    assert_eq!(v["events"], 100, "{v}");
+    assert_eq!(v["delivered"], 100, "every event arrived: {v}");
+    assert!(v["duplicates"].as_u64().is_some(), "{v}");
+    let p = |k: &str| v[k].as_f64().unwrap();
+    assert!(
+        p("p50_ms") <= p("p99_ms") && p("p99_ms") <= p("p999_ms") && p("p999_ms") <= p("max_ms"),
+        "{v}"
+    );
+    assert!(p("max_ms").is_finite() && p("max_ms") > 0.0, "{v}");
+    // The human summary names the setup.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("outbox relay --publisher stdout"),
+        "{stdout}"
+    );
+    // The child relay ended with the bench.
+    assert_eq!(
+        relays_on(&db.url),
+        Vec::<u32>::new(),
+        "a child relay outlived the bench"
+    );
+}
+
+#[test]
+fn bench_latency_refuses_an_unknown_wakeup_mode() {
+    let out = common::run(
+        &[
+            "bench",
+            "latency",
+            "--producer",
+            "sql",
+            "--wakeup-trigger",
+            "sometimes",
+        ],
+        None,
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("idle, every-insert or off"), "{stderr}");
+}
+
+#[tokio::test]
+async fn bench_produce_reports_four_variants_at_each_producer_count() {
+    let db = test_db().await;
+    let out = common::run(
+        &[
+            "bench",
+            "produce",
+            "--producers",
+            "1,2",
+            "--seconds",
+            "1",
+            "--json",
+        ],
+        Some(&db.url),
+    );
+    let v = last_json(&out);
+    assert_eq!(v["producers"], serde_json::json!([1, 2]), "{v}");
+    let rows = v["by_producers"].as_array().expect("by_producers");
+    assert_eq!(rows.len(), 2, "{v}");
+    for (row, n) in rows.iter().zip([1, 2]) {
+        assert_eq!(row["producers"], n, "{row}");
+        for k in [
+            "plain_tps",
+            "enqueue_tps",
+            "trigger_tps",
+            "idle_relay_tps",
+            "a_over_b",
+            "c_over_b",
+            "d_over_b",
+        ] {
+            let x = row[k].as_f64().unwrap_or(f64::NAN);
+            assert!(x.is_finite() && x > 0.0, "{k} in {row}");
+        }
+        assert!(
+            row["idle_relay_backlog_max"].as_i64().unwrap() >= 0,
+            "{row}"
+        );
+        assert!(
+            row["plain_relay_tps"].is_null(),
+            "(e) only when asked: {row}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn bench_produce_takes_one_producer_count_and_the_relay_reference() {
     let db = test_db().await;
     let out = common::run(
         &[
@@ -76,18 +199,17 @@ async fn bench_produce_reports_three_variants_and_ratios() {
             "2",
             "--seconds",
             "1",
+            "--relay-reference",
             "--json",
         ],
         Some(&db.url),
     );
     let v = last_json(&out);
-    for k in [
-        "plain_tps",
-        "enqueue_tps",
-        "trigger_tps",
-        "a_over_b",
-        "c_over_b",
-    ] {
-        assert!(v[k].as_f64().unwrap() > 0.0, "{k} in {v}");
+    assert_eq!(v["producers"], serde_json::json!([2]), "{v}");
+    let rows = v["by_producers"].as_array().expect("by_producers");
+    assert_eq!(rows.len(), 1, "{v}");
+    for k in ["a_over_b", "c_over_b", "d_over_b", "e_over_b", "d_over_e"] {
+        let x = rows[0][k].as_f64().unwrap_or(f64::NAN);
+        assert!(x.is_finite() && x > 0.0, "{k} in {v}");
     }
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
 use clap::Args;
-use outbox::{Relay, RelayConfig, Schema};
+use outbox::{Relay, RelayConfig, Schema, WakeupTrigger};
 use outbox_publishers::stream::NullPublisher;
 use serde_json::json;
 use sqlx::PgPool;
@@ -128,13 +128,13 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::
     let n = args.events;
 
     eprintln!("bench drain: preloading {n} events for the reference");
-    let reference_schema = fresh_schema(&pool, "bench_reference", false).await?;
+    let reference_schema = fresh_schema(&pool, "bench_reference", WakeupTrigger::Off).await?;
     preload(&pool, &reference_schema, n, args.aggregates).await?;
     let (ref_n, ref_t) = reference(&pool, &reference_schema, args.reference_batch).await?;
     ensure!(ref_n == n, "reference drained {ref_n} of {n}");
 
     eprintln!("bench drain: preloading {n} events for the relay");
-    let relay_schema = fresh_schema(&pool, "bench_relay", false).await?;
+    let relay_schema = fresh_schema(&pool, "bench_relay", WakeupTrigger::Off).await?;
     preload(&pool, &relay_schema, n, args.aggregates).await?;
     let (relay_n, relay_t, rss) = relay(&pool, &relay_schema, n, args.batch_size).await?;
     let left: i64 = sqlx::query_scalar(&format!(

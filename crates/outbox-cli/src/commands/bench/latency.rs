@@ -1,25 +1,54 @@
-//! `bench latency`: commit-to-acknowledgement latency under an open-loop
-//! producer (a fixed schedule, so a slow relay cannot slow the producer and
-//! hide its own latency).
+//! `bench latency`: commit-to-delivery latency under an open-loop producer
+//! (a fixed schedule, so a slow relay cannot slow the producer and hide its
+//! own latency).
+//!
+//! Two setups:
+//! - `--producer library` (the default): the library's `enqueue` and
+//!   `wake()`, an embedded relay publishing to a broker that notes when each
+//!   event reached it.
+//! - `--producer sql`: what a service in any language gets — plain-SQL
+//!   transactions on connections of their own, no `wake()`, the schema
+//!   migrated with a wake-up trigger (default: the default of `outbox
+//!   migrate`), and `outbox relay --publisher stdout` as a child process
+//!   that has been idle for a while when the schedule starts; an event is
+//!   delivered when its JSON line is read from the relay's standard output.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
 use async_trait::async_trait;
-use clap::Args;
-use outbox::{Event, NewEvent, Outbox, Outcome, Publisher, Relay, RelayConfig, Unavailable};
+use clap::{Args, ValueEnum};
+use outbox::{
+    Event, NewEvent, Outbox, Outcome, Publisher, Relay, RelayConfig, Schema, Unavailable,
+    WakeupTrigger,
+};
 use serde_json::json;
+use sqlx::PgPool;
 use uuid::Uuid;
 
+use super::child_relay::{ChildRelay, Output};
 use super::stats::{ms, quantile};
-use super::{fresh_schema, Server};
+use super::{create_orders, fresh_schema, parse_wakeup_trigger, warm_up, Server};
 use crate::commands::Ctx;
 
 /// Most events one run may produce (`--rate` × `--seconds`): every commit
 /// and acknowledgement time is kept in memory until the end.
 pub const MAX_EVENTS: u64 = 1_000_000;
+
+/// How long the events may take to arrive once the schedule has ended.
+const DELIVERY_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Who writes the events, and where the relay runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Producer {
+    /// `Outbox::enqueue` then `wake()`, with an embedded relay.
+    Library,
+    /// Plain SQL, no wake-up call, `outbox relay` as a child process.
+    Sql,
+}
 
 #[derive(Debug, Args)]
 pub struct LatencyArgs {
@@ -33,6 +62,32 @@ pub struct LatencyArgs {
     /// Producer connections (enough that the schedule is kept), 1 to 500.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=500))]
     pub connections: u32,
+    /// `library`: `enqueue` + `wake()` and an embedded relay. `sql`: plain
+    /// SQL on connections of their own, no wake-up call, and `outbox relay
+    /// --publisher stdout` as a child process (latency = the line read from
+    /// its output minus the moment COMMIT returned).
+    #[arg(long, value_enum, default_value_t = Producer::Library)]
+    pub producer: Producer,
+    /// The schema's wake-up trigger, as `outbox migrate --wakeup-trigger`:
+    /// idle, every-insert or off [default: idle with --producer sql, off
+    /// with --producer library].
+    #[arg(long, value_name = "MODE", value_parser = parse_wakeup_trigger)]
+    pub wakeup_trigger: Option<WakeupTrigger>,
+    /// With --producer sql: seconds the relay has been idle (its idle
+    /// announcement live) when the schedule starts, 2 to 3600.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..=3_600))]
+    pub idle_secs: u64,
+}
+
+impl LatencyArgs {
+    fn wakeup(&self) -> WakeupTrigger {
+        self.wakeup_trigger.unwrap_or(match self.producer {
+            // As before: the library wakes its embedded relay itself.
+            Producer::Library => WakeupTrigger::Off,
+            // What the default `outbox migrate` installs.
+            Producer::Sql => WakeupTrigger::default(),
+        })
+    }
 }
 
 /// A null broker that notes when each event was acknowledged.
@@ -56,25 +111,73 @@ impl Publisher for AckClock {
     }
 }
 
-pub async fn run(ctx: &Ctx, fsync: bool, args: LatencyArgs) -> Result<serde_json::Value> {
-    let total = u64::from(args.rate) * args.seconds;
-    ensure!(
-        total <= MAX_EVENTS,
-        "--rate {} × --seconds {} is {total} events: at most {MAX_EVENTS} per run; lower --rate or --seconds",
-        args.rate,
-        args.seconds
-    );
-    let server = Server::start(ctx, fsync).await?;
-    let pool = server.pool(args.connections + 6).await?;
-    let schema = fresh_schema(&pool, "bench_latency", false).await?;
-    sqlx::raw_sql(
-        "CREATE TABLE bench_latency.orders (
-             id BIGINT PRIMARY KEY, customer_id BIGINT NOT NULL,
-             total_cents BIGINT NOT NULL, created_at TIMESTAMPTZ NOT NULL DEFAULT NOW())",
-    )
-    .execute(&pool)
-    .await?;
+/// What one run observed.
+struct Observed {
+    /// Each event and the moment its COMMIT returned, in schedule order.
+    committed: Vec<(Uuid, Instant)>,
+    /// Each event and the moment it was first delivered.
+    delivered: HashMap<Uuid, Instant>,
+    /// Transactions that started more than 5 ms after their due time.
+    late: u64,
+    /// Transactions whose BEGIN returned more than 5 ms after their due
+    /// time (they waited for a connection or for the server).
+    late_begins: u64,
+    /// From the first due time to the last commit.
+    produce_secs: f64,
+    /// Deliveries of an event already delivered (child relay only).
+    duplicates: Option<u64>,
+}
 
+/// The order transaction's event payload for order `id`.
+fn payload(id: i64) -> serde_json::Value {
+    json!({"order_id": id, "customer_id": id % 977, "total_cents": (id * 7919) % 100_000})
+}
+
+/// What the schedule did: each event and when its COMMIT returned, the
+/// transactions started late, those that began late, the seconds it took.
+type Schedule = (Vec<(Uuid, Instant)>, u64, u64, f64);
+
+/// Runs `commit(i)` for i in 0..total, one every 1/rate s from now, each on
+/// a task of its own. Each returns its event, when its COMMIT returned and
+/// when its BEGIN returned.
+async fn open_loop<F, Fut>(rate: u32, total: u64, commit: F) -> Result<Schedule>
+where
+    F: Fn(i64) -> Fut,
+    Fut: Future<Output = Result<(Uuid, Instant, Instant)>> + Send + 'static,
+{
+    let interval = Duration::from_secs_f64(1.0 / f64::from(rate));
+    let start = tokio::time::Instant::now();
+    let mut late = 0u64;
+    let mut tasks = Vec::with_capacity(total as usize);
+    for i in 0..total {
+        let due = start + interval.mul_f64(i as f64);
+        tokio::time::sleep_until(due).await;
+        if tokio::time::Instant::now() - due > Duration::from_millis(5) {
+            late += 1;
+        }
+        tasks.push(tokio::spawn(commit(i as i64)));
+    }
+    let mut committed = Vec::with_capacity(total as usize);
+    let mut late_begins = 0u64;
+    let start = start.into_std();
+    for (i, t) in tasks.into_iter().enumerate() {
+        let (id, at, began) = t.await??;
+        let due = start + interval.mul_f64(i as f64);
+        if began.saturating_duration_since(due) > Duration::from_millis(5) {
+            late_begins += 1;
+        }
+        committed.push((id, at));
+    }
+    Ok((committed, late, late_begins, start.elapsed().as_secs_f64()))
+}
+
+/// `--producer library`: `enqueue` + `wake()`, an embedded relay.
+async fn library(
+    pool: &PgPool,
+    schema: &Schema,
+    args: &LatencyArgs,
+    total: u64,
+) -> Result<Observed> {
     let outbox = Outbox::with_schema(schema.clone());
     let clock = Arc::new(AckClock::default());
     let relay = Relay::builder(pool.clone(), clock.clone())
@@ -92,30 +195,22 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: LatencyArgs) -> Result<serde_json
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 
-    let committed: Arc<Mutex<Vec<(Uuid, Instant)>>> =
-        Arc::new(Mutex::new(Vec::with_capacity(total as usize)));
-    let interval = Duration::from_secs_f64(1.0 / f64::from(args.rate));
-    let start = tokio::time::Instant::now();
-    let mut late = 0u64;
-    let mut tasks = Vec::with_capacity(total as usize);
-    eprintln!("bench latency: {} tx/s for {} s", args.rate, args.seconds);
-    for i in 0..total {
-        let due = start + interval.mul_f64(i as f64);
-        tokio::time::sleep_until(due).await;
-        if tokio::time::Instant::now() - due > Duration::from_millis(5) {
-            late += 1;
-        }
-        let (pool, outbox, committed) = (pool.clone(), outbox.clone(), committed.clone());
-        tasks.push(tokio::spawn(async move {
-            let id = i as i64;
-            let event = NewEvent::json(
-                "order",
-                id.to_string(),
-                "order.created",
-                json!({"order_id": id, "customer_id": id % 977, "total_cents": (id * 7919) % 100_000}),
-            );
+    eprintln!(
+        "bench latency: {} tx/s for {} s (library, embedded relay)",
+        args.rate, args.seconds
+    );
+    let orders: Arc<str> = format!(
+        "INSERT INTO {}.orders (id, customer_id, total_cents) VALUES ($1, $2, $3)",
+        schema.name()
+    )
+    .into();
+    let (committed, late, late_begins, produce_secs) = open_loop(args.rate, total, |id| {
+        let (pool, outbox, orders) = (pool.clone(), outbox.clone(), orders.clone());
+        async move {
+            let event = NewEvent::json("order", id.to_string(), "order.created", payload(id));
             let mut tx = pool.begin().await?;
-            sqlx::query("INSERT INTO bench_latency.orders (id, customer_id, total_cents) VALUES ($1, $2, $3)")
+            let began = Instant::now();
+            sqlx::query(&orders)
                 .bind(id)
                 .bind(id % 977)
                 .bind((id * 7919) % 100_000)
@@ -125,40 +220,154 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: LatencyArgs) -> Result<serde_json
             tx.commit().await?;
             let at = Instant::now();
             outbox.wake();
-            committed.lock().expect("lock").push((event.id, at));
-            anyhow::Ok(())
-        }));
-    }
-    for t in tasks {
-        t.await??;
-    }
-    let produce_secs = start.elapsed().as_secs_f64();
-    let deadline = Instant::now() + Duration::from_secs(60);
+            Ok((event.id, at, began))
+        }
+    })
+    .await?;
+    let deadline = Instant::now() + DELIVERY_DEADLINE;
     while relay.stats().delivered < total && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     relay.shutdown().await?;
+    let delivered = std::mem::take(&mut *clock.acked.lock().expect("lock"));
+    Ok(Observed {
+        committed,
+        delivered,
+        late,
+        late_begins,
+        produce_secs,
+        duplicates: None,
+    })
+}
 
-    let (mut samples, early) = {
-        let acked = clock.acked.lock().expect("lock");
-        let committed = committed.lock().expect("lock");
-        let mut early = 0u64;
-        let samples: Vec<Duration> = committed
-            .iter()
-            .filter_map(|(id, at)| {
-                let ack = acked.get(id)?;
-                // The relay can see a commit before the client hears of it.
-                Some(ack.checked_duration_since(*at).unwrap_or_else(|| {
-                    early += 1;
-                    Duration::ZERO
-                }))
-            })
-            .collect();
-        (samples, early)
+/// `--producer sql`: plain-SQL transactions on connections of their own,
+/// `outbox relay --publisher stdout` as a child process.
+async fn sql(
+    server: &Server,
+    pool: &PgPool,
+    schema: &Schema,
+    args: &LatencyArgs,
+    total: u64,
+) -> Result<Observed> {
+    // A server that falls behind the schedule makes transactions wait for
+    // a connection (counted as late), not fail.
+    let producers = server
+        .producer_pool(
+            args.connections,
+            Duration::from_secs(args.seconds) + DELIVERY_DEADLINE,
+        )
+        .await?;
+    warm_up(&producers, args.connections).await?;
+    let mut relay = ChildRelay::spawn(&server.url, schema, "bench-latency-relay", Output::Timed)?;
+    relay
+        .wait_idle(pool, schema, Duration::from_secs(60))
+        .await?;
+    tokio::time::sleep(Duration::from_secs(args.idle_secs)).await;
+    relay.check_running()?;
+
+    eprintln!(
+        "bench latency: {} tx/s for {} s (plain SQL, child relay idle {} s, wake-up trigger {})",
+        args.rate,
+        args.seconds,
+        args.idle_secs,
+        args.wakeup().name()
+    );
+    let s = schema.name();
+    let orders: Arc<str> =
+        format!("INSERT INTO {s}.orders (id, customer_id, total_cents) VALUES ($1, $2, $3)").into();
+    // Every other column of the event has a default, as for any producer.
+    let event: Arc<str> = format!(
+        "INSERT INTO {s}.outbox_events (aggregate_type, aggregate_id, event_type, payload)
+         VALUES ($1, $2, $3, $4) RETURNING id"
+    )
+    .into();
+    let (committed, late, late_begins, produce_secs) = open_loop(args.rate, total, |id| {
+        let (pool, orders, event) = (producers.clone(), orders.clone(), event.clone());
+        async move {
+            let mut tx = pool.begin().await?;
+            let began = Instant::now();
+            sqlx::query(&orders)
+                .bind(id)
+                .bind(id % 977)
+                .bind((id * 7919) % 100_000)
+                .execute(&mut *tx)
+                .await?;
+            let event_id: Uuid = sqlx::query_scalar(&event)
+                .bind("order")
+                .bind(id.to_string())
+                .bind("order.created")
+                .bind(sqlx::types::Json(payload(id)))
+                .fetch_one(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok((event_id, Instant::now(), began))
+        }
+    })
+    .await?;
+    let lines = relay.lines().expect("timed output").clone();
+    let deadline = Instant::now() + DELIVERY_DEADLINE;
+    while lines.distinct.load(std::sync::atomic::Ordering::Relaxed) < total
+        && Instant::now() < deadline
+    {
+        relay.check_running()?;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let status = relay.stop().await?;
+    if !status.success() {
+        eprintln!("bench latency: the child relay ended with {status}");
+    }
+    let unparsed = lines.unparsed.load(std::sync::atomic::Ordering::Relaxed);
+    ensure!(
+        unparsed == 0,
+        "the relay printed {unparsed} lines that are not an event's JSON"
+    );
+    let delivered = std::mem::take(&mut *lines.first_seen.lock().expect("lock"));
+    producers.close().await;
+    Ok(Observed {
+        committed,
+        delivered,
+        late,
+        late_begins,
+        produce_secs,
+        duplicates: Some(lines.duplicates.load(std::sync::atomic::Ordering::Relaxed)),
+    })
+}
+
+pub async fn run(ctx: &Ctx, fsync: bool, args: LatencyArgs) -> Result<serde_json::Value> {
+    let total = u64::from(args.rate) * args.seconds;
+    ensure!(
+        total <= MAX_EVENTS,
+        "--rate {} × --seconds {} is {total} events: at most {MAX_EVENTS} per run; lower --rate or --seconds",
+        args.rate,
+        args.seconds
+    );
+    let server = Server::start(ctx, fsync).await?;
+    let pool = server.pool(args.connections + 6).await?;
+    let wakeup = args.wakeup();
+    let schema = fresh_schema(&pool, "bench_latency", wakeup).await?;
+    create_orders(&pool, &schema).await?;
+
+    let observed = match args.producer {
+        Producer::Library => library(&pool, &schema, &args, total).await?,
+        Producer::Sql => sql(&server, &pool, &schema, &args, total).await?,
     };
+
+    let mut early = 0u64;
+    let mut samples: Vec<Duration> = observed
+        .committed
+        .iter()
+        .filter_map(|(id, at)| {
+            let seen = observed.delivered.get(id)?;
+            // The relay can see a commit before the client hears of it.
+            Some(seen.checked_duration_since(*at).unwrap_or_else(|| {
+                early += 1;
+                Duration::ZERO
+            }))
+        })
+        .collect();
     ensure!(
         samples.len() as u64 == total,
-        "only {} of {total} events were acknowledged",
+        "only {} of {total} events were delivered",
         samples.len()
     );
     samples.sort();
@@ -168,27 +377,68 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: LatencyArgs) -> Result<serde_json
         quantile(&samples, 0.999),
         *samples.last().unwrap_or(&Duration::ZERO),
     );
-    let achieved = total as f64 / produce_secs;
-    println!("latency: {total} order transactions at {} /s (achieved {achieved:.0} /s, {late} started >5 ms late)", args.rate);
+    let achieved = total as f64 / observed.produce_secs;
+    let (setup, measured) = match args.producer {
+        Producer::Library => (
+            "library producer (enqueue + wake), embedded relay".to_owned(),
+            "commit -> broker ack",
+        ),
+        Producer::Sql => (
+            format!(
+                "plain-SQL producer, child `outbox relay --publisher stdout` idle {} s before, wake-up trigger {}",
+                args.idle_secs,
+                wakeup.name()
+            ),
+            "commit -> line read from the relay's stdout",
+        ),
+    };
+    println!("latency: {setup}");
     println!(
-        "  commit -> broker ack: p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms",
+        "  {total} order transactions at {} /s (achieved {achieved:.0} /s; >5 ms late: {} started, {} had BEGIN return)",
+        args.rate, observed.late, observed.late_begins
+    );
+    println!(
+        "  {measured}: p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms",
         ms(p50),
         ms(p99),
         ms(p999),
         ms(max)
     );
+    // The latency of a schedule the server could not keep is the latency
+    // at the rate it did keep.
+    let schedule_kept = achieved >= 0.95 * f64::from(args.rate);
+    if !schedule_kept {
+        println!(
+            "  the server did not keep the schedule: these figures are for {achieved:.0} /s, not {} /s",
+            args.rate
+        );
+    }
+    if let Some(d) = observed.duplicates {
+        println!(
+            "  delivered {} of {total} ({d} delivered again)",
+            samples.len()
+        );
+    }
     if early > 0 {
-        println!("  ({early} events were acknowledged before their commit returned to the client; counted as 0)");
+        println!("  ({early} events were delivered before their commit returned to the client; counted as 0)");
     }
     sqlx::raw_sql("DROP SCHEMA bench_latency CASCADE")
         .execute(&pool)
         .await?;
     Ok(json!({
         "scenario": "latency",
+        "producer": match args.producer { Producer::Library => "library", Producer::Sql => "sql" },
+        "wakeup_trigger": wakeup.name(),
+        "idle_secs": (args.producer == Producer::Sql).then_some(args.idle_secs),
         "rate": args.rate,
         "achieved_rate": achieved,
         "events": total,
-        "late_starts": late,
+        "delivered": samples.len(),
+        "duplicates": observed.duplicates,
+        "early": early,
+        "late_starts": observed.late,
+        "late_begins": observed.late_begins,
+        "schedule_kept": schedule_kept,
         "p50_ms": ms(p50),
         "p99_ms": ms(p99),
         "p999_ms": ms(p999),

@@ -2,6 +2,7 @@
 //! server in the same run, so results are ratios that hold on a noisy
 //! machine.
 
+mod child_relay;
 mod drain;
 mod latency;
 mod produce;
@@ -13,7 +14,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use outbox::Schema;
 use outbox_embedded_pg::{PgCluster, PgOptions};
-use sqlx::PgPool;
+use sqlx::{ConnectOptions, PgPool};
 
 use crate::commands::Ctx;
 use crate::db;
@@ -36,10 +37,13 @@ pub enum Scenario {
     /// Drain a preloaded backlog: the relay against plain SQL
     /// `DELETE … RETURNING` batches.
     Drain(drain::DrainArgs),
-    /// Commit-to-acknowledgement latency under an open-loop producer.
+    /// Commit-to-delivery latency under an open-loop producer: the library
+    /// with an embedded relay, or plain SQL with `outbox relay` as a child
+    /// process.
     Latency(latency::LatencyArgs),
-    /// Producer throughput: `enqueue` + wake-up against a plain INSERT and
-    /// against the seed's NOTIFY trigger.
+    /// Producer throughput at several producer counts: `enqueue` + wake-up,
+    /// the seed's NOTIFY trigger and the default wake-up trigger with a
+    /// relay running, each against a plain INSERT.
     Produce(produce::ProduceArgs),
 }
 
@@ -80,10 +84,34 @@ impl Server {
     pub async fn pool(&self, max: u32) -> Result<PgPool> {
         db::connect_flagging_slow(&self.url, max, std::time::Duration::from_secs(3_600)).await
     }
+
+    /// A pool for an open-loop schedule: when the server falls behind,
+    /// transactions wait up to `wait` for a connection (and are counted
+    /// late) instead of failing the run after the usual connect timeout.
+    pub async fn producer_pool(&self, max: u32, wait: std::time::Duration) -> Result<PgPool> {
+        let options = db::check_url(&self.url)?
+            .log_statements(log::LevelFilter::Debug)
+            .log_slow_statements(
+                log::LevelFilter::Warn,
+                std::time::Duration::from_secs(3_600),
+            );
+        sqlx::postgres::PgPoolOptions::new()
+            .max_connections(max)
+            .acquire_timeout(wait)
+            .acquire_slow_threshold(wait)
+            .connect_with(options)
+            .await
+            .with_context(|| format!("cannot connect to {}", db::redact_text(&self.url)))
+    }
 }
 
-/// Drops and re-creates `schema` and migrates it.
-pub async fn fresh_schema(pool: &PgPool, name: &str, trigger: bool) -> Result<Schema> {
+/// Drops and re-creates `schema` and migrates it with the wake-up trigger
+/// `wakeup`.
+pub async fn fresh_schema(
+    pool: &PgPool,
+    name: &str,
+    wakeup: outbox::WakeupTrigger,
+) -> Result<Schema> {
     let schema = Schema::new(name)?;
     sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"))
         .execute(pool)
@@ -95,25 +123,60 @@ pub async fn fresh_schema(pool: &PgPool, name: &str, trigger: bool) -> Result<Sc
         &outbox::MigrateOptions {
             partitions: None,
             notify_trigger: None,
-            // The reference runs compare against a table with no trigger at
-            // all, or with the seed's per-row trigger.
-            wakeup: Some(if trigger {
-                outbox::WakeupTrigger::EveryInsert
-            } else {
-                outbox::WakeupTrigger::Off
-            }),
+            wakeup: Some(wakeup),
         },
     )
     .await?;
     Ok(schema)
 }
 
+/// Creates the seed's `orders` table in `schema`: each order transaction
+/// writes one row here and its event.
+pub async fn create_orders(pool: &PgPool, schema: &Schema) -> Result<()> {
+    sqlx::raw_sql(&format!(
+        "CREATE TABLE {}.orders (
+             id BIGINT PRIMARY KEY, customer_id BIGINT NOT NULL,
+             total_cents BIGINT NOT NULL, created_at TIMESTAMPTZ NOT NULL DEFAULT NOW())",
+        schema.name()
+    ))
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Opens `n` connections of `pool` at once, so no measured transaction
+/// pays for connecting.
+pub async fn warm_up(pool: &PgPool, n: u32) -> Result<()> {
+    let mut held = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        held.push(pool.acquire().await?);
+    }
+    Ok(())
+}
+
+/// `--wakeup-trigger`: the modes of `outbox migrate --wakeup-trigger`.
+pub fn parse_wakeup_trigger(s: &str) -> Result<outbox::WakeupTrigger, String> {
+    use outbox::WakeupTrigger as W;
+    [W::Idle, W::EveryInsert, W::Off]
+        .into_iter()
+        .find(|m| m.name() == s)
+        .ok_or_else(|| format!("{s:?} is not a wake-up mode: use idle, every-insert or off"))
+}
+
 pub async fn run(ctx: &Ctx, args: BenchArgs) -> Result<ExitCode> {
     let fsync = !args.no_fsync;
-    let report = match args.scenario {
-        Scenario::Drain(a) => drain::run(ctx, fsync, a).await?,
-        Scenario::Latency(a) => latency::run(ctx, fsync, a).await?,
-        Scenario::Produce(a) => produce::run(ctx, fsync, a).await?,
+    let scenario = async {
+        match args.scenario {
+            Scenario::Drain(a) => drain::run(ctx, fsync, a).await,
+            Scenario::Latency(a) => latency::run(ctx, fsync, a).await,
+            Scenario::Produce(a) => produce::run(ctx, fsync, a).await,
+        }
+    };
+    // Ctrl-C drops the scenario, and with it the throwaway server and any
+    // child relay, before the program exits.
+    let report = tokio::select! {
+        report = scenario => report?,
+        _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted"),
     };
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
