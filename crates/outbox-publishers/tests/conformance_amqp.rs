@@ -503,3 +503,9 @@ async fn delivers_every_event_as_stored() {
     let pool = test_db().await.pool().await;
     conformance::delivers_every_event_as_stored(&h, &pool, Some(MAX_MESSAGE_BYTES - 1_000)).await;
 }
+
+/// A case added to the suite must be run here too.
+#[test]
+fn every_conformance_case_is_run() {
+    conformance::assert_runs_every_case(include_str!("conformance_amqp.rs"), &[]);
+}

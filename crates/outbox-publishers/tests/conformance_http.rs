@@ -441,3 +441,9 @@ async fn a_wave_is_sent_concurrently_up_to_max_concurrency() {
         );
     }
 }
+
+/// A case added to the suite must be run here too.
+#[test]
+fn every_conformance_case_is_run() {
+    conformance::assert_runs_every_case(include_str!("conformance_http.rs"), &[]);
+}

@@ -407,3 +407,9 @@ async fn mock_delivers_every_event_as_stored() {
     )
     .await;
 }
+
+/// A case added to the suite must be run here too.
+#[test]
+fn every_conformance_case_is_run() {
+    conformance::assert_runs_every_case(include_str!("conformance_kafka.rs"), &[]);
+}

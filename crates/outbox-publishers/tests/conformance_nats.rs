@@ -437,3 +437,9 @@ async fn credentials_are_used_and_never_shown() {
     assert!(!format!("{p:?}").contains("s3cret"));
     p.close().await;
 }
+
+/// A case added to the suite must be run here too.
+#[test]
+fn every_conformance_case_is_run() {
+    conformance::assert_runs_every_case(include_str!("conformance_nats.rs"), &[]);
+}

@@ -500,3 +500,9 @@ async fn credentials_are_used_and_never_shown() {
     };
     assert_eq!(ids, HashSet::from([event.id.to_string()]));
 }
+
+/// A case added to the suite must be run here too.
+#[test]
+fn every_conformance_case_is_run() {
+    conformance::assert_runs_every_case(include_str!("conformance_redis.rs"), &[]);
+}

@@ -315,3 +315,17 @@ async fn stdout_delivers_every_event_as_stored() {
     conformance::delivers_every_event_as_stored(&StdoutHarness::default(), &pool, Some(50_000_000))
         .await;
 }
+
+/// A case added to the suite must be run here too, or skipped with its
+/// reason.
+#[test]
+fn every_conformance_case_is_run() {
+    conformance::assert_runs_every_case(
+        include_str!("conformance_stream.rs"),
+        &[
+            ("rejects_an_oversized_message", "a file or stdout has no size limit"),
+            ("outage_burns_no_attempts", "there is no broker to stop"),
+            ("survives_a_broker_restart", "there is no broker to restart"),
+        ],
+    );
+}
