@@ -33,6 +33,9 @@ pub const MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
 /// How long a start may take.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// What nats-server logs once it accepts clients.
+const READY_LINE: &str = "Server is ready";
+
 /// A running (or stopped) NATS server; killed on drop.
 #[derive(Debug)]
 pub struct Nats {
@@ -82,7 +85,20 @@ impl Nats {
             broker: None,
             last_start: Duration::ZERO,
         };
-        nats.start_again()?;
+        // A port found free can be taken by another server starting at
+        // the same moment (tests start several): then try another one.
+        let mut tries = 0;
+        loop {
+            match nats.start_again() {
+                Err(BrokerError::Start { tail, .. })
+                    if tries < 3 && tail.to_lowercase().contains("address already in use") =>
+                {
+                    tries += 1;
+                    nats.port = free_port();
+                }
+                other => break other?,
+            }
+        }
         Ok(nats)
     }
 
@@ -150,8 +166,9 @@ impl Nats {
     pub fn start_again(&mut self) -> Result<(), BrokerError> {
         self.stop();
         let started = Instant::now();
+        let log = self.log_path();
         let base = self.dir.path();
-        let (out, err) = log_to(NAME, &self.log_path())?;
+        let (out, err) = log_to(NAME, &log)?;
         let mut cmd = Command::new(&self.server);
         cmd.current_dir(base)
             .arg("-js")
@@ -171,8 +188,11 @@ impl Nats {
                 format!("running {}", self.server.display()),
             ))?);
         let port = self.port;
+        // Its own log says it listens: another server that took the port
+        // first would answer the probe too.
         let waited = group.wait_ready(started + READY_TIMEOUT, Duration::from_millis(20), || {
-            jetstream_ready(port)
+            std::fs::read_to_string(&log).is_ok_and(|l| l.contains(READY_LINE))
+                && jetstream_ready(port)
         });
         let reason = match waited {
             Ok(()) => {

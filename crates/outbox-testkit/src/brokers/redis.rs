@@ -30,6 +30,9 @@ pub const SERVER_ENV: &str = "OUTBOX_REDIS_SERVER";
 /// How long a start may take.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// What redis-server logs once it accepts clients.
+const READY_LINE: &str = "Ready to accept connections";
+
 /// A running (or stopped) Redis server; killed on drop.
 #[derive(Debug)]
 pub struct Redis {
@@ -79,7 +82,20 @@ impl Redis {
             broker: None,
             last_start: Duration::ZERO,
         };
-        redis.start_again()?;
+        // A port found free can be taken by another server starting at
+        // the same moment (tests start several): then try another one.
+        let mut tries = 0;
+        loop {
+            match redis.start_again() {
+                Err(BrokerError::Start { tail, .. })
+                    if tries < 3 && tail.to_lowercase().contains("address already in use") =>
+                {
+                    tries += 1;
+                    redis.port = free_port();
+                }
+                other => break other?,
+            }
+        }
         Ok(redis)
     }
 
@@ -149,8 +165,9 @@ impl Redis {
     pub fn start_again(&mut self) -> Result<(), BrokerError> {
         self.stop();
         let started = Instant::now();
+        let log = self.log_path();
         let base = self.dir.path();
-        let (out, err) = log_to(NAME, &self.log_path())?;
+        let (out, err) = log_to(NAME, &log)?;
         let mut cmd = Command::new(&self.server);
         cmd.current_dir(base)
             .args(["--port", &self.port.to_string()])
@@ -174,8 +191,10 @@ impl Redis {
                 format!("running {}", self.server.display()),
             ))?);
         let port = self.port;
+        // Its own log says it listens: another server that took the port
+        // first would answer the probe too.
         let waited = group.wait_ready(started + READY_TIMEOUT, Duration::from_millis(20), || {
-            redis_ready(port)
+            std::fs::read_to_string(&log).is_ok_and(|l| l.contains(READY_LINE)) && redis_ready(port)
         });
         let reason = match waited {
             Ok(()) => {

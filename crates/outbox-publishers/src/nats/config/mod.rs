@@ -269,13 +269,14 @@ impl NatsConfig {
             self.credentials_file.is_some(),
         ];
         if logins.iter().filter(|set| **set).count() > 1 {
+            // Named by the setting that comes on top of another.
+            let (field, value) = match &self.credentials_file {
+                Some(path) => ("credentials_file", path.as_str()),
+                None => ("token", REDACTED),
+            };
             return Err(invalid(
-                "token",
-                if self.token.is_some() {
-                    REDACTED
-                } else {
-                    "(unset)"
-                },
+                field,
+                value,
                 "set one way to log in: user and password, token, or credentials_file",
             ));
         }
