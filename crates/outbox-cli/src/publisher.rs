@@ -70,6 +70,22 @@ pub const PUBLISHERS: &[Kind] = &[
         check: amqp,
     },
     Kind {
+        name: "nats",
+        prefixes: &["nats://"],
+        form: "nats://HOST:PORT[,HOST:PORT…]",
+        table: true,
+        check: nats,
+    },
+    Kind {
+        name: "redis",
+        // rediss:// is taken to say that TLS is not supported.
+        prefixes: &["redis://", "rediss://"],
+        // USER:PASS@ and /DB are optional; this form survives redaction.
+        form: "redis://USER:PASS@HOST:PORT/DB",
+        table: true,
+        check: redis,
+    },
+    Kind {
         name: "http",
         prefixes: &["http://", "https://"],
         form: "http[s]://HOST[:PORT]/PATH",
@@ -242,6 +258,38 @@ fn amqp(_: &str, _: Option<&toml::Table>) -> Result<Build> {
     not_built("amqp")
 }
 
+#[cfg(feature = "nats")]
+fn nats(spec: &str, table: Option<&toml::Table>) -> Result<Build> {
+    use outbox_publishers::nats::{NatsConfig, NatsPublisher};
+    let mut config: NatsConfig = settings("nats", table)?;
+    config.apply_url(spec)?;
+    // Built now (nothing connects): it reads and checks the credentials
+    // file, so that config check refuses a broken one too.
+    let publisher = NatsPublisher::new(config)?;
+    Ok(Box::new(|| Ok(Arc::new(publisher) as Arc<dyn Publisher>)))
+}
+
+#[cfg(not(feature = "nats"))]
+fn nats(_: &str, _: Option<&toml::Table>) -> Result<Build> {
+    not_built("nats")
+}
+
+#[cfg(feature = "redis")]
+fn redis(spec: &str, table: Option<&toml::Table>) -> Result<Build> {
+    use outbox_publishers::redis::{RedisConfig, RedisPublisher};
+    let mut config: RedisConfig = settings("redis", table)?;
+    config.url = spec.to_owned();
+    config.validate()?;
+    Ok(Box::new(|| {
+        Ok(Arc::new(RedisPublisher::new(config)?) as Arc<dyn Publisher>)
+    }))
+}
+
+#[cfg(not(feature = "redis"))]
+fn redis(_: &str, _: Option<&toml::Table>) -> Result<Build> {
+    not_built("redis")
+}
+
 #[cfg(feature = "http")]
 fn http(spec: &str, table: Option<&toml::Table>) -> Result<Build> {
     use outbox_publishers::http::{HttpPublisher, SECRET_ENV};
@@ -344,9 +392,55 @@ mod tests {
         assert_eq!(kind_of("HTTPS://h/x").map(|k| k.name), None);
         assert_eq!(kind_of("stdoutx").map(|k| k.name), None);
         let tables: Vec<_> = table_names().collect();
-        for name in ["kafka", "amqp", "http"] {
+        for name in ["kafka", "amqp", "nats", "redis", "http"] {
             assert!(tables.contains(&name), "{tables:?}");
         }
+    }
+
+    #[test]
+    fn nats_and_redis_specs_are_checked_without_connecting() {
+        for spec in [
+            "nats://",
+            "nats://127.0.0.1:99999",
+            "nats://u:hunter2@h:x",
+            "redis://",
+            "redis://u:hunter2@h:99999",
+            "redis://h:6379/x",
+            "rediss://u:hunter2@h:6379",
+        ] {
+            let e = refused(spec);
+            assert!(
+                e.starts_with("invalid --publisher") && !e.contains("hunter2"),
+                "{spec}: {e}"
+            );
+        }
+        let table = |t: &str| -> Tables {
+            let (name, body) = t.split_once('\n').unwrap();
+            Tables::from([(name.to_owned(), toml::from_str(body).unwrap())])
+        };
+        for (spec, tables) in [
+            ("nats://127.0.0.1:4222,127.0.0.1:4223", Tables::new()),
+            ("nats://relay:hunter2@127.0.0.1:4222", Tables::new()),
+            (
+                "nats://127.0.0.1:4222",
+                table("nats\nno_stream = \"reject\""),
+            ),
+            ("redis://127.0.0.1:6379/1", table("redis\nmaxlen = 1000")),
+        ] {
+            let checked = check("--publisher", spec, &tables);
+            assert!(checked.is_ok(), "{spec}: {checked:?}");
+        }
+        let e = check(
+            "--publisher",
+            "nats://127.0.0.1:4222",
+            &table("nats\npassword = \"hunter2\"\nuser = 1"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("[publisher.nats]") && !e.contains("hunter2"),
+            "{e}"
+        );
     }
 
     #[cfg(feature = "http")]

@@ -108,7 +108,7 @@ impl RedisConfig {
     /// The client for [`RedisConfig::url`] (nothing is connected).
     pub(crate) fn client(&self) -> Result<redis::Client, Error> {
         let shown = redact_url(&self.url);
-        let form = "use redis://HOST:PORT[/DB], with USER:PASS@ before HOST for a login, \
+        let form = "use redis://HOST:PORT[/DB] (with a login, redis://USER:PASS@HOST:PORT/DB), \
                     e.g. redis://127.0.0.1:6379/0";
         if self.url.starts_with("rediss://") {
             return Err(invalid(
