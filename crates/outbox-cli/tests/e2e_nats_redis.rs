@@ -7,6 +7,9 @@
 //! The servers are started by the test kit (`apt-get install nats-server
 //! redis-server`); `OUTBOX_SKIP_BROKER_TESTS` naming `nats` or `redis` (or
 //! `all`) skips the matching tests.
+//!
+//! Longer than most files: two brokers, each end to end, with the bad
+//! settings and the outages of both.
 
 mod common;
 
