@@ -213,3 +213,39 @@ async fn bench_produce_takes_one_producer_count_and_the_relay_reference() {
         assert!(x.is_finite() && x > 0.0, "{k} in {v}");
     }
 }
+
+#[tokio::test]
+async fn bench_held_snapshot_samples_both_phases_and_compares_them() {
+    let db = test_db().await;
+    let out = common::run(
+        &[
+            "bench",
+            "held-snapshot",
+            "--rate",
+            "200",
+            "--before",
+            "10",
+            "--hold",
+            "10",
+            "--sample-every",
+            "2",
+            "--json",
+        ],
+        Some(&db.url),
+    );
+    let v = last_json(&out);
+    let samples = v["samples"].as_array().expect("samples");
+    assert!(samples.iter().any(|s| s["held"] == false));
+    assert!(samples.iter().any(|s| s["held"] == true));
+    assert!(
+        samples.last().unwrap()["produced"].as_u64().unwrap() >= 1_000,
+        "{v}"
+    );
+    let ratio = v["ratio"].as_f64().expect("a ratio: the server is local");
+    assert!(ratio.is_finite() && ratio > 0.0, "{v}");
+    assert!(v["max_oldest_pending_ms_held"]
+        .as_f64()
+        .unwrap()
+        .is_finite());
+    assert!(relays_on(&db.url).is_empty(), "the child relay is gone");
+}

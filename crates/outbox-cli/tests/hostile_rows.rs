@@ -187,9 +187,9 @@ async fn a_schema_dropped_under_a_running_relay_is_named_once_with_the_fix() {
     let (db, pool) = migrated().await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("out.jsonl");
-    let mut relay = common::spawn_relay(&db.url, &file, "dropped", &[]);
+    let mut relay = KillOnDrop(common::spawn_relay(&db.url, &file, "dropped", &[]));
     let (tx, rx) = mpsc::channel::<String>();
-    let stderr = relay.stderr.take().unwrap();
+    let stderr = relay.0.stderr.take().unwrap();
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             let _ = tx.send(line);
@@ -239,6 +239,15 @@ async fn a_schema_dropped_under_a_running_relay_is_named_once_with_the_fix() {
     let out = common::run(&["migrate"], Some(&db.url));
     assert_ok(&["migrate"], &out);
     wait_for("tables are back", Duration::from_secs(30));
-    relay.kill().unwrap();
-    let _ = relay.wait();
+    drop(relay);
+}
+
+/// A child relay that is killed when the test ends, failed or not.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

@@ -90,6 +90,17 @@ impl ChildRelay {
     /// bench's own environment (config file, `OUTBOX_*` variables) is not
     /// passed on, so every run measures the same relay.
     pub fn spawn(url: &str, schema: &Schema, instance: &str, output: Output) -> Result<ChildRelay> {
+        Self::spawn_with(url, schema, instance, output, &[])
+    }
+
+    /// [`ChildRelay::spawn`] with more `outbox relay` flags.
+    pub fn spawn_with(
+        url: &str,
+        schema: &Schema,
+        instance: &str,
+        output: Output,
+        extra: &[&str],
+    ) -> Result<ChildRelay> {
         let exe =
             std::env::current_exe().context("cannot find the outbox program to run the relay")?;
         let mut cmd = Command::new(exe);
@@ -104,6 +115,7 @@ impl ChildRelay {
             "--log-level",
             "warn",
         ]);
+        cmd.args(extra);
         for (name, _) in std::env::vars_os() {
             if name.to_str().is_some_and(|n| n.starts_with("OUTBOX_")) {
                 cmd.env_remove(name);
@@ -152,6 +164,11 @@ impl ChildRelay {
     /// What the relay printed so far ([`Output::Timed`] only).
     pub fn lines(&self) -> Option<&Arc<Lines>> {
         self.lines.as_ref()
+    }
+
+    /// The relay's process id (for its CPU time).
+    pub fn pid(&self) -> u32 {
+        self.group.id()
     }
 
     /// Fails if the relay has exited.

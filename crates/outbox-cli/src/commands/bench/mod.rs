@@ -4,6 +4,7 @@
 
 mod child_relay;
 mod drain;
+mod held_snapshot;
 mod latency;
 mod produce;
 mod stats;
@@ -45,6 +46,11 @@ pub enum Scenario {
     /// the seed's NOTIFY trigger and the default wake-up trigger with a
     /// relay running, each against a plain INSERT.
     Produce(produce::ProduceArgs),
+    /// Steadiness while something holds an old snapshot: a steady
+    /// plain-SQL producer, `outbox relay` as a child process, and a
+    /// `REPEATABLE READ` transaction held for `--hold` seconds; database CPU
+    /// per event at the end of the hold against before it.
+    HeldSnapshot(held_snapshot::HeldSnapshotArgs),
 }
 
 /// The server a scenario runs on: a throwaway cluster unless DATABASE_URL
@@ -170,6 +176,7 @@ pub async fn run(ctx: &Ctx, args: BenchArgs) -> Result<ExitCode> {
             Scenario::Drain(a) => drain::run(ctx, fsync, a).await,
             Scenario::Latency(a) => latency::run(ctx, fsync, a).await,
             Scenario::Produce(a) => produce::run(ctx, fsync, a).await,
+            Scenario::HeldSnapshot(a) => held_snapshot::run(ctx, fsync, a).await,
         }
     };
     // Ctrl-C drops the scenario, and with it the throwaway server and any

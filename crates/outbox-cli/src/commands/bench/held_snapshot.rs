@@ -1,0 +1,304 @@
+//! `bench held-snapshot`: a steady plain-SQL producer and `outbox relay` as
+//! a child process; after a normal spell, one `REPEATABLE READ` transaction
+//! holds its snapshot (as a long report or `pg_dump` would), so nothing the
+//! relay deletes can be vacuumed. Reports how the database's CPU per event
+//! during the last minute of the hold compares with the minute before the
+//! hold, and the oldest pending age throughout.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use clap::Args;
+use outbox::{Schema, Status, WakeupTrigger};
+use serde_json::json;
+use sqlx::PgPool;
+
+use super::child_relay::{ChildRelay, Output};
+use super::{fresh_schema, Server};
+use crate::commands::Ctx;
+
+/// Events per producing transaction (as in a pgbench script of 10 inserts).
+const EVENTS_PER_TX: u64 = 10;
+
+/// The window compared: the last this many seconds of the hold against as
+/// many before it (less when `--before` or `--hold` is shorter).
+const WINDOW: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Args)]
+pub struct HeldSnapshotArgs {
+    /// Events per second, produced by plain SQL in transactions of 10, 10
+    /// to 20000.
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(10..=20_000))]
+    pub rate: u64,
+    /// Seconds of normal flow before the snapshot is taken, 10 to 3600
+    /// (the comparison uses the last minute of it).
+    #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u64).range(10..=3_600))]
+    pub before: u64,
+    /// Seconds the snapshot is held, 10 to 7200.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(10..=7_200))]
+    pub hold: u64,
+    /// Run the relay in retention mode (`--keep-processed`).
+    #[arg(long)]
+    pub keep_processed: bool,
+    /// Seconds between the printed samples, 1 to 600.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub sample_every: u64,
+    /// Distinct aggregates the events spread over, 1 to 1000000.
+    #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub aggregates: u64,
+}
+
+/// CPU seconds used so far by every thread of process `pid`, from
+/// `/proc/PID/task/*/schedstat` (`None` if the process is not on this
+/// machine or is gone).
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut ns = 0u64;
+    for task in tasks.flatten() {
+        let stat = std::fs::read_to_string(task.path().join("schedstat")).ok()?;
+        ns += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(ns as f64 / 1e9)
+}
+
+/// The database's CPU so far: every server process it lists (backends and
+/// background workers), by pid, so a process that ends only stops counting.
+async fn database_cpu(pool: &PgPool, seen: &mut HashMap<u32, f64>) -> Result<Option<f64>> {
+    let pids: Vec<i32> = sqlx::query_scalar("SELECT pid FROM pg_stat_activity")
+        .fetch_all(pool)
+        .await?;
+    let mut any = false;
+    for pid in pids {
+        if let Some(s) = cpu_seconds(pid as u32) {
+            seen.insert(pid as u32, s);
+            any = true;
+        }
+    }
+    Ok(any.then(|| seen.values().sum()))
+}
+
+struct Sample {
+    at: Duration,
+    produced: u64,
+    db_cpu: Option<f64>,
+    relay_cpu: Option<f64>,
+    pending: i64,
+    oldest_ms: f64,
+    dead_tuples: i64,
+    held: bool,
+}
+
+pub async fn run(ctx: &Ctx, fsync: bool, args: HeldSnapshotArgs) -> Result<serde_json::Value> {
+    let server = Server::start(ctx, fsync).await?;
+    let pool = server.pool(8).await?;
+    let schema = fresh_schema(&pool, "bench_held", WakeupTrigger::Idle).await?;
+    let mut relay = ChildRelay::spawn_with(
+        &server.url,
+        &schema,
+        "held",
+        Output::Discard,
+        if args.keep_processed {
+            &["--keep-processed"]
+        } else {
+            &[]
+        },
+    )?;
+    let total = Duration::from_secs(args.before + args.hold);
+    let hold_at = Duration::from_secs(args.before);
+    eprintln!(
+        "bench held-snapshot: {} events/s for {} s, snapshot held from {} s to the end ({} mode)",
+        args.rate,
+        total.as_secs(),
+        args.before,
+        if args.keep_processed {
+            "retention"
+        } else {
+            "delete-on-ack"
+        }
+    );
+
+    let producer = tokio::spawn(produce(
+        pool.clone(),
+        schema.clone(),
+        args.rate,
+        args.aggregates,
+        total,
+    ));
+    let started = Instant::now();
+    let mut holder = None;
+    let mut samples: Vec<Sample> = Vec::new();
+    let mut cpu_seen = HashMap::new();
+    let mut max_oldest_ms: f64 = 0.0;
+    let mut max_oldest_held_ms: f64 = 0.0;
+    let mut next_sample = Duration::ZERO;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    while started.elapsed() < total {
+        tick.tick().await;
+        relay.check_running()?;
+        let at = started.elapsed();
+        if holder.is_none() && at >= hold_at {
+            let mut conn = pool.acquire().await?;
+            sqlx::raw_sql("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pg_class;")
+                .execute(&mut *conn)
+                .await?;
+            holder = Some(conn);
+            eprintln!(
+                "bench held-snapshot: snapshot taken at {:.0} s",
+                at.as_secs_f64()
+            );
+        }
+        let status = {
+            let mut conn = pool.acquire().await?;
+            Status::read(&mut conn, &schema).await?
+        };
+        let oldest_ms = status.oldest_pending_age_seconds.unwrap_or(0.0).max(0.0) * 1e3;
+        max_oldest_ms = max_oldest_ms.max(oldest_ms);
+        if holder.is_some() {
+            max_oldest_held_ms = max_oldest_held_ms.max(oldest_ms);
+        }
+        if at >= next_sample {
+            next_sample += Duration::from_secs(args.sample_every);
+            let dead_tuples: i64 = sqlx::query_scalar(
+                "SELECT coalesce(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables
+                 WHERE schemaname = $1 AND relname = 'outbox_events'",
+            )
+            .bind(schema.name())
+            .fetch_one(&pool)
+            .await?;
+            let produced: i64 = sqlx::query_scalar(&format!(
+                "SELECT coalesce(pg_sequence_last_value('{}.outbox_events_seq_seq'), 0)",
+                schema.name()
+            ))
+            .fetch_one(&pool)
+            .await?;
+            let sample = Sample {
+                at,
+                produced: produced as u64,
+                db_cpu: database_cpu(&pool, &mut cpu_seen).await?,
+                relay_cpu: cpu_seconds(relay.pid()),
+                pending: status.pending,
+                oldest_ms,
+                dead_tuples,
+                held: holder.is_some(),
+            };
+            print_sample(samples.last(), &sample);
+            samples.push(sample);
+        }
+    }
+    if let Some(mut conn) = holder.take() {
+        sqlx::raw_sql("COMMIT").execute(&mut *conn).await?;
+    }
+    producer.await.context("producer task")??;
+    relay.stop().await?;
+
+    let per_event = |from: Duration, to: Duration| -> Option<f64> {
+        // The first sample in the window and the last one in it.
+        let a = samples.iter().find(|s| s.at >= from && s.at <= to)?;
+        let b = samples.iter().rev().find(|s| s.at <= to && s.at > a.at)?;
+        let events = b.produced.checked_sub(a.produced).filter(|n| *n > 0)? as f64;
+        Some((b.db_cpu? - a.db_cpu?) / events * 1e6)
+    };
+    let window = WINDOW
+        .min(Duration::from_secs(args.before))
+        .min(Duration::from_secs(args.hold));
+    let before = per_event(hold_at.saturating_sub(window), hold_at);
+    let end = per_event(total.saturating_sub(window), total);
+    let ratio = match (before, end) {
+        (Some(b), Some(e)) if b > 0.0 => Some(e / b),
+        _ => None,
+    };
+    let shown = |v: Option<f64>| v.map_or("n/a".to_owned(), |v| format!("{v:.1}"));
+    println!(
+        "bench held-snapshot ({} events/s, held {} s):",
+        args.rate, args.hold
+    );
+    println!(
+        "  database CPU per event: {} µs the minute before the hold, {} µs its last minute (ratio {})",
+        shown(before),
+        shown(end),
+        ratio.map_or("n/a".to_owned(), |r| format!("{r:.2}"))
+    );
+    println!(
+        "  oldest pending: at most {max_oldest_held_ms:.0} ms while held ({max_oldest_ms:.0} ms over the run, sampled every second)"
+    );
+    Ok(json!({
+        "scenario": "held-snapshot",
+        "rate": args.rate,
+        "hold_seconds": args.hold,
+        "retention": args.keep_processed,
+        "db_cpu_us_per_event_before": before,
+        "db_cpu_us_per_event_end_of_hold": end,
+        "ratio": ratio,
+        "max_oldest_pending_ms_held": max_oldest_held_ms,
+        "max_oldest_pending_ms": max_oldest_ms,
+        "samples": samples.iter().map(|s| json!({
+            "at_s": s.at.as_secs_f64(), "produced": s.produced, "db_cpu_s": s.db_cpu,
+            "relay_cpu_s": s.relay_cpu, "pending": s.pending, "oldest_pending_ms": s.oldest_ms,
+            "dead_tuples": s.dead_tuples, "held": s.held,
+        })).collect::<Vec<_>>(),
+    }))
+}
+
+fn print_sample(previous: Option<&Sample>, s: &Sample) {
+    let rate = |f: fn(&Sample) -> Option<f64>| -> String {
+        match previous.and_then(|p| Some((f(s)? - f(p)?) / (s.at - p.at).as_secs_f64())) {
+            Some(cores) => format!("{cores:.2}"),
+            None => "-".to_owned(),
+        }
+    };
+    eprintln!(
+        "  {:>5.0} s {}  db cpu {} cores  relay cpu {} cores  pending {:>6}  oldest {:>6.0} ms  dead tuples {:>8}",
+        s.at.as_secs_f64(),
+        if s.held { "held" } else { "    " },
+        rate(|s| s.db_cpu),
+        rate(|s| s.relay_cpu),
+        s.pending,
+        s.oldest_ms,
+        s.dead_tuples
+    );
+}
+
+/// Inserts `rate` events a second in transactions of [`EVENTS_PER_TX`]
+/// until `total` has passed, several transactions in flight when commits
+/// are slow (open loop: the schedule does not wait for the database).
+async fn produce(
+    pool: PgPool,
+    schema: Schema,
+    rate: u64,
+    aggregates: u64,
+    total: Duration,
+) -> Result<()> {
+    const IN_FLIGHT: usize = 6;
+    let sql: std::sync::Arc<str> = format!(
+        "INSERT INTO {}.outbox_events (aggregate_type, aggregate_id, event_type, payload)
+         SELECT 'order', 'order-' || ((random() * $1)::bigint), 'order.created',
+                jsonb_build_object('n', g, 'note', repeat('x', 60))
+         FROM generate_series(1, {EVENTS_PER_TX}) g",
+        schema.name()
+    )
+    .into();
+    let every = Duration::from_secs_f64(EVENTS_PER_TX as f64 / rate as f64);
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut tasks = tokio::task::JoinSet::new();
+    let started = Instant::now();
+    while started.elapsed() < total {
+        tick.tick().await;
+        while tasks.len() >= IN_FLIGHT {
+            tasks.join_next().await.context("producer task")???;
+        }
+        let (pool, sql) = (pool.clone(), sql.clone());
+        tasks.spawn(async move {
+            sqlx::query(&sql)
+                .bind(aggregates as i64)
+                .execute(&pool)
+                .await
+                .map(|_| ())
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.context("producer task")??;
+    }
+    Ok(())
+}
