@@ -135,15 +135,36 @@ ORDER BY instance_id";
 /// 3) notifies while the announcement lasts ($2 ms, refreshed while the
 /// relay sleeps, so a relay that died stops costing producers once it
 /// lapses).
+///
+/// Not flushed to disk (`synchronous_commit` off for this statement): a
+/// lost announcement only leaves pick-ups to the poll, and producers'
+/// commits do not wait behind the relay's. Returns the snapshot's `xmax`:
+/// once every transaction below it has ended, every insert that could not
+/// see the announcement has committed, and one more look finds it.
 pub const INSTANCE_IDLE_ANNOUNCE: &str = "
 INSERT INTO {schema}.outbox_relay_idle (instance_id, idle_until)
-VALUES ($1, now() + $2 * interval '1 millisecond')
-ON CONFLICT (instance_id) DO UPDATE SET idle_until = EXCLUDED.idle_until";
+SELECT $1, now() + $2 * interval '1 millisecond'
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed
+ON CONFLICT (instance_id) DO UPDATE SET idle_until = EXCLUDED.idle_until
+RETURNING (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint)";
+
+/// Whether every transaction below `$1` has ended.
+pub const TRANSACTIONS_ENDED_BELOW: &str =
+    "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint >= $1";
+
+/// Whether the schema's idle wake-up trigger is installed (a relay announces
+/// itself idle only then).
+pub const IDLE_TRIGGER_INSTALLED: &str = "
+SELECT EXISTS (SELECT 1 FROM pg_trigger
+               WHERE tgname = 'outbox_wake_idle_relay'
+                 AND tgrelid = '{schema}.outbox_events'::regclass)";
 
 /// This instance has work again (or is stopping): producers stop notifying
 /// on its account.
 pub const INSTANCE_IDLE_RETRACT: &str = "
-DELETE FROM {schema}.outbox_relay_idle WHERE instance_id = $1";
+DELETE FROM {schema}.outbox_relay_idle
+WHERE instance_id = $1
+  AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL";
 
 /// A stopping instance leaves.
 pub const INSTANCE_REMOVE: &str = "

@@ -65,6 +65,7 @@ pub struct Store {
     heartbeat: String,
     idle_announce: String,
     idle_retract: String,
+    idle_trigger: String,
     live: String,
     remove: String,
     renew: String,
@@ -88,6 +89,7 @@ impl Store {
             heartbeat: r(q::INSTANCE_HEARTBEAT),
             idle_announce: r(q::INSTANCE_IDLE_ANNOUNCE),
             idle_retract: r(q::INSTANCE_IDLE_RETRACT),
+            idle_trigger: r(q::IDLE_TRIGGER_INSTALLED),
             live: r(q::INSTANCE_LIVE),
             remove: r(q::INSTANCE_REMOVE),
             renew: r(q::PARTITION_LEASE_RENEW),
@@ -208,15 +210,32 @@ impl Store {
         Ok(())
     }
 
-    /// Announces that this instance sleeps, for `ttl`.
-    pub async fn instance_idle_announce(&self, me: &str, ttl: Duration) -> Result<()> {
-        sqlx::query(&self.idle_announce)
+    /// Announces that this instance sleeps, for `ttl`; returns the
+    /// announcement's snapshot `xmax` (see [`Store::transactions_ended_below`]).
+    pub async fn instance_idle_announce(&self, me: &str, ttl: Duration) -> Result<i64> {
+        sqlx::query_scalar(&self.idle_announce)
             .bind(me)
             .bind(ttl.as_millis() as f64)
-            .execute(&self.pool)
+            .fetch_one(&self.pool)
             .await
-            .map_err(Error::db("announcing that the relay is idle"))?;
-        Ok(())
+            .map_err(Error::db("announcing that the relay is idle"))
+    }
+
+    /// Whether every transaction with an id below `xid` has ended.
+    pub async fn transactions_ended_below(&self, xid: i64) -> Result<bool> {
+        sqlx::query_scalar(q::TRANSACTIONS_ENDED_BELOW)
+            .bind(xid)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(Error::db("reading the oldest running transaction"))
+    }
+
+    /// Whether the schema's idle wake-up trigger is installed.
+    pub async fn idle_trigger_installed(&self) -> Result<bool> {
+        sqlx::query_scalar(&self.idle_trigger)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(Error::db("looking for the wake-up trigger"))
     }
 
     /// Withdraws this instance's idle announcement.

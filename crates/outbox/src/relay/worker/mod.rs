@@ -6,6 +6,7 @@
 //! acknowledged.
 
 mod ack;
+mod idle;
 mod phase;
 mod publish;
 
@@ -49,6 +50,9 @@ pub(crate) struct Worker {
     retracting: Option<tokio::task::JoinHandle<()>>,
     /// Where the next claim starts reading fresh rows.
     cursor: Cursor,
+    /// Whether the schema has the idle wake-up trigger (`None`: not known
+    /// yet).
+    idle_trigger: Option<bool>,
 }
 
 /// What a worker works with; the rest is its own state.
@@ -82,6 +86,7 @@ impl Worker {
             idle_announced: None,
             retracting: None,
             cursor: Cursor::new(),
+            idle_trigger: None,
         }
     }
 
@@ -170,14 +175,20 @@ impl Worker {
 
     async fn idle(&mut self, claim: Claimable) -> Phase {
         let ttl = Duration::from_millis(self.deps.config.lease_ms);
-        // About to sleep: announce it (a relay that does not LISTEN has
-        // nothing to be woken by), then look once more, so a row whose insert
-        // did not see the announcement yet is not left for the poll. While
-        // asleep, keep the announcement alive.
+        // About to sleep: announce it (only where the schema's idle trigger
+        // is installed, and a relay that does not LISTEN has nothing to be
+        // woken by), wait until every insert that could not see the
+        // announcement has committed, then look once more, so none of them
+        // is left for the poll. While asleep, keep the announcement alive.
         let first = self.idle_announced.is_none();
         let due = self.idle_announced.is_none_or(|at| at.elapsed() > ttl / 2);
-        if self.deps.config.listen && due && self.announce_idle(ttl).await && first {
-            return Phase::Claim(claim);
+        if self.deps.config.listen && due && self.idle_trigger().await {
+            if let Some(xmax) = self.announce_idle(ttl).await {
+                if first {
+                    self.wait_for_transactions_below(xmax).await;
+                    return Phase::Claim(claim);
+                }
+            }
         }
         let poll = self.idle.next_delay();
         let next_retry = match self.deps.store.event_next_retry(&claim.partitions).await {
@@ -307,44 +318,6 @@ impl Worker {
     async fn announce_rebalance(&self) {
         if let Err(e) = self.deps.store.rebalance_notify(&self.deps.channel).await {
             tracing::debug!(error = %e.with_causes(), "could not announce the rebalance; others take over at their next lease round");
-        }
-    }
-
-    /// Tells producers' wake-up trigger that this instance sleeps, for
-    /// `ttl`. Returns whether that worked; without it the poll still finds
-    /// every row.
-    async fn announce_idle(&mut self, ttl: Duration) -> bool {
-        if let Some(retracting) = self.retracting.take() {
-            let _ = retracting.await;
-        }
-        match self
-            .deps
-            .store
-            .instance_idle_announce(self.deps.ownership.me(), ttl)
-            .await
-        {
-            Ok(()) => {
-                self.idle_announced = Some(Instant::now());
-                true
-            }
-            Err(e) => {
-                tracing::debug!(error = %e.with_causes(), "could not announce that the relay is idle; polling");
-                false
-            }
-        }
-    }
-
-    /// Withdraws the idle announcement, if any.
-    async fn retract_idle(&mut self) {
-        if self.idle_announced.take().is_some() {
-            if let Err(e) = self
-                .deps
-                .store
-                .instance_idle_retract(self.deps.ownership.me())
-                .await
-            {
-                tracing::debug!(error = %e.with_causes(), "could not withdraw the idle announcement; it lapses by itself");
-            }
         }
     }
 

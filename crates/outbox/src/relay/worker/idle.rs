@@ -1,0 +1,86 @@
+//! The idle announcement: how a worker tells producers' wake-up trigger
+//! (migration 3) that it sleeps, closes the race with inserts that could
+//! not see the announcement yet, and withdraws it when it has work.
+
+use std::time::{Duration, Instant};
+
+use super::Worker;
+
+/// How long, at most, an announcement waits for the inserts that could not
+/// see it to commit before the last look.
+const ANNOUNCE_SETTLE_MAX: Duration = Duration::from_millis(50);
+/// How often it looks meanwhile.
+const ANNOUNCE_SETTLE_POLL: Duration = Duration::from_millis(1);
+
+impl Worker {
+    /// Whether the schema has the idle wake-up trigger (asked once; a
+    /// schema switched to another mode is seen at the relay's restart).
+    pub(super) async fn idle_trigger(&mut self) -> bool {
+        if self.idle_trigger.is_none() {
+            match self.deps.store.idle_trigger_installed().await {
+                Ok(installed) => self.idle_trigger = Some(installed),
+                Err(e) => {
+                    tracing::debug!(error = %e.with_causes(), "could not look for the wake-up trigger; polling");
+                    return false;
+                }
+            }
+        }
+        self.idle_trigger == Some(true)
+    }
+
+    /// Waits, briefly, until every transaction with an id below `xid` has
+    /// ended: inserts that ran before the announcement could be seen have
+    /// then committed. A long writer elsewhere ends the wait early; the
+    /// poll covers what it leaves.
+    pub(super) async fn wait_for_transactions_below(&mut self, xid: i64) {
+        let started = Instant::now();
+        while started.elapsed() < ANNOUNCE_SETTLE_MAX {
+            match self.deps.store.transactions_ended_below(xid).await {
+                Ok(true) => return,
+                Ok(false) => tokio::time::sleep(ANNOUNCE_SETTLE_POLL).await,
+                Err(e) => {
+                    tracing::debug!(error = %e.with_causes(), "could not read the oldest running transaction; polling");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Tells producers' wake-up trigger that this instance sleeps, for
+    /// `ttl`. Returns the announcement's snapshot `xmax`, or `None` if it
+    /// failed (the poll still finds every row).
+    pub(super) async fn announce_idle(&mut self, ttl: Duration) -> Option<i64> {
+        if let Some(retracting) = self.retracting.take() {
+            let _ = retracting.await;
+        }
+        match self
+            .deps
+            .store
+            .instance_idle_announce(self.deps.ownership.me(), ttl)
+            .await
+        {
+            Ok(xmax) => {
+                self.idle_announced = Some(Instant::now());
+                Some(xmax)
+            }
+            Err(e) => {
+                tracing::debug!(error = %e.with_causes(), "could not announce that the relay is idle; polling");
+                None
+            }
+        }
+    }
+
+    /// Withdraws the idle announcement, if any.
+    pub(super) async fn retract_idle(&mut self) {
+        if self.idle_announced.take().is_some() {
+            if let Err(e) = self
+                .deps
+                .store
+                .instance_idle_retract(self.deps.ownership.me())
+                .await
+            {
+                tracing::debug!(error = %e.with_causes(), "could not withdraw the idle announcement; it lapses by itself");
+            }
+        }
+    }
+}
