@@ -10,6 +10,9 @@
 //! configuration runs it for every command, so `outbox config check` and
 //! `outbox relay` accept and refuse exactly the same publishers;
 //! [`from_config`] then only opens or connects what it accepted.
+//!
+//! Longer than most files on purpose: it is the one table of publishers,
+//! with each entry's check beside it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -4,6 +4,9 @@
 //! `Retry-After`, status codes, timeouts and signatures.
 //!
 //! Each test starts a receiver of its own on a free port of 127.0.0.1.
+//!
+//! Longer than most files: besides the shared suite it holds the
+//! webhook-only cases (`Retry-After`, status codes, timeouts, signatures).
 #![cfg(feature = "http")]
 
 use std::time::{Duration, Instant};

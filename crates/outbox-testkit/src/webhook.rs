@@ -17,6 +17,9 @@
 //! receiver.assert_all_signed();
 //! # }
 //! ```
+//!
+//! Longer than most files: the signature check is written out step by step
+//! as the specification gives it, so a test failure points at one step.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;

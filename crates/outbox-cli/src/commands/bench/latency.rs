@@ -12,6 +12,9 @@
 //!   migrate`), and `outbox relay --publisher stdout` as a child process
 //!   that has been idle for a while when the schedule starts; an event is
 //!   delivered when its JSON line is read from the relay's standard output.
+//!
+//! Longer than most files: the two setups share the schedule, the timing
+//! and the report, which is why they stay together.
 
 use std::collections::HashMap;
 use std::future::Future;
