@@ -323,7 +323,10 @@ fn every_conformance_case_is_run() {
     conformance::assert_runs_every_case(
         include_str!("conformance_stream.rs"),
         &[
-            ("rejects_an_oversized_message", "a file or stdout has no size limit"),
+            (
+                "rejects_an_oversized_message",
+                "a file or stdout has no size limit",
+            ),
             ("outage_burns_no_attempts", "there is no broker to stop"),
             ("survives_a_broker_restart", "there is no broker to restart"),
         ],
