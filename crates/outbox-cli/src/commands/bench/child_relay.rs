@@ -188,8 +188,16 @@ impl ChildRelay {
         within: Duration,
     ) -> Result<()> {
         let s = schema.name();
+        // A relay announces itself idle only where the schema has the idle
+        // wake-up trigger; elsewhere, idle is nothing pending.
         let sql = format!(
-            "SELECT (SELECT count(*) FROM {s}.outbox_relay_idle WHERE idle_until > now()) = 1
+            "SELECT (CASE WHEN EXISTS (SELECT 1 FROM pg_trigger
+                                        WHERE tgname = 'outbox_wake_idle_relay'
+                                          AND tgrelid = '{s}.outbox_events'::regclass)
+                          THEN (SELECT count(*) FROM {s}.outbox_relay_idle WHERE idle_until > now()) = 1
+                          ELSE NOT EXISTS (SELECT 1 FROM {s}.outbox_events
+                                           WHERE processed_at IS NULL AND dead_lettered_at IS NULL)
+                     END)
                 AND (SELECT bool_and(owner = $1 AND lease_until > now()) FROM {s}.outbox_partitions)"
         );
         let deadline = Instant::now() + within;
@@ -204,7 +212,7 @@ impl ChildRelay {
             }
             if Instant::now() > deadline {
                 bail!(
-                    "the child `outbox relay` did not hold every partition and announce it was idle within {} s",
+                    "the child `outbox relay` did not hold every partition and become idle within {} s",
                     within.as_secs()
                 );
             }
