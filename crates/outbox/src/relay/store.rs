@@ -132,8 +132,7 @@ impl Store {
                 .map_err(Error::db("reading the claim's snapshot"))?,
         };
         for row in rows {
-            let decoded =
-                decode::claimed_row(&row).map_err(|e| Error::db("decoding a claimed row")(e))?;
+            let decoded = decode::claimed_row(&row).map_err(Error::db("decoding a claimed row"))?;
             let event = match decoded.event {
                 Ok(event) => event,
                 Err(bad) => {

@@ -39,9 +39,6 @@ pub(crate) struct Worker {
     idle: DoublingDelay,
     /// Waits after an outage, doubling to `outage_backoff_max_ms`.
     outage: DoublingDelay,
-    /// The outbox tables were missing at the last database error (logged
-    /// once per change, not at every retry).
-    tables_missing: bool,
     /// When this instance last announced that it sleeps (producers' wake-up
     /// trigger then notifies); `None` while it has work.
     idle_announced: Option<Instant>,
@@ -82,7 +79,6 @@ impl Worker {
             prefetched: None,
             idle,
             outage,
-            tables_missing: false,
             idle_announced: None,
             retracting: None,
             cursor: Cursor::new(),
@@ -161,7 +157,6 @@ impl Worker {
                 if let Some(meta) = batch.meta {
                     self.cursor.observe(&claim.partitions, from, meta);
                 }
-                self.tables_back();
                 self.unacked_acknowledged();
                 if batch.events.is_empty() {
                     Phase::Idle(claim)
@@ -280,10 +275,9 @@ impl Worker {
         let delay = self.outage.next_delay();
         let message = error.with_causes();
         if error.is_missing_table() {
-            if !self.tables_missing {
-                tracing::error!(error = %message, "the outbox tables are missing (schema dropped?): run `outbox migrate`; retrying until they are back");
-                self.tables_missing = true;
-            }
+            // Named once per change by the lease round, which runs whether
+            // or not this instance holds partitions.
+            tracing::debug!(error = %message, "outbox tables missing; retrying");
         } else {
             tracing::warn!(error = %message, retry_in_ms = delay.as_millis() as u64, "database unavailable");
         }
@@ -324,13 +318,6 @@ impl Worker {
     /// Where a claim of `partitions` starts reading fresh rows now.
     fn cursor_start(&mut self, partitions: &[i32]) -> i64 {
         self.cursor.start(partitions, Instant::now())
-    }
-
-    /// A claim succeeded: if the tables had been missing, say they are back.
-    fn tables_back(&mut self) {
-        if std::mem::take(&mut self.tables_missing) {
-            tracing::info!("the outbox tables are back; relaying again");
-        }
     }
 
     /// Waits for a wake-up, `delay`, or shutdown.
