@@ -19,7 +19,6 @@ use outbox::{Outcome, Publisher};
 use outbox_publishers::amqp::{AmqpConfig, AmqpPublisher, ExchangeType, Unroutable};
 use outbox_testkit::brokers::rabbitmq::{self, RabbitMq, MAX_MESSAGE_BYTES};
 use outbox_testkit::conformance::{self, Capabilities, Collector, Harness, Received, Scope};
-use outbox_testkit::postgres::test_db;
 
 struct AmqpHarness {
     rabbit: Arc<Mutex<RabbitMq>>,
@@ -158,62 +157,12 @@ impl Harness for AmqpHarness {
     }
 }
 
-// ---- the suite, on the shared node ----
+// ---- the suite: the shared node, and one of its own for the outage cases ----
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn delivers_a_batch() {
-    let Some(h) = AmqpHarness::shared().await else {
-        return;
-    };
-    conformance::delivers_a_batch(&h).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn maps_headers_key_and_destination() {
-    let Some(h) = AmqpHarness::shared().await else {
-        return;
-    };
-    conformance::maps_headers_key_and_destination(&h).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn keeps_aggregate_order() {
-    let Some(h) = AmqpHarness::shared().await else {
-        return;
-    };
-    let pool = test_db().await.pool().await;
-    conformance::keeps_aggregate_order(&h, &pool).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn drains_a_large_batch() {
-    let Some(h) = AmqpHarness::shared().await else {
-        return;
-    };
-    let pool = test_db().await.pool().await;
-    conformance::drains_a_large_batch(&h, &pool, 5_000).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rejects_an_oversized_message() {
-    let Some(h) = AmqpHarness::shared().await else {
-        return;
-    };
-    let pool = test_db().await.pool().await;
-    conformance::rejects_an_oversized_message(&h, &pool).await;
-}
-
-// ---- the cases that stop the broker, on a node of their own ----
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn outage_and_restart() {
-    let Some(h) = AmqpHarness::private().await else {
-        return;
-    };
-    let pool = test_db().await.pool().await;
-    conformance::outage_burns_no_attempts(&h, &pool).await;
-    let pool = test_db().await.pool().await;
-    conformance::survives_a_broker_restart(&h, &pool).await;
+outbox_testkit::conformance_suite! {
+    shared: AmqpHarness::shared().await,
+    private: AmqpHarness::private().await,
+    faithful_up_to: Some(MAX_MESSAGE_BYTES - 1_000),
 }
 
 // ---- RabbitMQ specifics ----
@@ -493,19 +442,4 @@ async fn deleted_exchange_is_an_outage_then_redeclared() {
         "the next publish reconnects and declares the exchange again"
     );
     let _ = conn.close(200, "done".into()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn delivers_every_event_as_stored() {
-    let Some(h) = AmqpHarness::shared().await else {
-        return;
-    };
-    let pool = test_db().await.pool().await;
-    conformance::delivers_every_event_as_stored(&h, &pool, Some(MAX_MESSAGE_BYTES - 1_000)).await;
-}
-
-/// A case added to the suite must be run here too.
-#[test]
-fn every_conformance_case_is_run() {
-    conformance::assert_runs_every_case(include_str!("conformance_amqp.rs"), &[]);
 }

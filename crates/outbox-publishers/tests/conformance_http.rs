@@ -113,50 +113,12 @@ impl Harness for HttpHarness {
     }
 }
 
-// ---- the suite: every case ----
+// ---- the suite: every case, each on a receiver of its own ----
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn delivers_a_batch() {
-    conformance::delivers_a_batch(&HttpHarness::start().await).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn maps_headers_key_and_destination() {
-    conformance::maps_headers_key_and_destination(&HttpHarness::start().await).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn keeps_aggregate_order() {
-    let pool = test_db().await.pool().await;
-    conformance::keeps_aggregate_order(&HttpHarness::start().await, &pool).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn drains_a_large_batch() {
-    let pool = test_db().await.pool().await;
-    conformance::drains_a_large_batch(&HttpHarness::start().await, &pool, 5_000).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rejects_an_oversized_message() {
-    let pool = test_db().await.pool().await;
-    conformance::rejects_an_oversized_message(&HttpHarness::start().await, &pool).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn delivers_every_event_as_stored() {
-    let pool = test_db().await.pool().await;
-    let h = HttpHarness::start().await;
-    conformance::delivers_every_event_as_stored(&h, &pool, Some(MAX_BODY_BYTES - 1_000)).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn outage_and_restart() {
-    let h = HttpHarness::start().await;
-    let pool = test_db().await.pool().await;
-    conformance::outage_burns_no_attempts(&h, &pool).await;
-    let pool = test_db().await.pool().await;
-    conformance::survives_a_broker_restart(&h, &pool).await;
+outbox_testkit::conformance_suite! {
+    shared: Some(HttpHarness::start().await),
+    private: Some(HttpHarness::start().await),
+    faithful_up_to: Some(MAX_BODY_BYTES - 1_000),
 }
 
 // ---- webhook specifics ----
@@ -443,10 +405,4 @@ async fn a_wave_is_sent_concurrently_up_to_max_concurrency() {
             "max_concurrency {limit}: 8 requests of 300 ms took {took:.2} s"
         );
     }
-}
-
-/// A case added to the suite must be run here too.
-#[test]
-fn every_conformance_case_is_run() {
-    conformance::assert_runs_every_case(include_str!("conformance_http.rs"), &[]);
 }

@@ -269,44 +269,15 @@ fn rand_u32() -> u32 {
 
 // ---- against the mock cluster (every run) ----
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mock_delivers_a_batch() {
-    conformance::delivers_a_batch(&KafkaHarness::mock()).await;
-}
+/// The suite, each test on a mock cluster of its own.
+mod mock {
+    use super::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mock_maps_headers_key_and_destination() {
-    conformance::maps_headers_key_and_destination(&KafkaHarness::mock()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mock_keeps_aggregate_order() {
-    let pool = test_db().await.pool().await;
-    conformance::keeps_aggregate_order(&KafkaHarness::mock(), &pool).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mock_drains_a_large_batch() {
-    let pool = test_db().await.pool().await;
-    conformance::drains_a_large_batch(&KafkaHarness::mock(), &pool, 5_000).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mock_rejects_an_oversized_message() {
-    let pool = test_db().await.pool().await;
-    conformance::rejects_an_oversized_message(&KafkaHarness::mock(), &pool).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mock_outage_burns_no_attempts() {
-    let pool = test_db().await.pool().await;
-    conformance::outage_burns_no_attempts(&KafkaHarness::mock(), &pool).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mock_survives_a_broker_restart() {
-    let pool = test_db().await.pool().await;
-    conformance::survives_a_broker_restart(&KafkaHarness::mock(), &pool).await;
+    outbox_testkit::conformance_suite! {
+        shared: Some(KafkaHarness::mock()),
+        private: Some(KafkaHarness::mock()),
+        faithful_up_to: Some(MESSAGE_MAX_BYTES - 10_000),
+    }
 }
 
 /// Kafka-specific: an override that is not a legal topic name is rejected
@@ -395,21 +366,4 @@ async fn tansu_outage_burns_no_attempts() {
     };
     let pool = test_db().await.pool().await;
     conformance::outage_burns_no_attempts(&h, &pool).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mock_delivers_every_event_as_stored() {
-    let pool = test_db().await.pool().await;
-    conformance::delivers_every_event_as_stored(
-        &KafkaHarness::mock(),
-        &pool,
-        Some(MESSAGE_MAX_BYTES - 10_000),
-    )
-    .await;
-}
-
-/// A case added to the suite must be run here too.
-#[test]
-fn every_conformance_case_is_run() {
-    conformance::assert_runs_every_case(include_str!("conformance_kafka.rs"), &[]);
 }

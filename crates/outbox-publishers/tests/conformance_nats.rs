@@ -20,7 +20,6 @@ use outbox_publishers::nats::{NatsConfig, NatsPublisher, NoStream};
 use outbox_testkit::brokers::nats::client::{self, StoredMessage};
 use outbox_testkit::brokers::nats::{Nats, MAX_PAYLOAD_BYTES};
 use outbox_testkit::conformance::{self, Capabilities, Harness, Received, Scope, EVENT_ID_HEADER};
-use outbox_testkit::postgres::test_db;
 
 struct NatsHarness {
     nats: Arc<Mutex<Nats>>,
@@ -155,72 +154,12 @@ impl Harness for NatsHarness {
     }
 }
 
-// ---- the suite, on the shared server ----
+// ---- the suite: the shared server, and one of its own for the outage cases ----
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn delivers_a_batch() {
-    let Some(h) = NatsHarness::shared().await else {
-        return;
-    };
-    conformance::delivers_a_batch(&h).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn maps_headers_key_and_destination() {
-    let Some(h) = NatsHarness::shared().await else {
-        return;
-    };
-    conformance::maps_headers_key_and_destination(&h).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn keeps_aggregate_order() {
-    let Some(h) = NatsHarness::shared().await else {
-        return;
-    };
-    let pool = test_db().await.pool().await;
-    conformance::keeps_aggregate_order(&h, &pool).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn drains_a_large_batch() {
-    let Some(h) = NatsHarness::shared().await else {
-        return;
-    };
-    let pool = test_db().await.pool().await;
-    conformance::drains_a_large_batch(&h, &pool, 5_000).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rejects_an_oversized_message() {
-    let Some(h) = NatsHarness::shared().await else {
-        return;
-    };
-    let pool = test_db().await.pool().await;
-    conformance::rejects_an_oversized_message(&h, &pool).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn delivers_every_event_as_stored() {
-    let Some(h) = NatsHarness::shared().await else {
-        return;
-    };
-    let pool = test_db().await.pool().await;
-    // The largest payload that fits under max_payload with its headers.
-    conformance::delivers_every_event_as_stored(&h, &pool, Some(MAX_PAYLOAD_BYTES - 4_000)).await;
-}
-
-// ---- the cases that stop the server, on a server of their own ----
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn outage_and_restart() {
-    let Some(h) = NatsHarness::private().await else {
-        return;
-    };
-    let pool = test_db().await.pool().await;
-    conformance::outage_burns_no_attempts(&h, &pool).await;
-    let pool = test_db().await.pool().await;
-    conformance::survives_a_broker_restart(&h, &pool).await;
+outbox_testkit::conformance_suite! {
+    shared: NatsHarness::shared().await,
+    private: NatsHarness::private().await,
+    faithful_up_to: Some(MAX_PAYLOAD_BYTES - 4_000),
 }
 
 // ---- NATS specifics ----
@@ -436,10 +375,4 @@ async fn credentials_are_used_and_never_shown() {
     );
     assert!(!format!("{p:?}").contains("s3cret"));
     p.close().await;
-}
-
-/// A case added to the suite must be run here too.
-#[test]
-fn every_conformance_case_is_run() {
-    conformance::assert_runs_every_case(include_str!("conformance_nats.rs"), &[]);
 }

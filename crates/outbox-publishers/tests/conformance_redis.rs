@@ -26,7 +26,6 @@ use outbox_publishers::redis::{RedisConfig, RedisPublisher};
 use outbox_testkit::brokers::redis::client::{self, Entry};
 use outbox_testkit::brokers::redis::Redis;
 use outbox_testkit::conformance::{self, Capabilities, Harness, Received, Scope};
-use outbox_testkit::postgres::test_db;
 
 /// The publisher's entry-size limit in these tests.
 const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
@@ -179,71 +178,12 @@ impl Harness for RedisHarness {
     }
 }
 
-// ---- the suite, on the shared server ----
+// ---- the suite: the shared server, and one of its own for the outage cases ----
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn delivers_a_batch() {
-    let Some(h) = RedisHarness::shared().await else {
-        return;
-    };
-    conformance::delivers_a_batch(&h).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn maps_headers_key_and_destination() {
-    let Some(h) = RedisHarness::shared().await else {
-        return;
-    };
-    conformance::maps_headers_key_and_destination(&h).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn keeps_aggregate_order() {
-    let Some(h) = RedisHarness::shared().await else {
-        return;
-    };
-    let pool = test_db().await.pool().await;
-    conformance::keeps_aggregate_order(&h, &pool).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn drains_a_large_batch() {
-    let Some(h) = RedisHarness::shared().await else {
-        return;
-    };
-    let pool = test_db().await.pool().await;
-    conformance::drains_a_large_batch(&h, &pool, 5_000).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rejects_an_oversized_message() {
-    let Some(h) = RedisHarness::shared().await else {
-        return;
-    };
-    let pool = test_db().await.pool().await;
-    conformance::rejects_an_oversized_message(&h, &pool).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn delivers_every_event_as_stored() {
-    let Some(h) = RedisHarness::shared().await else {
-        return;
-    };
-    let pool = test_db().await.pool().await;
-    conformance::delivers_every_event_as_stored(&h, &pool, Some(MAX_MESSAGE_BYTES - 1_000)).await;
-}
-
-// ---- the cases that stop the server, on a server of their own ----
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn outage_and_restart() {
-    let Some(h) = RedisHarness::private().await else {
-        return;
-    };
-    let pool = test_db().await.pool().await;
-    conformance::outage_burns_no_attempts(&h, &pool).await;
-    let pool = test_db().await.pool().await;
-    conformance::survives_a_broker_restart(&h, &pool).await;
+outbox_testkit::conformance_suite! {
+    shared: RedisHarness::shared().await,
+    private: RedisHarness::private().await,
+    faithful_up_to: Some(MAX_MESSAGE_BYTES - 1_000),
 }
 
 // ---- Redis specifics ----
@@ -499,10 +439,4 @@ async fn credentials_are_used_and_never_shown() {
             .collect()
     };
     assert_eq!(ids, HashSet::from([event.id.to_string()]));
-}
-
-/// A case added to the suite must be run here too.
-#[test]
-fn every_conformance_case_is_run() {
-    conformance::assert_runs_every_case(include_str!("conformance_redis.rs"), &[]);
 }

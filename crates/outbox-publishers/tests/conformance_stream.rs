@@ -106,26 +106,16 @@ impl Harness for FileHarness {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn file_delivers_a_batch() {
-    conformance::delivers_a_batch(&FileHarness::new()).await;
-}
+/// The suite for the file publisher; the cases about a size limit and a
+/// broker to stop return early (its capabilities say it has neither).
+mod file {
+    use super::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn file_maps_headers_and_destination() {
-    conformance::maps_headers_key_and_destination(&FileHarness::new()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn file_keeps_aggregate_order() {
-    let pool = test_db().await.pool().await;
-    conformance::keeps_aggregate_order(&FileHarness::new(), &pool).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn file_drains_a_large_batch() {
-    let pool = test_db().await.pool().await;
-    conformance::drains_a_large_batch(&FileHarness::new(), &pool, 5_000).await;
+    outbox_testkit::conformance_suite! {
+        shared: Some(FileHarness::new()),
+        private: Some(FileHarness::new()),
+        faithful_up_to: Some(50_000_000),
+    }
 }
 
 // ---- stdout, through a child process ----
@@ -281,54 +271,13 @@ impl Harness for StdoutHarness {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stdout_delivers_a_batch() {
-    conformance::delivers_a_batch(&StdoutHarness::default()).await;
-}
+/// The suite for the stdout publisher, as for the file publisher.
+mod stdout {
+    use super::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stdout_maps_headers_and_destination() {
-    conformance::maps_headers_key_and_destination(&StdoutHarness::default()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stdout_keeps_aggregate_order() {
-    let pool = test_db().await.pool().await;
-    conformance::keeps_aggregate_order(&StdoutHarness::default(), &pool).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stdout_drains_a_large_batch() {
-    let pool = test_db().await.pool().await;
-    conformance::drains_a_large_batch(&StdoutHarness::default(), &pool, 5_000).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn file_delivers_every_event_as_stored() {
-    let pool = test_db().await.pool().await;
-    conformance::delivers_every_event_as_stored(&FileHarness::new(), &pool, Some(50_000_000)).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stdout_delivers_every_event_as_stored() {
-    let pool = test_db().await.pool().await;
-    conformance::delivers_every_event_as_stored(&StdoutHarness::default(), &pool, Some(50_000_000))
-        .await;
-}
-
-/// A case added to the suite must be run here too, or skipped with its
-/// reason.
-#[test]
-fn every_conformance_case_is_run() {
-    conformance::assert_runs_every_case(
-        include_str!("conformance_stream.rs"),
-        &[
-            (
-                "rejects_an_oversized_message",
-                "a file or stdout has no size limit",
-            ),
-            ("outage_burns_no_attempts", "there is no broker to stop"),
-            ("survives_a_broker_restart", "there is no broker to restart"),
-        ],
-    );
+    outbox_testkit::conformance_suite! {
+        shared: Some(StdoutHarness::default()),
+        private: Some(StdoutHarness::default()),
+        faithful_up_to: Some(50_000_000),
+    }
 }

@@ -1,6 +1,8 @@
 //! The list of every case, so a publisher's tests cannot leave one out:
-//! each conformance test file checks its own text against [`CASES`], and a
-//! test here checks [`CASES`] against the cases the suite defines.
+//! tests here check [`CASES`] against the cases the suite defines and
+//! against the suite macro every publisher's tests invoke; a test file that
+//! calls cases by hand (an example, a publisher outside this project)
+//! checks its own text with [`assert_runs_every_case`].
 
 /// Every case of the suite, by function name.
 pub const CASES: &[&str] = &[
@@ -57,6 +59,13 @@ mod tests {
         for case in defined {
             assert!(CASES.contains(&case), "{case} is missing from CASES");
         }
+    }
+
+    /// The suite macro, which every publisher's tests invoke, runs every
+    /// case.
+    #[test]
+    fn the_suite_macro_runs_every_case() {
+        assert_runs_every_case(include_str!("suite.rs"), &[]);
     }
 
     #[test]

@@ -2,8 +2,10 @@
 //! its real broker, checked by reading the messages back from the broker.
 //!
 //! A publisher's tests implement [`Harness`] (how to build the publisher,
-//! how to read messages back, how to stop and start the broker) and call
-//! the cases they can run:
+//! how to read messages back, how to stop and start the broker) and invoke
+//! [`conformance_suite!`](crate::conformance_suite), which writes one test
+//! per case; a case the publisher cannot run returns early by its
+//! [`Capabilities`]. The cases:
 //!
 //! | case | needs |
 //! | --- | --- |
@@ -34,7 +36,9 @@
 //! * `verify`: checking what came back, and reporting a passed case;
 //! * `cases_direct`, `cases_relay`, `cases_outage`: the cases, by what
 //!   they need (the publisher alone, PostgreSQL, a broker that stops);
-//! * `cases_faithful`: odd rows written by plain SQL arrive as stored.
+//! * `cases_faithful`: odd rows written by plain SQL arrive as stored;
+//! * `suite`: the macro that runs every case for one harness;
+//! * `catalogue`: the list of cases, checked against the cases and the macro.
 
 mod cases_direct;
 mod cases_faithful;
@@ -45,6 +49,7 @@ mod events;
 mod received;
 mod relay;
 mod scope;
+mod suite;
 mod verify;
 
 use std::time::Duration;
