@@ -73,15 +73,26 @@ ORDER BY seq
 LIMIT $2";
 
 /// The `{ack}` of [`EVENT_ACK_AND_CLAIM`] in delete-on-ack mode.
+///
+/// Not flushed to disk (`synchronous_commit` off for this transaction), as
+/// every acknowledgement: if PostgreSQL itself crashes before its WAL
+/// writer flushes (within `3 × wal_writer_delay`, 600 ms by default), the
+/// acknowledgement is lost and the events are delivered again — at least
+/// once holds, and no other relay's order changes (their first delivery
+/// already happened). In exchange, producers' commits never queue behind
+/// the relay's for WAL flushes (docs/performance.md).
 pub const ACK_DELETE: &str = "DELETE FROM {schema}.outbox_events e
 USING unnest($3::text[]::tid[], $4::uuid[]) AS a(ct, id)
-WHERE e.ctid = a.ct AND e.id = a.id";
+WHERE e.ctid = a.ct AND e.id = a.id
+  AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL";
 
-/// The `{ack}` of [`EVENT_ACK_AND_CLAIM`] in retention mode.
+/// The `{ack}` of [`EVENT_ACK_AND_CLAIM`] in retention mode; not flushed,
+/// as [`ACK_DELETE`].
 pub const ACK_KEEP: &str =
     "UPDATE {schema}.outbox_events e SET processed_at = now(), next_attempt_at = NULL
 FROM unnest($3::text[]::tid[], $4::uuid[]) AS a(ct, id)
-WHERE e.ctid = a.ct AND e.id = a.id AND e.processed_at IS NULL";
+WHERE e.ctid = a.ct AND e.id = a.id AND e.processed_at IS NULL
+  AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL";
 
 /// Time until the earliest backoff of the owned partitions ends.
 pub const EVENT_NEXT_RETRY_MS: &str = "
@@ -91,14 +102,16 @@ WHERE processed_at IS NULL AND dead_lettered_at IS NULL
   AND next_attempt_at > now() AND partition = ANY($1::int[])";
 
 /// Acknowledged events, delete-on-ack mode. Not fenced: a delivered event is
-/// delivered whoever owns its partition now.
+/// delivered whoever owns its partition now. Not flushed, as [`ACK_DELETE`].
 pub const EVENT_DELETE_DELIVERED: &str = "
-DELETE FROM {schema}.outbox_events WHERE id = ANY($1::uuid[])";
+DELETE FROM {schema}.outbox_events WHERE id = ANY($1::uuid[])
+  AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL";
 
-/// Acknowledged events, retention mode.
+/// Acknowledged events, retention mode. Not flushed, as [`ACK_DELETE`].
 pub const EVENT_MARK_PROCESSED: &str = "
 UPDATE {schema}.outbox_events SET processed_at = now(), next_attempt_at = NULL
-WHERE id = ANY($1::uuid[]) AND processed_at IS NULL";
+WHERE id = ANY($1::uuid[]) AND processed_at IS NULL
+  AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL";
 
 /// Failed events: count the attempt, keep the error, then either schedule
 /// the next attempt or dead-letter. Fenced: only while this instance still
