@@ -3,6 +3,14 @@
 //! [`kafka::Tansu`] (a Kafka-protocol broker), [`nats::Nats`]
 //! (`nats-server -js`) and [`redis::Redis`] (`redis-server`).
 //!
+//! Each is one [`server::Server`], the launcher they share: it finds the
+//! program, gives the broker a temporary directory and a free port (another
+//! one if that is taken meanwhile), waits until the broker is ready, and
+//! stops, freezes, thaws and restarts it. What is a broker's own (its
+//! program, command line, readiness probe, options such as a password, and
+//! processes it needs beside it) is its [`server::Launch`], in its module,
+//! with helpers for reading messages back.
+//!
 //! Every broker runs in its own process [group](crate::process::Group),
 //! killed when its handle is dropped; a small `sh`
 //! [watchdog](crate::process::Watchdog) also kills the group within about a
@@ -15,6 +23,7 @@ pub mod kafka;
 pub mod nats;
 pub mod rabbitmq;
 pub mod redis;
+pub mod server;
 
 use std::io;
 use std::path::Path;

@@ -11,14 +11,12 @@
 //! `OUTBOX_NATS_SERVER` may name another `nats-server` binary.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
-use super::{log_to, temp_dir, BrokerError};
-use crate::process::{
-    connect_local, find_program, free_port, tail_file, Group, NotReady, Signal, Watchdog,
-};
+use super::server::{Launch, Program, Server};
+use super::BrokerError;
+use crate::process::connect_local;
 
 /// The name [`super::skipped`] knows this broker by.
 pub const NAME: &str = "nats";
@@ -30,213 +28,63 @@ pub const SERVER_ENV: &str = "OUTBOX_NATS_SERVER";
 /// headers included, is refused.
 pub const MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
 
-/// How long a start may take.
-const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// A running (or stopped) NATS server with JetStream; killed on drop. Its
+/// JetStream store stays across [`Server::stop`] and [`Server::start_again`].
+pub type Nats = Server<NatsServer>;
 
-/// What nats-server logs once it accepts clients.
-const READY_LINE: &str = "Server is ready";
-
-/// A running (or stopped) NATS server; killed on drop.
-#[derive(Debug)]
-pub struct Nats {
-    dir: tempfile::TempDir,
-    server: PathBuf,
-    port: u16,
+/// How a NATS server is run: `nats-server -js` on `127.0.0.1`, its store in
+/// the server's directory, with the one login [`Nats::start_with_user`] set
+/// (or none).
+#[derive(Debug, Default)]
+pub struct NatsServer {
     auth: Option<(String, String)>,
-    broker: Option<Group>,
-    last_start: Duration,
+}
+
+impl Launch for NatsServer {
+    const NAME: &'static str = NAME;
+    const PROGRAM: Program = Program::package(SERVER_ENV, "/usr/sbin/nats-server", "nats-server");
+    const READY_LINE: Option<&'static str> = Some("Server is ready");
+    const AWAITED: &'static str = "INFO with JetStream enabled";
+
+    fn command(&self, cmd: &mut Command, dir: &Path, port: u16) {
+        cmd.arg("-js")
+            .args(["-a", "127.0.0.1"])
+            .args(["-p", &port.to_string()])
+            .arg("-sd")
+            .arg(dir.join("jetstream"));
+        if let Some((user, password)) = &self.auth {
+            cmd.args(["--user", user, "--pass", password]);
+        }
+    }
+
+    /// Whether a NATS server on `port` greets a client with an `INFO` that
+    /// says JetStream is enabled (it is, once the store has been recovered).
+    fn ready(port: u16) -> bool {
+        let Some(stream) = connect_local(port) else {
+            return false;
+        };
+        let mut line = String::new();
+        if BufReader::new(stream).read_line(&mut line).is_err() {
+            return false;
+        }
+        line.starts_with("INFO ") && line.contains("\"jetstream\":true")
+    }
 }
 
 impl Nats {
-    /// Starts a server with JetStream and waits until it greets clients
-    /// with JetStream enabled.
-    pub fn start() -> Result<Nats, BrokerError> {
-        Self::start_inner(None)
-    }
-
     /// [`Nats::start`], with every client required to log in as `user`
     /// with `password`.
     pub fn start_with_user(user: &str, password: &str) -> Result<Nats, BrokerError> {
-        Self::start_inner(Some((user.to_owned(), password.to_owned())))
-    }
-
-    fn start_inner(auth: Option<(String, String)>) -> Result<Nats, BrokerError> {
-        let server = find_program(
-            &[
-                std::env::var_os(SERVER_ENV)
-                    .map(PathBuf::from)
-                    .unwrap_or_default(),
-                PathBuf::from("/usr/sbin/nats-server"),
-            ],
-            "nats-server",
-        )
-        .ok_or_else(|| BrokerError::NotInstalled {
-            broker: NAME,
-            hint: format!(
-                "no nats-server found (looked at ${SERVER_ENV}, /usr/sbin/nats-server, PATH); \
-                 install it: apt-get install nats-server"
-            ),
-        })?;
-        let mut nats = Nats {
-            dir: temp_dir(NAME)?,
-            server,
-            port: free_port(),
-            auth,
-            broker: None,
-            last_start: Duration::ZERO,
-        };
-        // A port found free can be taken by another server starting at
-        // the same moment (tests start several): then try another one.
-        let mut tries = 0;
-        loop {
-            match nats.start_again() {
-                Err(BrokerError::Start { tail, .. })
-                    if tries < 3 && tail.to_lowercase().contains("address already in use") =>
-                {
-                    tries += 1;
-                    nats.port = free_port();
-                }
-                other => break other?,
-            }
-        }
-        Ok(nats)
-    }
-
-    /// [`Nats::start`] unless [`super::SKIP_ENV`] names `nats`, in which
-    /// case it says so on stderr and returns `None`.
-    ///
-    /// # Panics
-    ///
-    /// If the server cannot be started (the message says what is missing).
-    pub fn start_or_skip() -> Option<Nats> {
-        super::start_or_skip(NAME, Nats::start)
+        Server::launch(NatsServer {
+            auth: Some((user.to_owned(), password.to_owned())),
+        })
     }
 
     /// `nats://127.0.0.1:PORT` (no credentials, even if the server wants
     /// some).
     pub fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
+        format!("nats://127.0.0.1:{}", self.port())
     }
-
-    /// The client port.
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// How long the last start took until the server greeted a client.
-    pub fn last_start_duration(&self) -> Duration {
-        self.last_start
-    }
-
-    /// The server's log file.
-    pub fn log_path(&self) -> PathBuf {
-        self.dir.path().join("server.log")
-    }
-
-    /// Whether the server process is running.
-    pub fn is_running(&mut self) -> bool {
-        self.broker.as_mut().is_some_and(|g| g.exited().is_none())
-    }
-
-    /// Kills the server (`SIGKILL`, as a crash would). Its JetStream store
-    /// stays for [`Nats::start_again`].
-    pub fn stop(&mut self) {
-        if let Some(mut g) = self.broker.take() {
-            g.kill();
-        }
-    }
-
-    /// Freezes the server (`SIGSTOP`): connections stay open but nothing
-    /// is read or answered, as with a hung host.
-    pub fn freeze(&self) {
-        if let Some(g) = &self.broker {
-            g.signal(Signal::Stop);
-        }
-    }
-
-    /// Lets a [frozen](Nats::freeze) server run again (`SIGCONT`).
-    pub fn thaw(&self) {
-        if let Some(g) = &self.broker {
-            g.signal(Signal::Cont);
-        }
-    }
-
-    /// Starts the server again on the same port with the same store, and
-    /// waits until it greets clients with JetStream enabled.
-    pub fn start_again(&mut self) -> Result<(), BrokerError> {
-        self.stop();
-        let started = Instant::now();
-        let log = self.log_path();
-        let base = self.dir.path();
-        let (out, err) = log_to(NAME, &log)?;
-        let mut cmd = Command::new(&self.server);
-        cmd.current_dir(base)
-            .arg("-js")
-            .args(["-a", "127.0.0.1"])
-            .args(["-p", &self.port.to_string()])
-            .arg("-sd")
-            .arg(base.join("jetstream"));
-        if let Some((user, password)) = &self.auth {
-            cmd.args(["--user", user, "--pass", password]);
-        }
-        cmd.stdout(out).stderr(err);
-        let watchdog = Watchdog::kill_group().removing(base);
-        let group = self
-            .broker
-            .insert(Group::spawn(cmd, &watchdog).map_err(BrokerError::io(
-                NAME,
-                format!("running {}", self.server.display()),
-            ))?);
-        let port = self.port;
-        // Its own log says it listens: another server that took the port
-        // first would answer the probe too.
-        let waited = group.wait_ready(started + READY_TIMEOUT, Duration::from_millis(20), || {
-            std::fs::read_to_string(&log).is_ok_and(|l| l.contains(READY_LINE))
-                && jetstream_ready(port)
-        });
-        let reason = match waited {
-            Ok(()) => {
-                self.last_start = started.elapsed();
-                return Ok(());
-            }
-            Err(NotReady::Exited(status)) => format!("nats-server exited with {status}"),
-            Err(NotReady::TimedOut) => format!(
-                "no INFO with JetStream enabled on 127.0.0.1:{port} within {READY_TIMEOUT:?}"
-            ),
-        };
-        let e = BrokerError::Start {
-            broker: NAME,
-            reason,
-            log: self.log_path().display().to_string(),
-            tail: tail_file(&self.log_path(), 30),
-        };
-        self.stop();
-        Err(e)
-    }
-
-    /// The directory holding the server's store and log.
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-impl Drop for Nats {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-/// Whether a NATS server on `port` greets a client with an `INFO` that
-/// says JetStream is enabled (it is, once the store has been recovered).
-fn jetstream_ready(port: u16) -> bool {
-    let Some(stream) = connect_local(port) else {
-        return false;
-    };
-    let mut line = String::new();
-    if BufReader::new(stream).read_line(&mut line).is_err() {
-        return false;
-    }
-    line.starts_with("INFO ") && line.contains("\"jetstream\":true")
 }
 
 /// Reading back from JetStream, for tests of the NATS publisher.
