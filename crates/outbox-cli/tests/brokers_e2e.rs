@@ -10,7 +10,6 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -30,8 +29,6 @@ use uuid::Uuid;
 
 const AGGREGATES: usize = 50;
 const PER_AGGREGATE: i64 = 40;
-/// How long one `outbox relay --drain` may take.
-const RELAY_DEADLINE: Duration = Duration::from_secs(180);
 /// How long reading every message back may take.
 const CONSUME_DEADLINE: Duration = Duration::from_secs(60);
 
@@ -77,46 +74,6 @@ async fn enqueue_backlog(pool: &PgPool) -> Expected {
     }
     assert_eq!(expected.len(), AGGREGATES * PER_AGGREGATE as usize);
     expected
-}
-
-/// Runs `outbox relay --drain --publisher SPEC`, requires exit 0 and an
-/// empty outbox afterwards (nothing left pending, nothing dead-lettered).
-async fn drain_with(url: &str, pool: &PgPool, spec: &str) -> Duration {
-    let mut cmd = common::bin();
-    cmd.env("DATABASE_URL", url)
-        .args(["relay", "--drain", "--publisher", spec])
-        .args(["--instance-id", "brokers-e2e"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let started = Instant::now();
-    let child = tokio::process::Command::from(cmd)
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn outbox relay");
-    let out = tokio::time::timeout(RELAY_DEADLINE, child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("outbox relay --drain did not finish within {RELAY_DEADLINE:?}"))
-        .expect("wait for outbox relay");
-    let took = started.elapsed();
-    assert!(
-        out.status.success(),
-        "outbox relay --drain exited with {}\n--- stderr ---\n{}\n--- stdout ---\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr),
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let dead: Vec<(Uuid, Option<String>)> =
-        sqlx::query_as("SELECT id, last_error FROM outbox_dead_letters LIMIT 5")
-            .fetch_all(pool)
-            .await
-            .unwrap();
-    assert!(dead.is_empty(), "events were dead-lettered: {dead:?}");
-    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_events")
-        .fetch_one(pool)
-        .await
-        .unwrap();
-    assert_eq!(left, 0, "rows left in outbox_events after the drain");
-    took
 }
 
 /// Asserts every expected event arrived with its own aggregate, key,
@@ -203,7 +160,7 @@ async fn relay_program_delivers_to_rabbitmq_end_to_end() {
     outbox_testkit::brokers::rabbitmq::bind_queue(&ch, EXCHANGE, queue, "#").await;
 
     let expected = enqueue_backlog(&pool).await;
-    let took = drain_with(&db.url, &pool, &rabbit.url()).await;
+    let took = common::drain_with(&db.url, &pool, &rabbit.url(), "brokers-e2e").await;
 
     // The relay has exited: every confirmed message is in the queue.
     let queued = ch
@@ -357,7 +314,13 @@ async fn relay_program_delivers_to_kafka_end_to_end() {
     let (db, pool) = outbox_testkit::postgres::migrated_test_db().await;
 
     let expected = enqueue_backlog(&pool).await;
-    let took = drain_with(&db.url, &pool, &format!("kafka://{bootstrap}")).await;
+    let took = common::drain_with(
+        &db.url,
+        &pool,
+        &format!("kafka://{bootstrap}"),
+        "brokers-e2e",
+    )
+    .await;
 
     let total = expected.len();
     let got = {

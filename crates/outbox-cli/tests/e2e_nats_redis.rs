@@ -13,6 +13,8 @@
 
 mod common;
 
+use common::http_get as get;
+
 use std::collections::HashMap;
 use std::net::TcpListener;
 use std::process::Stdio;
@@ -20,84 +22,16 @@ use std::time::{Duration, Instant};
 
 use outbox_testkit::brokers::nats::{self, Nats};
 use outbox_testkit::brokers::redis::{self, Redis};
-use sqlx::PgPool;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use uuid::Uuid;
 
 const AGGREGATES: i64 = 50;
 const PER_AGGREGATE: i64 = 40;
-/// How long one `outbox relay --drain` may take.
-const RELAY_DEADLINE: Duration = Duration::from_secs(180);
 /// How long reading every message back may take.
 const CONSUME_DEADLINE: Duration = Duration::from_secs(60);
 /// The NATS subject of the test events (the default template).
 const SUBJECT: &str = "outbox.order.order.updated";
 /// The Redis stream of the test events (the default template).
 const STREAM: &str = "outbox:order";
-
-/// Writes `PER_AGGREGATE` rounds of one event per aggregate with plain SQL,
-/// one statement per round; returns each event's aggregate and position.
-async fn insert_backlog(pool: &PgPool) -> HashMap<Uuid, (String, i64)> {
-    let mut expected = HashMap::new();
-    for n in 0..PER_AGGREGATE {
-        let rows: Vec<(Uuid, String)> = sqlx::query_as(
-            "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, headers)
-             SELECT 'order', 'agg-' || a, 'order.updated', jsonb_build_object('n', $1::bigint),
-                    jsonb_build_object('traceparent', '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01')
-             FROM generate_series(0, $2 - 1) AS a
-             RETURNING id, aggregate_id",
-        )
-        .bind(n)
-        .bind(AGGREGATES)
-        .fetch_all(pool)
-        .await
-        .expect("inserting a round of events");
-        for (id, aggregate) in rows {
-            expected.insert(id, (aggregate, n));
-        }
-    }
-    assert_eq!(expected.len(), (AGGREGATES * PER_AGGREGATE) as usize);
-    expected
-}
-
-/// Runs `outbox relay --drain --publisher SPEC`, requires exit 0 and an
-/// empty outbox afterwards (nothing left pending, nothing dead-lettered).
-async fn drain_with(url: &str, pool: &PgPool, spec: &str) -> Duration {
-    let mut cmd = common::bin();
-    cmd.env("DATABASE_URL", url)
-        .args(["relay", "--drain", "--publisher", spec])
-        .args(["--instance-id", "nats-redis-e2e"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let started = Instant::now();
-    let child = tokio::process::Command::from(cmd)
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn outbox relay");
-    let out = tokio::time::timeout(RELAY_DEADLINE, child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("outbox relay --drain did not finish within {RELAY_DEADLINE:?}"))
-        .expect("wait for outbox relay");
-    let took = started.elapsed();
-    assert!(
-        out.status.success(),
-        "outbox relay --drain exited with {}\n--- stderr ---\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr),
-    );
-    let dead: Vec<(Uuid, Option<String>)> =
-        sqlx::query_as("SELECT id, last_error FROM outbox_dead_letters LIMIT 5")
-            .fetch_all(pool)
-            .await
-            .unwrap();
-    assert!(dead.is_empty(), "events were dead-lettered: {dead:?}");
-    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_events")
-        .fetch_one(pool)
-        .await
-        .unwrap();
-    assert_eq!(left, 0, "rows left in outbox_events after the drain");
-    took
-}
 
 /// One message read back: event id, aggregate, destination, body.
 struct Got {
@@ -150,8 +84,8 @@ async fn relay_program_delivers_to_nats_end_to_end() {
     let js = nats::client::context(&server.url()).await;
     nats::client::create_stream(&js, "OUTBOX", &["outbox.>".to_owned()]).await;
     let (db, pool) = outbox_testkit::postgres::migrated_test_db().await;
-    let expected = insert_backlog(&pool).await;
-    let took = drain_with(&db.url, &pool, &server.url()).await;
+    let expected = common::insert_backlog(&pool, AGGREGATES, PER_AGGREGATE).await;
+    let took = common::drain_with(&db.url, &pool, &server.url(), "nats-redis-e2e").await;
 
     let mut ids = std::collections::HashSet::new();
     let stored = nats::client::read_stream(&js, "OUTBOX", CONSUME_DEADLINE, |m| {
@@ -195,8 +129,8 @@ async fn relay_program_delivers_to_redis_end_to_end() {
         return;
     };
     let (db, pool) = outbox_testkit::postgres::migrated_test_db().await;
-    let expected = insert_backlog(&pool).await;
-    let took = drain_with(&db.url, &pool, &server.url()).await;
+    let expected = common::insert_backlog(&pool, AGGREGATES, PER_AGGREGATE).await;
+    let took = common::drain_with(&db.url, &pool, &server.url(), "nats-redis-e2e").await;
 
     let mut conn = redis::client::connect(&server.url()).await;
     let got: Vec<Got> = redis::client::read_stream(&mut conn, STREAM)
@@ -349,23 +283,6 @@ fn bad_nats_and_redis_settings_are_one_clear_line_and_never_show_secrets() {
         help.contains("nats://") && help.contains("redis://"),
         "{help}"
     );
-}
-
-/// `GET path` on `port`: the status and body.
-async fn get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-    s.write_all(request.as_bytes()).await.ok()?;
-    let mut raw = String::new();
-    tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut raw))
-        .await
-        .ok()?
-        .ok()?;
-    let status = raw.get(9..12)?.parse().ok()?;
-    let body = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
-    Some((status, body))
 }
 
 /// A port of `127.0.0.1` that accepts connections and never says anything:

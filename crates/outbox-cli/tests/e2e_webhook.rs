@@ -6,85 +6,34 @@
 
 mod common;
 
-use std::collections::HashMap;
+use common::http_get as get;
+
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use outbox_testkit::webhook::Receiver;
-use sqlx::PgPool;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use uuid::Uuid;
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const SECRET_ENV: &str = "OUTBOX_PUBLISHER_HTTP_SECRET";
 const AGGREGATES: i64 = 50;
 const PER_AGGREGATE: i64 = 40;
-/// How long one `outbox relay --drain` may take.
-const RELAY_DEADLINE: Duration = Duration::from_secs(180);
-
-/// Writes `PER_AGGREGATE` rounds of one event per aggregate with plain SQL,
-/// one statement per round; returns each event's aggregate and position.
-async fn insert_backlog(pool: &PgPool) -> HashMap<Uuid, (String, i64)> {
-    let mut expected = HashMap::new();
-    for n in 0..PER_AGGREGATE {
-        let rows: Vec<(Uuid, String)> = sqlx::query_as(
-            "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, headers)
-             SELECT 'order', 'agg-' || a, 'order.updated', jsonb_build_object('n', $1::bigint),
-                    jsonb_build_object('traceparent', '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01')
-             FROM generate_series(0, $2 - 1) AS a
-             RETURNING id, aggregate_id",
-        )
-        .bind(n)
-        .bind(AGGREGATES)
-        .fetch_all(pool)
-        .await
-        .expect("inserting a round of events");
-        for (id, aggregate) in rows {
-            expected.insert(id, (aggregate, n));
-        }
-    }
-    assert_eq!(expected.len(), (AGGREGATES * PER_AGGREGATE) as usize);
-    expected
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_program_delivers_signed_webhooks_end_to_end() {
     let receiver = Receiver::start(SECRET).await;
     let (db, pool) = outbox_testkit::postgres::migrated_test_db().await;
-    let expected = insert_backlog(&pool).await;
+    let expected = common::insert_backlog(&pool, AGGREGATES, PER_AGGREGATE).await;
 
     let mut cmd = common::bin();
     cmd.env("DATABASE_URL", &db.url)
         .env(SECRET_ENV, SECRET)
         .args(["relay", "--drain", "--publisher", &receiver.url("/hook")])
-        .args(["--instance-id", "webhook-e2e"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let started = Instant::now();
-    let child = tokio::process::Command::from(cmd)
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn outbox relay");
-    let out = tokio::time::timeout(RELAY_DEADLINE, child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("outbox relay --drain did not finish within {RELAY_DEADLINE:?}"))
-        .expect("wait for outbox relay");
-    let took = started.elapsed();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "outbox relay --drain exited with {}\n--- stderr ---\n{stderr}",
-        out.status
-    );
+        .args(["--instance-id", "webhook-e2e"]);
+    let (took, stderr) = common::drain(cmd, &pool).await;
     assert!(
         !stderr.contains("MfKQ9r8"),
         "the secret was printed: {stderr}"
     );
-    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_events")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    assert_eq!(left, 0, "rows left in outbox_events after the drain");
 
     receiver.assert_all_signed();
     let deliveries = receiver.deliveries();
@@ -224,23 +173,6 @@ fn bad_webhook_settings_are_one_clear_line_and_never_show_secrets() {
         !stdout.contains("hunter2") && !stdout.contains("MfKQ9r8"),
         "{stdout}"
     );
-}
-
-/// `GET path` on `port`: the status and body.
-async fn get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-    s.write_all(request.as_bytes()).await.ok()?;
-    let mut raw = String::new();
-    tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut raw))
-        .await
-        .ok()?
-        .ok()?;
-    let status = raw.get(9..12)?.parse().ok()?;
-    let body = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
-    Some((status, body))
 }
 
 async fn wait_for<T, F: std::future::Future<Output = Option<T>>>(

@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::http_get as get;
+
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -12,26 +14,6 @@ use outbox::Outbox;
 use outbox_testkit::postgres::free_port;
 use outbox_testkit::wait_until;
 use sqlx::PgPool;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// `GET path` on `127.0.0.1:port`: (status, body), or `None` if nothing
-/// answers.
-async fn get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-    s.write_all(request.as_bytes()).await.ok()?;
-    let mut raw = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut raw))
-        .await
-        .ok()?
-        .ok()?;
-    let raw = String::from_utf8_lossy(&raw).into_owned();
-    let status = raw.split(' ').nth(1)?.parse().ok()?;
-    let body = raw.split_once("\r\n\r\n")?.1.to_owned();
-    Some((status, body))
-}
 
 /// Every sample of a scrape, by series (`name{labels}`).
 fn samples(body: &str) -> BTreeMap<String, f64> {

@@ -86,3 +86,110 @@ pub fn check_deliveries(file: &Path, expected: &[uuid::Uuid]) -> (usize, usize) 
     let dups = outbox_testkit::assert_delivered_once_in_order("", expected, &got);
     (got.len(), dups)
 }
+
+/// How long one `outbox relay --drain` of an end-to-end test may take.
+pub const DRAIN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(180);
+
+/// Writes `per_aggregate` rounds of one event per aggregate (`agg-0`,
+/// `agg-1`, …; type `order`, event type `order.updated`, payload
+/// `{"n": round}`, a `traceparent` header) with plain SQL, one statement per
+/// round, so positions follow commit order; returns each event's aggregate
+/// and position.
+pub async fn insert_backlog(
+    pool: &sqlx::PgPool,
+    aggregates: i64,
+    per_aggregate: i64,
+) -> std::collections::HashMap<uuid::Uuid, (String, i64)> {
+    let mut expected = std::collections::HashMap::new();
+    for n in 0..per_aggregate {
+        let rows: Vec<(uuid::Uuid, String)> = sqlx::query_as(
+            "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, headers)
+             SELECT 'order', 'agg-' || a, 'order.updated', jsonb_build_object('n', $1::bigint),
+                    jsonb_build_object('traceparent', '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01')
+             FROM generate_series(0, $2 - 1) AS a
+             RETURNING id, aggregate_id",
+        )
+        .bind(n)
+        .bind(aggregates)
+        .fetch_all(pool)
+        .await
+        .expect("inserting a round of events");
+        for (id, aggregate) in rows {
+            expected.insert(id, (aggregate, n));
+        }
+    }
+    assert_eq!(expected.len(), (aggregates * per_aggregate) as usize);
+    expected
+}
+
+/// Runs `cmd` (an `outbox relay --drain …` built with [`bin`]) to its end
+/// within [`DRAIN_DEADLINE`], and requires exit 0 and an empty outbox
+/// afterwards: nothing left pending, nothing dead-lettered. Returns how long
+/// it ran and what it printed on stderr.
+pub async fn drain(mut cmd: Command, pool: &sqlx::PgPool) -> (std::time::Duration, String) {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let started = std::time::Instant::now();
+    let child = tokio::process::Command::from(cmd)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn outbox relay");
+    let out = tokio::time::timeout(DRAIN_DEADLINE, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("outbox relay --drain did not finish within {DRAIN_DEADLINE:?}"))
+        .expect("wait for outbox relay");
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "outbox relay --drain exited with {}\n--- stderr ---\n{stderr}\n--- stdout ---\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let dead: Vec<(uuid::Uuid, Option<String>)> =
+        sqlx::query_as("SELECT id, last_error FROM outbox_dead_letters LIMIT 5")
+            .fetch_all(pool)
+            .await
+            .unwrap();
+    assert!(dead.is_empty(), "events were dead-lettered: {dead:?}");
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_events")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "rows left in outbox_events after the drain");
+    (took, stderr)
+}
+
+/// `outbox relay --drain --publisher SPEC --instance-id INSTANCE` on the
+/// database at `url`, through [`drain`]; returns how long it ran.
+pub async fn drain_with(
+    url: &str,
+    pool: &sqlx::PgPool,
+    spec: &str,
+    instance: &str,
+) -> std::time::Duration {
+    let mut cmd = bin();
+    cmd.env("DATABASE_URL", url)
+        .args(["relay", "--drain", "--publisher", spec])
+        .args(["--instance-id", instance]);
+    drain(cmd, pool).await.0
+}
+
+/// `GET path` on `127.0.0.1:port`: (status, body), or `None` if nothing
+/// answers within 10 s.
+pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    s.write_all(request.as_bytes()).await.ok()?;
+    let mut raw = Vec::new();
+    tokio::time::timeout(std::time::Duration::from_secs(10), s.read_to_end(&mut raw))
+        .await
+        .ok()?
+        .ok()?;
+    let raw = String::from_utf8_lossy(&raw).into_owned();
+    let status = raw.split(' ').nth(1)?.parse().ok()?;
+    let body = raw.split_once("\r\n\r\n")?.1.to_owned();
+    Some((status, body))
+}
