@@ -29,6 +29,9 @@ const STOP_GRACE: Duration = Duration::from_secs(15);
 /// How often the bench looks at the child and the database while waiting.
 const LOOK_EVERY: Duration = Duration::from_millis(10);
 
+/// The `application_name` of the child relay's database sessions.
+pub const RELAY_APPLICATION_NAME: &str = "outbox-bench-relay";
+
 /// What becomes of the child's standard output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Output {
@@ -121,7 +124,11 @@ impl ChildRelay {
                 cmd.env_remove(name);
             }
         }
-        cmd.env("DATABASE_URL", url).stderr(Stdio::inherit());
+        // Its sessions name themselves, so the database's CPU can be told
+        // apart by who spent it (`bench held-snapshot`).
+        cmd.env("DATABASE_URL", url)
+            .env("PGAPPNAME", RELAY_APPLICATION_NAME)
+            .stderr(Stdio::inherit());
         let (lines, reader) = match output {
             Output::Discard => {
                 cmd.stdout(Stdio::null());

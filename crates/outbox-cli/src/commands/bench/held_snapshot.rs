@@ -4,6 +4,11 @@
 //! relay deletes can be vacuumed. Reports how the database's CPU per event
 //! during the last minute of the hold compares with the minute before the
 //! hold, and the oldest pending age throughout.
+//!
+//! The database's CPU is read per server process and put in classes by the
+//! session's `application_name`: the relay's, the producers', autovacuum,
+//! other server processes, and this bench's own samples (the observer),
+//! which are shown but not counted.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -14,7 +19,7 @@ use outbox::{Schema, Status, WakeupTrigger};
 use serde_json::json;
 use sqlx::PgPool;
 
-use super::child_relay::{ChildRelay, Output};
+use super::child_relay::{ChildRelay, Output, RELAY_APPLICATION_NAME};
 use super::{fresh_schema, Server};
 use crate::commands::Ctx;
 
@@ -62,26 +67,64 @@ fn cpu_seconds(pid: u32) -> Option<f64> {
     Some(ns as f64 / 1e9)
 }
 
-/// The database's CPU so far: every server process it lists (backends and
-/// background workers), by pid, so a process that ends only stops counting.
-async fn database_cpu(pool: &PgPool, seen: &mut HashMap<u32, f64>) -> Result<Option<f64>> {
-    let pids: Vec<i32> = sqlx::query_scalar("SELECT pid FROM pg_stat_activity")
-        .fetch_all(pool)
-        .await?;
+/// Who spent the database's CPU: each server process is put in one class
+/// by its `pg_stat_activity` row.
+const CLASSES: [&str; 5] = ["relay", "producers", "autovacuum", "other", "observer"];
+
+/// The `application_name` of this bench's producer sessions.
+const PRODUCER_APPLICATION_NAME: &str = "outbox-bench-producer";
+
+/// The `application_name` of this bench's own sessions (samples, the held
+/// snapshot): not part of what is measured.
+const OBSERVER_APPLICATION_NAME: &str = "outbox-bench-observer";
+
+/// The class of a server process (an index into [`CLASSES`]).
+fn class_of(backend_type: &str, application_name: &str) -> usize {
+    match (backend_type, application_name) {
+        (_, RELAY_APPLICATION_NAME) => 0,
+        (_, PRODUCER_APPLICATION_NAME) => 1,
+        (b, _) if b.starts_with("autovacuum") => 2,
+        (_, OBSERVER_APPLICATION_NAME) => 4,
+        _ => 3,
+    }
+}
+
+/// The database's CPU so far, by class: every server process it lists
+/// (backends and background workers), by pid, so a process that ends only
+/// stops counting.
+async fn database_cpu(
+    pool: &PgPool,
+    seen: &mut HashMap<u32, (usize, f64)>,
+) -> Result<Option<[f64; CLASSES.len()]>> {
+    let rows: Vec<(i32, String, String)> = sqlx::query_as(
+        "SELECT pid, coalesce(backend_type, ''), coalesce(application_name, '')
+         FROM pg_stat_activity",
+    )
+    .fetch_all(pool)
+    .await?;
     let mut any = false;
-    for pid in pids {
+    for (pid, backend_type, application_name) in rows {
         if let Some(s) = cpu_seconds(pid as u32) {
-            seen.insert(pid as u32, s);
+            seen.insert(pid as u32, (class_of(&backend_type, &application_name), s));
             any = true;
         }
     }
-    Ok(any.then(|| seen.values().sum()))
+    let mut by_class = [0.0; CLASSES.len()];
+    for (class, s) in seen.values() {
+        by_class[*class] += s;
+    }
+    Ok(any.then_some(by_class))
+}
+
+/// CPU of the system measured: every class but the observer's.
+fn measured(by_class: &[f64; CLASSES.len()]) -> f64 {
+    by_class[..CLASSES.len() - 1].iter().sum()
 }
 
 struct Sample {
     at: Duration,
     produced: u64,
-    db_cpu: Option<f64>,
+    db_cpu: Option<[f64; CLASSES.len()]>,
     relay_cpu: Option<f64>,
     pending: i64,
     oldest_ms: f64,
@@ -91,7 +134,8 @@ struct Sample {
 
 pub async fn run(ctx: &Ctx, fsync: bool, args: HeldSnapshotArgs) -> Result<serde_json::Value> {
     let server = Server::start(ctx, fsync).await?;
-    let pool = server.pool(8).await?;
+    let pool = server.named_pool(4, OBSERVER_APPLICATION_NAME).await?;
+    let producers = server.named_pool(8, PRODUCER_APPLICATION_NAME).await?;
     let schema = fresh_schema(&pool, "bench_held", WakeupTrigger::Idle).await?;
     let mut relay = ChildRelay::spawn_with(
         &server.url,
@@ -119,7 +163,7 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: HeldSnapshotArgs) -> Result<serde
     );
 
     let producer = tokio::spawn(produce(
-        pool.clone(),
+        producers.clone(),
         schema.clone(),
         args.rate,
         args.aggregates,
@@ -192,18 +236,24 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: HeldSnapshotArgs) -> Result<serde
     producer.await.context("producer task")??;
     relay.stop().await?;
 
-    let per_event = |from: Duration, to: Duration| -> Option<f64> {
-        // The first sample in the window and the last one in it.
+    // CPU per event between the first and the last sample of a window,
+    // by class.
+    let per_event = |from: Duration, to: Duration| -> Option<[f64; CLASSES.len()]> {
         let a = samples.iter().find(|s| s.at >= from && s.at <= to)?;
         let b = samples.iter().rev().find(|s| s.at <= to && s.at > a.at)?;
         let events = b.produced.checked_sub(a.produced).filter(|n| *n > 0)? as f64;
-        Some((b.db_cpu? - a.db_cpu?) / events * 1e6)
+        let (a_cpu, b_cpu) = (a.db_cpu?, b.db_cpu?);
+        Some(std::array::from_fn(|c| {
+            (b_cpu[c] - a_cpu[c]) / events * 1e6
+        }))
     };
     let window = WINDOW
         .min(Duration::from_secs(args.before))
         .min(Duration::from_secs(args.hold));
-    let before = per_event(hold_at.saturating_sub(window), hold_at);
-    let end = per_event(total.saturating_sub(window), total);
+    let before_by_class = per_event(hold_at.saturating_sub(window), hold_at);
+    let end_by_class = per_event(total.saturating_sub(window), total);
+    let before = before_by_class.as_ref().map(measured);
+    let end = end_by_class.as_ref().map(measured);
     let ratio = match (before, end) {
         (Some(b), Some(e)) if b > 0.0 => Some(e / b),
         _ => None,
@@ -219,6 +269,18 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: HeldSnapshotArgs) -> Result<serde
         shown(end),
         ratio.map_or("n/a".to_owned(), |r| format!("{r:.2}"))
     );
+    for (c, name) in CLASSES.iter().enumerate() {
+        println!(
+            "    {name:<10} {} µs before, {} µs at the end{}",
+            shown(before_by_class.map(|b| b[c])),
+            shown(end_by_class.map(|e| e[c])),
+            if *name == "observer" {
+                " (this bench's samples: not counted)"
+            } else {
+                ""
+            }
+        );
+    }
     println!(
         "  oldest pending: at most {max_oldest_held_ms:.0} ms while held ({max_oldest_ms:.0} ms over the run, sampled every second)"
     );
@@ -230,10 +292,17 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: HeldSnapshotArgs) -> Result<serde
         "db_cpu_us_per_event_before": before,
         "db_cpu_us_per_event_end_of_hold": end,
         "ratio": ratio,
+        "by_class_us_per_event": CLASSES.iter().enumerate().map(|(c, name)| json!({
+            "class": name,
+            "before": before_by_class.map(|b| b[c]),
+            "end_of_hold": end_by_class.map(|e| e[c]),
+        })).collect::<Vec<_>>(),
         "max_oldest_pending_ms_held": max_oldest_held_ms,
         "max_oldest_pending_ms": max_oldest_ms,
         "samples": samples.iter().map(|s| json!({
-            "at_s": s.at.as_secs_f64(), "produced": s.produced, "db_cpu_s": s.db_cpu,
+            "at_s": s.at.as_secs_f64(), "produced": s.produced,
+            "db_cpu_s": s.db_cpu.as_ref().map(measured),
+            "db_cpu_s_by_class": s.db_cpu,
             "relay_cpu_s": s.relay_cpu, "pending": s.pending, "oldest_pending_ms": s.oldest_ms,
             "dead_tuples": s.dead_tuples, "held": s.held,
         })).collect::<Vec<_>>(),
@@ -241,18 +310,24 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: HeldSnapshotArgs) -> Result<serde
 }
 
 fn print_sample(previous: Option<&Sample>, s: &Sample) {
-    let rate = |f: fn(&Sample) -> Option<f64>| -> String {
+    let cores = |f: &dyn Fn(&Sample) -> Option<f64>| -> String {
         match previous.and_then(|p| Some((f(s)? - f(p)?) / (s.at - p.at).as_secs_f64())) {
             Some(cores) => format!("{cores:.2}"),
             None => "-".to_owned(),
         }
     };
+    let class = |c: usize| cores(&move |s: &Sample| s.db_cpu.map(|d| d[c]));
     eprintln!(
-        "  {:>5.0} s {}  db cpu {} cores  relay cpu {} cores  pending {:>6}  oldest {:>6.0} ms  dead tuples {:>8}",
+        "  {:>5.0} s {}  db cpu {} cores (relay {}, producers {}, autovacuum {}, other {}; observer {})  relay process {} cores  pending {:>6}  oldest {:>6.0} ms  dead tuples {:>8}",
         s.at.as_secs_f64(),
         if s.held { "held" } else { "    " },
-        rate(|s| s.db_cpu),
-        rate(|s| s.relay_cpu),
+        cores(&|s: &Sample| s.db_cpu.as_ref().map(measured)),
+        class(0),
+        class(1),
+        class(2),
+        class(3),
+        class(4),
+        cores(&|s: &Sample| s.relay_cpu),
         s.pending,
         s.oldest_ms,
         s.dead_tuples

@@ -91,6 +91,22 @@ impl Server {
         db::connect_flagging_slow(&self.url, max, std::time::Duration::from_secs(3_600)).await
     }
 
+    /// [`Server::pool`], its sessions named `name` (`application_name`),
+    /// so the database's CPU can be told apart by who spent it.
+    pub async fn named_pool(&self, max: u32, name: &str) -> Result<PgPool> {
+        let options = db::check_url(&self.url)?.application_name(name);
+        sqlx::postgres::PgPoolOptions::new()
+            .max_connections(max)
+            .connect_with(options)
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot connect to {}",
+                    outbox::redact::redact_url(&self.url)
+                )
+            })
+    }
+
     /// A pool for an open-loop schedule: when the server falls behind,
     /// transactions wait up to `wait` for a connection (and are counted
     /// late) instead of failing the run after the usual connect timeout.
