@@ -171,3 +171,96 @@ async fn the_seed_notify_trigger_is_opt_in_and_removable() {
     .unwrap();
     assert!(!off.notify_trigger);
 }
+
+/// A schema created by the first release (migration 1 only, as its
+/// `migrate` left it), holding pending events written by plain SQL and a
+/// dead letter: `migrate` brings it up to date in
+/// place, and a relay then delivers every pending event once, each
+/// aggregate's in order, leaving the dead letter where it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrading_a_first_release_schema_keeps_pending_events_and_their_order() {
+    let db = test_db().await;
+    let ctx = common::Ctx {
+        pool: db.pool().await,
+        db,
+        outbox: outbox::Outbox::new(),
+    };
+    let first_release = include_str!("../migrations/0001_outbox.sql")
+        .replace("{schema}", "public")
+        .replace("{partitions}", "32")
+        .replace("{channel}", &Schema::default().channel());
+    sqlx::raw_sql(&format!(
+        "BEGIN;
+         CREATE TABLE public.outbox_schema_migrations (
+             version    INT PRIMARY KEY,
+             name       TEXT NOT NULL,
+             applied_at TIMESTAMPTZ NOT NULL DEFAULT NOW());
+         {first_release}
+         INSERT INTO public.outbox_schema_migrations (version, name) VALUES (1, 'outbox');
+         COMMIT;"
+    ))
+    .execute(&ctx.pool)
+    .await
+    .expect("the first release's schema");
+    // 20 aggregates × 10 events, one statement per round, by plain SQL.
+    for n in 1..=10_i64 {
+        sqlx::query(
+            "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+             SELECT 'order', 'agg-' || a, 'order.updated', jsonb_build_object('n', $1::bigint)
+             FROM generate_series(0, 19) AS a",
+        )
+        .bind(n)
+        .execute(&ctx.pool)
+        .await
+        .unwrap();
+    }
+    sqlx::query(
+        "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload,
+                                    dead_lettered_at, attempts, last_error)
+         VALUES ('order', 'dead', 'order.updated', '{\"n\": 1}', now(), 5, 'broker said no')",
+    )
+    .execute(&ctx.pool)
+    .await
+    .unwrap();
+
+    let mut conn = ctx.pool.acquire().await.unwrap();
+    let report = outbox::migrate(&mut conn, &Schema::default(), &Default::default())
+        .await
+        .expect("upgrading in place");
+    drop(conn);
+    assert_eq!(
+        report.applied,
+        [
+            "0002_finite_timestamps",
+            "0003_idle_wakeup",
+            "0004_xid_first"
+        ]
+    );
+    assert_eq!(report.partitions, 32);
+    assert_eq!(
+        common::count(&ctx.pool, "SELECT count(*) FROM outbox_events").await,
+        201,
+        "the upgrade kept every row"
+    );
+
+    let publisher = outbox_testkit::TestPublisher::new();
+    let relay = common::start_relay(&ctx, &publisher, common::fast_config("upgraded")).await;
+    outbox_testkit::wait_until("the pending events delivered", common::LONG, || async {
+        common::count(
+            &ctx.pool,
+            "SELECT count(*) FROM outbox_events WHERE dead_lettered_at IS NULL",
+        )
+        .await
+            == 0
+    })
+    .await;
+    relay.shutdown().await.unwrap();
+    let delivered = publisher.deliveries();
+    assert_eq!(delivered.len(), 200, "each pending event once");
+    common::assert_first_deliveries_in_order(&delivered);
+    assert_eq!(
+        common::count(&ctx.pool, "SELECT count(*) FROM outbox_dead_letters").await,
+        1,
+        "the dead letter stays a dead letter"
+    );
+}
