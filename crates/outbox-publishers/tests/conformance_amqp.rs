@@ -9,7 +9,6 @@
 //! RabbitMQ-only cases (unroutable modes, frozen broker, channel renewal).
 #![cfg(feature = "amqp")]
 
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -17,45 +16,32 @@ use lapin::options::BasicGetOptions;
 use lapin::{Connection, ConnectionProperties};
 use outbox::{Outcome, Publisher};
 use outbox_publishers::amqp::{AmqpConfig, AmqpPublisher, ExchangeType, Unroutable};
-use outbox_testkit::brokers::rabbitmq::{self, RabbitMq, MAX_MESSAGE_BYTES};
+use outbox_testkit::brokers::rabbitmq::{self, RabbitMqServer, MAX_MESSAGE_BYTES};
+use outbox_testkit::brokers::{Broker, SharedCell};
 use outbox_testkit::conformance::{self, Capabilities, Collector, Harness, Received, Scope};
 
 struct AmqpHarness {
-    rabbit: Arc<Mutex<RabbitMq>>,
+    rabbit: Broker<RabbitMqServer>,
     url: String,
 }
 
 /// The node shared by the cases that do not stop it; `None` if skipped.
-static SHARED: OnceLock<Option<Arc<Mutex<RabbitMq>>>> = OnceLock::new();
+static SHARED: SharedCell<RabbitMqServer> = SharedCell::new();
 
 impl AmqpHarness {
-    fn from(rabbit: RabbitMq) -> AmqpHarness {
-        eprintln!("rabbitmq ready in {:.2?}", rabbit.last_start_duration());
-        AmqpHarness {
-            url: rabbit.url(),
-            rabbit: Arc::new(Mutex::new(rabbit)),
-        }
+    fn from(rabbit: Broker<RabbitMqServer>) -> AmqpHarness {
+        let url = rabbit.lock().url();
+        AmqpHarness { rabbit, url }
     }
 
     /// The shared node.
     async fn shared() -> Option<AmqpHarness> {
-        let rabbit = tokio::task::spawn_blocking(|| {
-            SHARED
-                .get_or_init(|| RabbitMq::start_or_skip().map(|r| Arc::new(Mutex::new(r))))
-                .clone()
-        })
-        .await
-        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
-        let url = rabbit.lock().unwrap().url();
-        Some(AmqpHarness { rabbit, url })
+        Broker::shared(&SHARED).await.map(AmqpHarness::from)
     }
 
     /// A node of its own.
     async fn private() -> Option<AmqpHarness> {
-        tokio::task::spawn_blocking(RabbitMq::start_or_skip)
-            .await
-            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
-            .map(AmqpHarness::from)
+        Broker::private().await.map(AmqpHarness::from)
     }
 
     fn config(&self) -> AmqpConfig {
@@ -138,21 +124,11 @@ impl Harness for AmqpHarness {
     }
 
     async fn stop_broker(&self) {
-        let r = self.rabbit.clone();
-        tokio::task::spawn_blocking(move || r.lock().unwrap().stop())
-            .await
-            .unwrap();
+        self.rabbit.stop().await;
     }
 
     async fn start_broker(&self) {
-        let r = self.rabbit.clone();
-        let took = tokio::task::spawn_blocking(move || {
-            let mut r = r.lock().unwrap();
-            r.start_again().unwrap_or_else(|e| panic!("{e}"));
-            r.last_start_duration()
-        })
-        .await
-        .unwrap();
+        let took = self.rabbit.start_again().await;
         eprintln!("rabbitmq restarted in {took:.2?}");
     }
 }
@@ -200,11 +176,11 @@ async fn a_frozen_broker_is_an_outage_not_a_hang() {
             e
         })
         .collect();
-    h.rabbit.lock().unwrap().freeze();
+    h.rabbit.lock().freeze();
     let started = Instant::now();
     let frozen = tokio::time::timeout(Duration::from_secs(20), p.publish(&batch)).await;
     let took = started.elapsed();
-    h.rabbit.lock().unwrap().thaw();
+    h.rabbit.lock().thaw();
     let result = frozen.unwrap_or_else(|_| {
         panic!(
             "a publish to a frozen broker was still waiting after 20 s (confirm_timeout_ms 1500)"

@@ -11,52 +11,38 @@
 #![cfg(feature = "nats")]
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use outbox::{Outcome, Publisher};
 use outbox_publishers::nats::{NatsConfig, NatsPublisher, NoStream};
 use outbox_testkit::brokers::nats::client::{self, StoredMessage};
-use outbox_testkit::brokers::nats::{Nats, MAX_PAYLOAD_BYTES};
+use outbox_testkit::brokers::nats::{Nats, NatsServer, MAX_PAYLOAD_BYTES};
+use outbox_testkit::brokers::{Broker, SharedCell};
 use outbox_testkit::conformance::{self, Capabilities, Harness, Received, Scope, EVENT_ID_HEADER};
 
 struct NatsHarness {
-    nats: Arc<Mutex<Nats>>,
+    nats: Broker<NatsServer>,
     url: String,
 }
 
 /// The server shared by the cases that do not stop it; `None` if skipped.
-static SHARED: OnceLock<Option<Arc<Mutex<Nats>>>> = OnceLock::new();
+static SHARED: SharedCell<NatsServer> = SharedCell::new();
 
 impl NatsHarness {
-    fn from(nats: Nats) -> NatsHarness {
-        eprintln!("nats-server ready in {:.2?}", nats.last_start_duration());
-        NatsHarness {
-            url: nats.url(),
-            nats: Arc::new(Mutex::new(nats)),
-        }
+    fn from(nats: Broker<NatsServer>) -> NatsHarness {
+        let url = nats.lock().url();
+        NatsHarness { nats, url }
     }
 
     /// The shared server.
     async fn shared() -> Option<NatsHarness> {
-        let nats = tokio::task::spawn_blocking(|| {
-            SHARED
-                .get_or_init(|| Nats::start_or_skip().map(|n| Arc::new(Mutex::new(n))))
-                .clone()
-        })
-        .await
-        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
-        let url = nats.lock().unwrap().url();
-        Some(NatsHarness { nats, url })
+        Broker::shared(&SHARED).await.map(NatsHarness::from)
     }
 
     /// A server of its own.
     async fn private() -> Option<NatsHarness> {
-        tokio::task::spawn_blocking(Nats::start_or_skip)
-            .await
-            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
-            .map(NatsHarness::from)
+        Broker::private().await.map(NatsHarness::from)
     }
 
     fn config(&self) -> NatsConfig {
@@ -135,21 +121,11 @@ impl Harness for NatsHarness {
     }
 
     async fn stop_broker(&self) {
-        let n = self.nats.clone();
-        tokio::task::spawn_blocking(move || n.lock().unwrap().stop())
-            .await
-            .unwrap();
+        self.nats.stop().await;
     }
 
     async fn start_broker(&self) {
-        let n = self.nats.clone();
-        let took = tokio::task::spawn_blocking(move || {
-            let mut n = n.lock().unwrap();
-            n.start_again().unwrap_or_else(|e| panic!("{e}"));
-            n.last_start_duration()
-        })
-        .await
-        .unwrap();
+        let took = self.nats.start_again().await;
         eprintln!("nats-server restarted in {took:.2?}");
     }
 }
@@ -290,11 +266,11 @@ async fn a_frozen_server_is_an_outage_not_a_hang() {
     let batch: Vec<_> = (0..50)
         .map(|n| conformance::event(&scope, &format!("f{n}"), 0))
         .collect();
-    h.nats.lock().unwrap().freeze();
+    h.nats.lock().freeze();
     let started = Instant::now();
     let frozen = tokio::time::timeout(Duration::from_secs(20), p.publish(&batch)).await;
     let took = started.elapsed();
-    h.nats.lock().unwrap().thaw();
+    h.nats.lock().thaw();
     let e = frozen
         .expect("a publish to a frozen server must return")
         .expect_err("nothing can be acknowledged by a frozen server");

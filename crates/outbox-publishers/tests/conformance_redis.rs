@@ -17,55 +17,41 @@
 #![cfg(feature = "redis")]
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use outbox::{Outcome, Publisher};
 use outbox_publishers::redis::{RedisConfig, RedisPublisher};
 use outbox_testkit::brokers::redis::client::{self, Entry};
-use outbox_testkit::brokers::redis::Redis;
+use outbox_testkit::brokers::redis::{Redis, RedisServer};
+use outbox_testkit::brokers::{Broker, SharedCell};
 use outbox_testkit::conformance::{self, Capabilities, Harness, Received, Scope};
 
 /// The publisher's entry-size limit in these tests.
 const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
 
 struct RedisHarness {
-    redis: Arc<Mutex<Redis>>,
+    redis: Broker<RedisServer>,
     url: String,
 }
 
 /// The server shared by the cases that do not stop it; `None` if skipped.
-static SHARED: OnceLock<Option<Arc<Mutex<Redis>>>> = OnceLock::new();
+static SHARED: SharedCell<RedisServer> = SharedCell::new();
 
 impl RedisHarness {
-    fn from(redis: Redis) -> RedisHarness {
-        eprintln!("redis-server ready in {:.2?}", redis.last_start_duration());
-        RedisHarness {
-            url: redis.url(),
-            redis: Arc::new(Mutex::new(redis)),
-        }
+    fn from(redis: Broker<RedisServer>) -> RedisHarness {
+        let url = redis.lock().url();
+        RedisHarness { redis, url }
     }
 
     /// The shared server.
     async fn shared() -> Option<RedisHarness> {
-        let redis = tokio::task::spawn_blocking(|| {
-            SHARED
-                .get_or_init(|| Redis::start_or_skip().map(|r| Arc::new(Mutex::new(r))))
-                .clone()
-        })
-        .await
-        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
-        let url = redis.lock().unwrap().url();
-        Some(RedisHarness { redis, url })
+        Broker::shared(&SHARED).await.map(RedisHarness::from)
     }
 
     /// A server of its own.
     async fn private() -> Option<RedisHarness> {
-        tokio::task::spawn_blocking(Redis::start_or_skip)
-            .await
-            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
-            .map(RedisHarness::from)
+        Broker::private().await.map(RedisHarness::from)
     }
 
     fn config(&self) -> RedisConfig {
@@ -159,21 +145,11 @@ impl Harness for RedisHarness {
     }
 
     async fn stop_broker(&self) {
-        let r = self.redis.clone();
-        tokio::task::spawn_blocking(move || r.lock().unwrap().stop())
-            .await
-            .unwrap();
+        self.redis.stop().await;
     }
 
     async fn start_broker(&self) {
-        let r = self.redis.clone();
-        let took = tokio::task::spawn_blocking(move || {
-            let mut r = r.lock().unwrap();
-            r.start_again().unwrap_or_else(|e| panic!("{e}"));
-            r.last_start_duration()
-        })
-        .await
-        .unwrap();
+        let took = self.redis.start_again().await;
         eprintln!("redis-server restarted in {took:.2?}");
     }
 }
@@ -367,7 +343,7 @@ async fn a_frozen_server_is_an_outage_not_a_hang() {
     })
     .unwrap();
     p.health().await.unwrap();
-    h.redis.lock().unwrap().freeze();
+    h.redis.lock().freeze();
     let started = Instant::now();
     let frozen = tokio::time::timeout(
         Duration::from_secs(20),
@@ -375,7 +351,7 @@ async fn a_frozen_server_is_an_outage_not_a_hang() {
     )
     .await;
     let took = started.elapsed();
-    h.redis.lock().unwrap().thaw();
+    h.redis.lock().thaw();
     let e = frozen
         .expect("a publish to a frozen server must return")
         .expect_err("a frozen server is an outage");

@@ -11,6 +11,9 @@
 //! processes it needs beside it) is its [`server::Launch`], in its module,
 //! with helpers for reading messages back.
 //!
+//! A publisher's tests hold a broker as a [`Broker`]: one shared by the
+//! tests of a binary, or a test's own for the cases that stop it.
+//!
 //! Every broker runs in its own process [group](crate::process::Group),
 //! killed when its handle is dropped; a small `sh`
 //! [watchdog](crate::process::Watchdog) also kills the group within about a
@@ -24,6 +27,9 @@ pub mod nats;
 pub mod rabbitmq;
 pub mod redis;
 pub mod server;
+mod shared;
+
+pub use shared::{Broker, SharedCell};
 
 use std::io;
 use std::path::Path;
