@@ -162,6 +162,25 @@ fn check(binding: &str, format: Format, e: &Event, m: &Captured) {
     }
 }
 
+/// Prints `m` as one `captured: {json}` line (for docs/publishers.md).
+fn show(publisher: &str, format: Format, m: &Captured, fields: Option<Vec<(String, String)>>) {
+    let headers = fields.unwrap_or_else(|| {
+        m.headers
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    });
+    let line = json!({
+        "publisher": publisher,
+        "format": format.name(),
+        "key": m.key,
+        "content_type": m.content_type,
+        "headers": headers,
+        "body": String::from_utf8_lossy(&m.body),
+    });
+    println!("captured: {line}");
+}
+
 fn all_delivered(outcomes: Vec<Outcome>) {
     assert!(
         outcomes.iter().all(|o| matches!(o, Outcome::Delivered)),
@@ -247,7 +266,7 @@ async fn file_lines_are_structured_cloudevents_in_either_format() {
         } else {
             check("json", Format::CloudEventsStructured, &e, &line);
         }
-        println!("file ({format}): {}", text.trim_end());
+        show("file", format, &line, None);
     }
 }
 
@@ -330,12 +349,7 @@ mod kafka {
             if format != Format::Plain {
                 assert!(!m.headers.contains_key("outbox-event-id"), "{m:?}");
             }
-            println!(
-                "kafka ({format}): key {:?} headers {:?} value {}",
-                m.key,
-                m.headers,
-                String::from_utf8_lossy(&m.body)
-            );
+            show("kafka", format, &m, None);
         }
     }
 }
@@ -399,12 +413,7 @@ mod amqp {
             if format != Format::Plain {
                 assert!(!m.headers.contains_key("outbox-event-id"), "{m:?}");
             }
-            println!(
-                "amqp ({format}): content_type {:?} headers {:?} body {}",
-                m.content_type,
-                m.headers,
-                String::from_utf8_lossy(&m.body)
-            );
+            show("amqp", format, &m, None);
         }
     }
 }
@@ -450,11 +459,7 @@ mod nats {
             if format == Format::CloudEventsBinary {
                 assert_eq!(m.headers["ce-subject"], "order%2042/100%25");
             }
-            println!(
-                "nats ({format}): headers {:?} body {}",
-                m.headers,
-                String::from_utf8_lossy(&m.body)
-            );
+            show("nats", format, &m, None);
         }
     }
 }
@@ -494,14 +499,12 @@ mod redis {
             check("redis", format, &e, &m);
             let headers: Value = serde_json::from_str(&fields["headers"]).unwrap();
             assert_eq!(headers["x-tenant"], "acme", "the producer's headers");
-            println!(
-                "redis ({format}): fields {:?}",
-                entries[0]
-                    .fields
-                    .iter()
-                    .map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned()))
-                    .collect::<Vec<_>>()
-            );
+            let fields = entries[0]
+                .fields
+                .iter()
+                .map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned()))
+                .collect();
+            show("redis", format, &m, Some(fields));
         }
     }
 }
@@ -539,11 +542,7 @@ mod http {
                 _ => "application/json",
             };
             assert_eq!(d.headers["content-type"], content_type);
-            println!(
-                "http ({format}): headers {:?} body {}",
-                d.headers,
-                String::from_utf8_lossy(&d.body)
-            );
+            show("http", format, &m, None);
         }
         // Every request carried a valid Standard Webhooks signature.
         receiver.assert_all_signed();
