@@ -267,11 +267,51 @@ fn add_encoded(
 const TRACEPARENT: &str = "traceparent";
 const TRACESTATE: &str = "tracestate";
 
-/// `created_at` in RFC 3339, UTC, with as many fraction digits as needed.
+/// `created_at` in RFC 3339, UTC, with as many fraction digits as needed
+/// (0, 3, 6 or 9), exactly as chrono's `to_rfc3339_opts(AutoSi, true)`
+/// writes it, without its formatting machinery: every message of a
+/// CloudEvents format carries one.
 fn time(event: &Event) -> String {
-    event
-        .created_at
-        .to_rfc3339_opts(SecondsFormat::AutoSi, true)
+    use chrono::{Datelike, Timelike};
+    let t = event.created_at;
+    let (year, nanos) = (t.year(), t.nanosecond());
+    if !(0..=9999).contains(&year) || nanos >= 1_000_000_000 {
+        // Years chrono writes with a sign, and leap seconds.
+        return t.to_rfc3339_opts(SecondsFormat::AutoSi, true);
+    }
+    let mut out = String::with_capacity(30);
+    push_digits(&mut out, year as u32, 4);
+    out.push('-');
+    push_digits(&mut out, t.month(), 2);
+    out.push('-');
+    push_digits(&mut out, t.day(), 2);
+    out.push('T');
+    push_digits(&mut out, t.hour(), 2);
+    out.push(':');
+    push_digits(&mut out, t.minute(), 2);
+    out.push(':');
+    push_digits(&mut out, t.second(), 2);
+    if nanos != 0 {
+        out.push('.');
+        if nanos % 1_000_000 == 0 {
+            push_digits(&mut out, nanos / 1_000_000, 3);
+        } else if nanos % 1_000 == 0 {
+            push_digits(&mut out, nanos / 1_000, 6);
+        } else {
+            push_digits(&mut out, nanos, 9);
+        }
+    }
+    out.push('Z');
+    out
+}
+
+/// Appends `value` as `width` decimal digits, zero-padded.
+fn push_digits(out: &mut String, value: u32, width: u32) {
+    let mut div = 10u32.pow(width - 1);
+    while div > 0 {
+        out.push(char::from(b'0' + (value / div % 10) as u8));
+        div /= 10;
+    }
 }
 
 /// `source` with `{schema}` replaced by `schema`.
@@ -416,6 +456,29 @@ mod tests {
             |k, v| out.push((k.to_owned(), v.to_owned())),
         );
         out
+    }
+
+    #[test]
+    fn time_is_written_as_chrono_writes_it() {
+        let base = chrono::Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap();
+        let mut e = event();
+        for (secs, nanos) in [
+            (0, 0),
+            (0, 120_000_000),
+            (59, 123_456_000),
+            (86_399, 1),
+            (31_536_000, 999_999_999),
+            (-1_000_000_000, 5_000),
+        ] {
+            e.created_at =
+                base + chrono::Duration::seconds(secs) + chrono::Duration::nanoseconds(nanos);
+            assert_eq!(
+                time(&e),
+                e.created_at.to_rfc3339_opts(SecondsFormat::AutoSi, true)
+            );
+        }
+        e.created_at = chrono::Utc.with_ymd_and_hms(12_345, 1, 1, 0, 0, 0).unwrap();
+        assert_eq!(time(&e), "+12345-01-01T00:00:00Z");
     }
 
     #[test]
