@@ -112,6 +112,15 @@ pub struct RelayArgs {
     // Where to publish: every form of the publishers' table.
     #[arg(long, value_name = "SPEC", help = crate::publisher::help())]
     pub publisher: Option<String>,
+    /// Message format: plain (the outbox's own headers), cloudevents-binary
+    /// or cloudevents-structured (CloudEvents 1.0) [env:
+    /// OUTBOX_PUBLISHER_FORMAT] [default: plain].
+    #[arg(long, value_name = "FORMAT")]
+    pub format: Option<String>,
+    /// The CloudEvents source attribute; {schema} is the schema's name [env:
+    /// OUTBOX_PUBLISHER_CLOUDEVENTS_SOURCE] [default: /outbox/{schema}].
+    #[arg(long, value_name = "URI-REFERENCE")]
+    pub cloudevents_source: Option<String>,
     /// Exit 0 once nothing is pending (all delivered or dead-lettered).
     #[arg(long)]
     pub drain: bool,

@@ -19,13 +19,14 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use outbox::Publisher;
-use outbox_publishers::{FilePublisher, StdoutPublisher};
+use outbox_publishers::{Envelope, FilePublisher, Format, StdoutPublisher};
 
 /// The `[publisher.NAME]` tables of a configuration, by `NAME`.
 pub type Tables = BTreeMap<String, toml::Table>;
 
-/// How to build a publisher whose settings were checked.
-type Build = Box<dyn FnOnce() -> Result<Arc<dyn Publisher>> + Send>;
+/// How to build a publisher whose settings were checked, with its message
+/// format.
+type Build = Box<dyn FnOnce(Envelope) -> Result<Arc<dyn Publisher>> + Send>;
 
 /// One kind of publisher.
 pub struct Kind {
@@ -165,9 +166,20 @@ pub fn check(name: &str, spec: &str, tables: &Tables) -> Result<Checked> {
 }
 
 /// Builds the publisher named by `spec`; its table from the config file, if
-/// any, supplies its other settings (the spec's address wins).
-pub fn from_config(spec: &str, tables: &Tables) -> Result<Arc<dyn Publisher>> {
-    (check("publisher", spec, tables)?.build)()
+/// any, supplies its other settings (the spec's address wins). Messages
+/// follow `envelope`.
+pub fn from_config(spec: &str, tables: &Tables, envelope: Envelope) -> Result<Arc<dyn Publisher>> {
+    (check("publisher", spec, tables)?.build)(envelope)
+}
+
+/// The message format of a configuration: `[publisher] format`, and for
+/// CloudEvents the `source` with `{schema}` filled in. The values were
+/// checked when the configuration was loaded.
+pub fn envelope(config: &crate::config::Config) -> Result<Envelope> {
+    let p = &config.publisher;
+    let format: Format = p.format.parse().map_err(|e: String| anyhow!(e))?;
+    let source = outbox_publishers::cloudevents::source_for(&p.cloudevents_source, &config.schema);
+    Ok(Envelope::new(format, source))
 }
 
 /// `[publisher.NAME]` as `C`, or `C`'s defaults. A value quoted by the
@@ -211,8 +223,11 @@ fn not_built(name: &str) -> Result<Build> {
 }
 
 fn stdout(_: &str, _: Option<&toml::Table>) -> Result<Build> {
-    Ok(Box::new(|| {
-        Ok(Arc::new(StdoutPublisher) as Arc<dyn Publisher>)
+    Ok(Box::new(|envelope: Envelope| {
+        if envelope.is_plain() {
+            return Ok(Arc::new(StdoutPublisher) as Arc<dyn Publisher>);
+        }
+        Ok(Arc::new(StdoutPublisher::with_envelope(envelope)) as Arc<dyn Publisher>)
     }))
 }
 
@@ -222,10 +237,10 @@ fn file(spec: &str, _: Option<&toml::Table>) -> Result<Build> {
         bail!("file: needs a path, e.g. file:/var/lib/outbox/events.jsonl");
     }
     FilePublisher::check(&path)?;
-    Ok(Box::new(move || {
+    Ok(Box::new(move |envelope| {
         let p = FilePublisher::open(&path)
             .with_context(|| format!("cannot open --publisher file {}", shown(&path)))?;
-        Ok(Arc::new(p) as Arc<dyn Publisher>)
+        Ok(Arc::new(p.with_envelope(envelope)) as Arc<dyn Publisher>)
     }))
 }
 
@@ -235,8 +250,8 @@ fn kafka(spec: &str, table: Option<&toml::Table>) -> Result<Build> {
     let mut config: KafkaConfig = settings("kafka", table)?;
     config.brokers = KafkaConfig::from_url(spec)?.brokers;
     config.validate()?;
-    Ok(Box::new(|| {
-        Ok(Arc::new(KafkaPublisher::new(config)?) as Arc<dyn Publisher>)
+    Ok(Box::new(|envelope| {
+        Ok(Arc::new(KafkaPublisher::new(config)?.with_envelope(envelope)) as Arc<dyn Publisher>)
     }))
 }
 
@@ -251,8 +266,8 @@ fn amqp(spec: &str, table: Option<&toml::Table>) -> Result<Build> {
     let mut config: AmqpConfig = settings("amqp", table)?;
     config.url = spec.to_owned();
     config.validate()?;
-    Ok(Box::new(|| {
-        Ok(Arc::new(AmqpPublisher::new(config)?) as Arc<dyn Publisher>)
+    Ok(Box::new(|envelope| {
+        Ok(Arc::new(AmqpPublisher::new(config)?.with_envelope(envelope)) as Arc<dyn Publisher>)
     }))
 }
 
@@ -269,7 +284,9 @@ fn nats(spec: &str, table: Option<&toml::Table>) -> Result<Build> {
     // Built now (nothing connects): it reads and checks the credentials
     // file, so that config check refuses a broken one too.
     let publisher = NatsPublisher::new(config)?;
-    Ok(Box::new(|| Ok(Arc::new(publisher) as Arc<dyn Publisher>)))
+    Ok(Box::new(|envelope| {
+        Ok(Arc::new(publisher.with_envelope(envelope)) as Arc<dyn Publisher>)
+    }))
 }
 
 #[cfg(not(feature = "nats"))]
@@ -283,8 +300,8 @@ fn redis(spec: &str, table: Option<&toml::Table>) -> Result<Build> {
     let mut config: RedisConfig = settings("redis", table)?;
     config.url = spec.to_owned();
     config.validate()?;
-    Ok(Box::new(|| {
-        Ok(Arc::new(RedisPublisher::new(config)?) as Arc<dyn Publisher>)
+    Ok(Box::new(|envelope| {
+        Ok(Arc::new(RedisPublisher::new(config)?.with_envelope(envelope)) as Arc<dyn Publisher>)
     }))
 }
 
@@ -298,8 +315,8 @@ fn http(spec: &str, table: Option<&toml::Table>) -> Result<Build> {
     use outbox_publishers::http::{HttpPublisher, SECRET_ENV};
     let secret = std::env::var(SECRET_ENV).ok().filter(|s| !s.is_empty());
     let config = http_config(spec, table, secret)?;
-    Ok(Box::new(|| {
-        Ok(Arc::new(HttpPublisher::new(config)?) as Arc<dyn Publisher>)
+    Ok(Box::new(|envelope| {
+        Ok(Arc::new(HttpPublisher::new(config)?.with_envelope(envelope)) as Arc<dyn Publisher>)
     }))
 }
 

@@ -3,12 +3,14 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod cloudevents;
 mod error;
 pub mod stream;
 
+pub use cloudevents::{Envelope, Format};
 pub use error::Error;
 
-pub use stream::{FilePublisher, StdoutPublisher};
+pub use stream::{EnvelopeStdoutPublisher, FilePublisher, StdoutPublisher};
 
 #[cfg(feature = "kafka")]
 pub mod kafka;

@@ -87,7 +87,11 @@ pub async fn run(ctx: &Ctx, _args: RelayArgs) -> Result<ExitCode> {
             })?),
             None => None,
         };
-    let publisher = publisher::from_config(&c.publisher.spec, &c.publisher.tables)?;
+    let publisher = publisher::from_config(
+        &c.publisher.spec,
+        &c.publisher.tables,
+        publisher::envelope(c)?,
+    )?;
     tracing::debug!(database = %db::redact_text(&url), "connecting");
     // Worker, leases, wake-up listener, claim-ahead, and the cleaner.
     let pool = db::connect(&url, 6).await?;

@@ -55,6 +55,16 @@ pub fn from_cli(global: &Global, relay: Option<&RelayArgs>) -> FlagLayer {
     if let Some(p) = &a.publisher {
         l.set("publisher.spec", "--publisher", p.as_str());
     }
+    if let Some(f) = &a.format {
+        l.set("publisher.format", "--format", f.as_str());
+    }
+    if let Some(source) = &a.cloudevents_source {
+        l.set(
+            "publisher.cloudevents_source",
+            "--cloudevents-source",
+            source.as_str(),
+        );
+    }
     if a.drain {
         l.set("drain", "--drain", true);
     }

@@ -66,6 +66,18 @@ pub const KEYS: &[Key] = &[
         &["OUTBOX_PUBLISHER"],
         Some("--publisher"),
     ),
+    key(
+        "publisher.format",
+        Str,
+        &["OUTBOX_PUBLISHER_FORMAT"],
+        Some("--format"),
+    ),
+    key(
+        "publisher.cloudevents_source",
+        Str,
+        &["OUTBOX_PUBLISHER_CLOUDEVENTS_SOURCE"],
+        Some("--cloudevents-source"),
+    ),
     key("http.addr", Str, &["OUTBOX_HTTP_ADDR"], Some("--http-addr")),
     key("http.refresh_ms", Int, &["OUTBOX_HTTP_REFRESH_MS"], None),
     key(

@@ -112,6 +112,12 @@ impl LogFormat {
 pub struct PublisherConfig {
     /// Where to publish.
     pub spec: String,
+    /// The message format: `plain`, `cloudevents-binary` or
+    /// `cloudevents-structured`.
+    pub format: String,
+    /// The CloudEvents `source` attribute; `{schema}` is replaced by the
+    /// schema's name.
+    pub cloudevents_source: String,
     /// `[publisher.NAME]`: a publisher's own settings, by `NAME` (one of
     /// [`crate::publisher::table_names`]).
     #[serde(flatten)]
@@ -122,16 +128,20 @@ impl Default for PublisherConfig {
     fn default() -> Self {
         PublisherConfig {
             spec: "stdout".to_owned(),
+            format: outbox_publishers::Format::Plain.name().to_owned(),
+            cloudevents_source: outbox_publishers::cloudevents::DEFAULT_SOURCE.to_owned(),
             tables: Default::default(),
         }
     }
 }
 
-/// The keys of a `[publisher]` table: `spec` and the publishers' tables.
+/// The keys of a `[publisher]` table: its settings and the publishers'
+/// tables.
 fn publisher_keys() -> &'static [&'static str] {
     static KEYS: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
     KEYS.get_or_init(|| {
-        std::iter::once("spec")
+        ["spec", "format", "cloudevents_source"]
+            .into_iter()
             .chain(crate::publisher::table_names())
             .collect()
     })
@@ -158,6 +168,10 @@ impl<'de> Deserialize<'de> for PublisherConfig {
                 while let Some(key) = map.next_key::<String>()? {
                     if key == "spec" {
                         config.spec = map.next_value()?;
+                    } else if key == "format" {
+                        config.format = map.next_value()?;
+                    } else if key == "cloudevents_source" {
+                        config.cloudevents_source = map.next_value()?;
                     } else if publisher_keys().contains(&key.as_str()) {
                         let table: toml::Table = map.next_value()?;
                         config.tables.insert(key, table);

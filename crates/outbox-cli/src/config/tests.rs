@@ -212,3 +212,67 @@ fn the_rendered_config_is_valid_toml_and_hides_passwords() {
     assert_eq!(back.relay.batch_size, 7);
     assert!(!redacted_json(&l).contains("hunter2"));
 }
+
+#[test]
+fn the_message_format_is_checked_naming_key_value_and_choices() {
+    let l = resolve(None, Default::default(), Default::default(), true).unwrap();
+    assert_eq!(l.config.publisher.format, "plain");
+    let envelope = crate::publisher::envelope(&l.config).unwrap();
+    assert!(envelope.is_plain());
+
+    let fl = flags_of(
+        "publisher.format",
+        "--format",
+        toml::Value::String("cloudevents".into()),
+    );
+    let e = resolve(None, Default::default(), fl, true)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "invalid publisher.format = \"cloudevents\" (set by --format): use plain, cloudevents-binary or cloudevents-structured"
+    );
+    let f = file("[publisher]\nspec = \"stdout\"\nformat = \"xml\"\n");
+    let e = resolve(f, Default::default(), Default::default(), true)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("publisher.format = \"xml\"") && e.contains("/etc/outbox.toml:3"),
+        "{e}"
+    );
+    let e = resolve(
+        None,
+        env_of(&[("OUTBOX_PUBLISHER_CLOUDEVENTS_SOURCE", "not a uri")]),
+        Default::default(),
+        true,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("publisher.cloudevents_source = \"not a uri\"")
+            && e.contains("OUTBOX_PUBLISHER_CLOUDEVENTS_SOURCE"),
+        "{e}"
+    );
+}
+
+#[test]
+fn cloudevents_source_fills_in_the_schema() {
+    let f = file("schema = \"shop\"\n[publisher]\nformat = \"cloudevents-structured\"\n");
+    let l = resolve(f, Default::default(), Default::default(), true).unwrap();
+    let envelope = crate::publisher::envelope(&l.config).unwrap();
+    assert_eq!(
+        envelope.format(),
+        outbox_publishers::Format::CloudEventsStructured
+    );
+    assert_eq!(envelope.source(), "/outbox/shop");
+    let e = env_of(&[
+        ("OUTBOX_PUBLISHER_FORMAT", "cloudevents-binary"),
+        (
+            "OUTBOX_PUBLISHER_CLOUDEVENTS_SOURCE",
+            "https://shop.example/{schema}/x",
+        ),
+    ]);
+    let l = resolve(None, e, Default::default(), true).unwrap();
+    let envelope = crate::publisher::envelope(&l.config).unwrap();
+    assert_eq!(envelope.source(), "https://shop.example/public/x");
+}

@@ -135,6 +135,14 @@ fn database_url(url: &str, at: &str) -> Result<()> {
         .map_err(|e| anyhow!("{} ({at})", cut_words(&format!("{e:#}"))))
 }
 
+/// `a, b or c`.
+fn one_of(names: &[&str]) -> String {
+    match names.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        _ => names.join(""),
+    }
+}
+
 fn range(l: &Loaded, key: &str, value: u64, min: u64, max: u64) -> Result<()> {
     if value < min || value > max {
         bail!(
@@ -146,9 +154,26 @@ fn range(l: &Loaded, key: &str, value: u64, min: u64, max: u64) -> Result<()> {
 }
 
 /// The publisher spec and its broker table, checked by the same function
-/// that builds the relay's publisher.
+/// that builds the relay's publisher; the message format and the
+/// CloudEvents source.
 fn publisher(l: &Loaded) -> Result<()> {
     let p = &l.config.publisher;
+    if p.format.parse::<outbox_publishers::Format>().is_err() {
+        bail!(
+            "invalid publisher.format = {} ({}): use {}",
+            cut(&p.format),
+            l.origin("publisher.format").describe(),
+            one_of(&outbox_publishers::Format::NAMES)
+        );
+    }
+    let source = &p.cloudevents_source;
+    if source.trim().is_empty() || source.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        bail!(
+            "invalid publisher.cloudevents_source = {} ({}): use a non-empty URI reference without spaces, e.g. /outbox/{{schema}} or https://shop.example.com/orders",
+            cut(source),
+            l.origin("publisher.cloudevents_source").describe()
+        );
+    }
     // Name the setting the way the user wrote it.
     let name = match l.origin("publisher.spec") {
         super::Origin::Flag(flag) => flag.to_owned(),

@@ -15,7 +15,11 @@ use tokio::time::{timeout, timeout_at, Instant};
 use super::classify::{classify, Failure};
 use super::config::{redact_url, AmqpConfig, Unroutable};
 use super::connection::{close_quietly, Link};
-use crate::Error;
+use crate::{Envelope, Error};
+
+/// An event ready to send: its index in the batch, routing key,
+/// properties, and body when it is not the payload itself.
+type Prepared = (usize, ShortString, BasicProperties, Option<Vec<u8>>);
 
 /// Publishes events to a RabbitMQ exchange.
 ///
@@ -30,6 +34,14 @@ use crate::Error;
 ///   (`traceparent`, …);
 /// * body: the payload's JSON bytes.
 ///
+/// With a CloudEvents [`Envelope`] ([`AmqpPublisher::with_envelope`]) the
+/// message follows the AMQP protocol binding: in binary mode
+/// `cloudEvents:*` headers (application properties) replace the
+/// `outbox-*` headers and `content_type` is the `datacontenttype`; in
+/// structured mode the body is the CloudEvent and `content_type` is
+/// `application/cloudevents+json`. The producer's headers follow (but for
+/// ones named `cloudEvents:…`).
+///
 /// Messages are published `mandatory` on a channel in confirm mode; an event
 /// is [`Outcome::Delivered`] only after the broker's `basic.ack` (for a
 /// durable queue, after the message is on disk). The connection is opened on
@@ -38,6 +50,7 @@ use crate::Error;
 pub struct AmqpPublisher {
     pub(super) config: AmqpConfig,
     pub(super) uri: AMQPUri,
+    pub(super) envelope: Envelope,
     link: Mutex<Option<Link>>,
 }
 
@@ -58,8 +71,15 @@ impl AmqpPublisher {
         Ok(AmqpPublisher {
             config,
             uri,
+            envelope: Envelope::plain(),
             link: Mutex::new(None),
         })
+    }
+
+    /// Messages follow `envelope` (plain by default).
+    pub fn with_envelope(mut self, envelope: Envelope) -> Self {
+        self.envelope = envelope;
+        self
     }
 
     /// A publisher for `amqp://USER:PASS@HOST:PORT/VHOST` with default settings.
@@ -113,7 +133,7 @@ impl AmqpPublisher {
         &self,
         channel: &Channel,
         batch: &[Event],
-        todo: &[(usize, ShortString, BasicProperties)],
+        todo: &[Prepared],
         outcomes: &mut [Option<Outcome>],
         connection: &Connection,
     ) -> Result<(), Failure> {
@@ -134,12 +154,13 @@ impl AmqpPublisher {
         };
         let mut confirms = Vec::with_capacity(todo.len());
         let mut failure = None;
-        for (i, key, props) in todo {
+        for (i, key, props, body) in todo {
+            let body = body.as_deref().unwrap_or(batch[*i].payload.as_bytes());
             let sent = channel.basic_publish(
                 self.config.exchange.as_str().into(),
                 key.clone(),
                 options,
-                batch[*i].payload.as_bytes(),
+                body,
                 props.clone(),
             );
             match timeout_at(deadline, sent).await {
@@ -197,7 +218,7 @@ impl Publisher for AmqpPublisher {
         let mut todo = Vec::with_capacity(batch.len());
         for (i, event) in batch.iter().enumerate() {
             match self.message(event) {
-                Ok((key, props)) => todo.push((i, key, props)),
+                Ok((key, props, body)) => todo.push((i, key, props, body)),
                 Err(why) => outcomes[i] = Some(Outcome::Rejected(why)),
             }
         }
@@ -222,7 +243,7 @@ impl Publisher for AmqpPublisher {
                 tracing::warn!(error = %first, "rabbitmq closed the channel; publishing the rest of the batch one by one");
                 let rest: Vec<_> = todo
                     .into_iter()
-                    .filter(|(i, _, _)| outcomes[*i].is_none())
+                    .filter(|(i, ..)| outcomes[*i].is_none())
                     .collect();
                 let mut channel: Option<Channel> = None;
                 for one in rest {

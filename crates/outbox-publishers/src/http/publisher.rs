@@ -15,9 +15,10 @@ use tokio::task::JoinSet;
 
 use super::classify::{outcome, retry_after, transport_error, QUOTED_BODY_BYTES};
 use super::config::HttpConfig;
-use super::request::{event_headers, UrlTemplate};
+use super::request::{cloudevent_headers, event_headers, UrlTemplate};
 use super::sign::{sign, SigningKey};
-use crate::Error;
+use crate::cloudevents::Format;
+use crate::{Envelope, Error};
 
 /// How much of an answer's body is read (so the connection can be used
 /// again); the rest is dropped with the connection.
@@ -45,6 +46,7 @@ pub struct HttpPublisher {
     key: Arc<SigningKey>,
     headers: HeaderMap,
     client: Client,
+    envelope: Envelope,
 }
 
 impl std::fmt::Debug for HttpPublisher {
@@ -103,7 +105,19 @@ impl HttpPublisher {
             key,
             headers,
             client,
+            envelope: Envelope::plain(),
         })
+    }
+
+    /// Requests follow `envelope` (plain by default): with CloudEvents,
+    /// binary mode sends the attributes as `ce-*` headers (values
+    /// percent-encoded) with `Content-Type: application/json` instead of
+    /// the `outbox-*` headers; structured mode posts the CloudEvent with
+    /// `Content-Type: application/cloudevents+json`. The signature covers
+    /// the body that is sent.
+    pub fn with_envelope(mut self, envelope: Envelope) -> Self {
+        self.envelope = envelope;
+        self
     }
 
     /// The settings in use.
@@ -119,12 +133,17 @@ impl HttpPublisher {
     /// The request for `event`, or why it can never be sent.
     fn prepare(&self, event: &Event) -> Result<(Url, HeaderMap), String> {
         let url = self.template.url_for(event)?;
-        let headers = event_headers(event, &self.headers)?;
+        let headers = if self.envelope.is_plain() {
+            event_headers(event, &self.headers)?
+        } else {
+            cloudevent_headers(event, &self.headers, &self.envelope)?
+        };
         Ok((url, headers))
     }
 }
 
 /// Sends one signed request and reads the start of its answer.
+#[allow(clippy::too_many_arguments)]
 async fn send(
     client: Client,
     key: Arc<SigningKey>,
@@ -132,12 +151,13 @@ async fn send(
     mut headers: HeaderMap,
     id: String,
     body: String,
+    content_type: &'static str,
     timeout_ms: u64,
 ) -> Sent {
     let target = HttpPublisher::target(&url);
     let timestamp = chrono::Utc::now().timestamp();
     let signature = sign(&key, &id, timestamp, body.as_bytes());
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     for (name, value) in [
         ("webhook-id", id),
         ("webhook-timestamp", timestamp.to_string()),
@@ -205,9 +225,14 @@ impl Publisher for HttpPublisher {
                 limit.clone(),
                 down.clone(),
             );
-            let (id, body, timeout_ms) = (
+            let body = match self.envelope.format() {
+                Format::CloudEventsStructured => String::from_utf8(self.envelope.structured(event))
+                    .expect("serde_json writes UTF-8"),
+                _ => event.payload.clone(),
+            };
+            let (id, content_type, timeout_ms) = (
                 event.id.to_string(),
-                event.payload.clone(),
+                self.envelope.content_type(),
                 self.config.timeout_ms,
             );
             requests.spawn(async move {
@@ -217,7 +242,17 @@ impl Publisher for HttpPublisher {
                 if down.load(Ordering::SeqCst) {
                     return (i, Sent::Skipped);
                 }
-                let sent = send(client, key, url, headers, id, body, timeout_ms).await;
+                let sent = send(
+                    client,
+                    key,
+                    url,
+                    headers,
+                    id,
+                    body,
+                    content_type,
+                    timeout_ms,
+                )
+                .await;
                 if matches!(sent, Sent::NoAnswer(_)) {
                     down.store(true, Ordering::SeqCst);
                 }

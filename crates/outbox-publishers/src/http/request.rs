@@ -7,6 +7,9 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::Url;
 
+use crate::cloudevents::{Format, HTTP};
+use crate::Envelope;
+
 /// Everything but RFC 3986's unreserved characters is escaped in a value
 /// filled into the URL, so a value stays one path segment (or one query
 /// value) and can never change the host or add a path.
@@ -187,33 +190,72 @@ pub(crate) fn event_headers(event: &Event, statics: &HeaderMap) -> Result<Header
     }
     for (i, (name, value)) in all.into_iter().enumerate() {
         let producer = i >= 4 + usize::from(event.topic.is_some());
-        let Ok(header) = HeaderName::from_bytes(name.as_bytes()) else {
-            return Err(format!(
-                "header name {} is not a valid HTTP header name (a token: letters, digits and !#$%&'*+-.^_`|~, no spaces)",
-                shown_name(&name)
-            ));
-        };
-        if producer && (reserved_header(&name) || statics.contains_key(&header)) {
-            return Err(format!(
-                "header {} is one the http publisher sets itself (signature, identity, content or [publisher.http] headers); rename it",
-                shown_name(&name)
-            ));
-        }
-        let Ok(value_ok) = HeaderValue::from_bytes(value.as_bytes()) else {
-            return Err(format!(
-                "header {} has a value HTTP cannot carry (a line break or another control character)",
-                shown_name(&name)
-            ));
-        };
-        if value.trim_matches([' ', '\t']) != value {
-            return Err(format!(
-                "header {} has a value with leading or trailing spaces, which HTTP would remove",
-                shown_name(&name)
-            ));
-        }
-        headers.append(header, value_ok);
+        let (header, value) = checked(&name, &value, producer, statics)?;
+        headers.append(header, value);
     }
     Ok(headers)
+}
+
+/// The headers of `event`'s request in a CloudEvents `envelope`, after
+/// `statics`: in binary mode the `ce-*` attributes (values
+/// percent-encoded), then the producer's headers but for ones named
+/// `ce-…`. `Content-Type` is set when sending.
+pub(crate) fn cloudevent_headers(
+    event: &Event,
+    statics: &HeaderMap,
+    envelope: &Envelope,
+) -> Result<HeaderMap, String> {
+    let mut headers = statics.clone();
+    if envelope.format() == Format::CloudEventsBinary {
+        envelope.binary_attributes(event, &HTTP, |name, value| {
+            // Lowercase names and percent-encoded values: always valid.
+            if let Ok(value) = HeaderValue::from_str(value) {
+                headers.append(HeaderName::from_static(name), value);
+            }
+        });
+    }
+    for (name, value) in &event.headers {
+        if Envelope::forwards(&HTTP, name) {
+            let (header, value) = checked(name, value, true, statics)?;
+            headers.append(header, value);
+        }
+    }
+    Ok(headers)
+}
+
+/// Header `name: value` as HTTP carries it, or why it cannot be sent; a
+/// `producer` header may not take a name the publisher sets itself.
+fn checked(
+    name: &str,
+    value: &str,
+    producer: bool,
+    statics: &HeaderMap,
+) -> Result<(HeaderName, HeaderValue), String> {
+    let Ok(header) = HeaderName::from_bytes(name.as_bytes()) else {
+        return Err(format!(
+            "header name {} is not a valid HTTP header name (a token: letters, digits and !#$%&'*+-.^_`|~, no spaces)",
+            shown_name(name)
+        ));
+    };
+    if producer && (reserved_header(name) || statics.contains_key(&header)) {
+        return Err(format!(
+            "header {} is one the http publisher sets itself (signature, identity, content or [publisher.http] headers); rename it",
+            shown_name(name)
+        ));
+    }
+    let Ok(value_ok) = HeaderValue::from_bytes(value.as_bytes()) else {
+        return Err(format!(
+            "header {} has a value HTTP cannot carry (a line break or another control character)",
+            shown_name(name)
+        ));
+    };
+    if value.trim_matches([' ', '\t']) != value {
+        return Err(format!(
+            "header {} has a value with leading or trailing spaces, which HTTP would remove",
+            shown_name(name)
+        ));
+    }
+    Ok((header, value_ok))
 }
 
 #[cfg(test)]

@@ -18,7 +18,8 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::ClientContext;
 
 use super::config::{topic_problem, KafkaConfig};
-use crate::Error;
+use crate::cloudevents::{Format, KAFKA};
+use crate::{Envelope, Error};
 
 /// What the publisher does with one failed message, by error kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,6 +122,14 @@ type Inner = FutureProducer<Context>;
 ///   (`traceparent`, …);
 /// * value: the payload's JSON bytes.
 ///
+/// With a CloudEvents [`Envelope`] ([`KafkaPublisher::with_envelope`]) the
+/// message follows the Kafka protocol binding: in binary mode `ce_*`
+/// headers and `content-type: application/json` replace the `outbox-*`
+/// headers; in structured mode the value is the CloudEvent and
+/// `content-type` is `application/cloudevents+json`. The key stays the
+/// aggregate id (the `partitionkey` attribute) and the producer's headers
+/// follow (but for ones named `ce_…`).
+///
 /// The producer is idempotent with `acks=all`; an event is
 /// [`Outcome::Delivered`] only when its delivery report has an offset.
 /// See `docs/publishers.md` for how each failure is classified.
@@ -128,6 +137,7 @@ pub struct KafkaPublisher {
     config: KafkaConfig,
     state: Arc<LinkState>,
     producer: RwLock<Inner>,
+    envelope: Envelope,
 }
 
 impl std::fmt::Debug for KafkaPublisher {
@@ -152,7 +162,14 @@ impl KafkaPublisher {
             config,
             state,
             producer: RwLock::new(producer),
+            envelope: Envelope::plain(),
         })
+    }
+
+    /// Messages follow `envelope` (plain by default).
+    pub fn with_envelope(mut self, envelope: Envelope) -> Self {
+        self.envelope = envelope;
+        self
     }
 
     /// A publisher for `kafka://HOST:PORT[,HOST:PORT…]` with default settings.
@@ -238,16 +255,11 @@ impl KafkaPublisher {
                 format!("invalid kafka topic {topic:?}: it {problem}"),
             ));
         }
-        let mut headers = OwnedHeaders::new_with_capacity(4 + event.headers.len());
-        for (key, value) in event.message_headers() {
-            headers = headers.insert(Header {
-                key: &key,
-                value: Some(value.as_str()),
-            });
-        }
-        let mut record: FutureRecord<'_, str, str> = FutureRecord::to(&topic)
+        let headers = self.headers(event);
+        let body = self.envelope.body(event);
+        let mut record: FutureRecord<'_, str, [u8]> = FutureRecord::to(&topic)
             .key(event.aggregate_id.as_str())
-            .payload(event.payload.as_str())
+            .payload(body.as_ref())
             .headers(headers);
         // The local queue is bounded (queue.buffering.max.messages): wait
         // for room, up to the message timeout.
@@ -268,6 +280,45 @@ impl KafkaPublisher {
                 }
             }
         }
+    }
+}
+
+impl KafkaPublisher {
+    /// The headers of `event`'s message in the publisher's format.
+    fn headers(&self, event: &Event) -> OwnedHeaders {
+        if self.envelope.is_plain() {
+            let mut headers = OwnedHeaders::new_with_capacity(4 + event.headers.len());
+            for (key, value) in event.message_headers() {
+                headers = headers.insert(Header {
+                    key: &key,
+                    value: Some(value.as_str()),
+                });
+            }
+            return headers;
+        }
+        let mut headers = OwnedHeaders::new_with_capacity(11 + event.headers.len());
+        if self.envelope.format() == Format::CloudEventsBinary {
+            self.envelope
+                .binary_attributes(event, &KAFKA, |key, value| {
+                    headers = std::mem::take(&mut headers).insert(Header {
+                        key,
+                        value: Some(value),
+                    });
+                });
+        }
+        headers = headers.insert(Header {
+            key: "content-type",
+            value: Some(self.envelope.content_type()),
+        });
+        for (key, value) in &event.headers {
+            if Envelope::forwards(&KAFKA, key) {
+                headers = headers.insert(Header {
+                    key,
+                    value: Some(value.as_str()),
+                });
+            }
+        }
+        headers
     }
 }
 

@@ -9,6 +9,8 @@ use bytes::Bytes;
 use outbox::Event;
 
 use super::config::check_subject;
+use crate::cloudevents::{Format, NATS};
+use crate::Envelope;
 
 /// JetStream's de-duplication header: a message whose id the stream has
 /// seen within its duplicate window is acknowledged but not stored again.
@@ -33,6 +35,7 @@ pub(super) fn message(
     event: &Event,
     template: &str,
     max_payload: usize,
+    envelope: &Envelope,
 ) -> Result<Message, String> {
     let subject = event.destination(template);
     if let Err(why) = check_subject(&subject) {
@@ -66,20 +69,45 @@ pub(super) fn message(
     };
     let id = event.id.to_string();
     add(&mut headers, MSG_ID_HEADER, &id)?;
-    for (name, value) in event.message_headers() {
-        add(&mut headers, &name, &value)?;
+    if envelope.is_plain() {
+        for (name, value) in event.message_headers() {
+            add(&mut headers, &name, &value)?;
+        }
+    } else {
+        if envelope.format() == Format::CloudEventsBinary {
+            let mut failed = None;
+            envelope.binary_attributes(event, &NATS, |name, value| {
+                // Values are percent-encoded: they always fit.
+                if let Err(e) = add(&mut headers, name, value) {
+                    failed.get_or_insert(e);
+                }
+            });
+            if let Some(e) = failed {
+                return Err(e);
+            }
+        }
+        add(&mut headers, "content-type", envelope.content_type())?;
+        for (name, value) in &event.headers {
+            if Envelope::forwards(&NATS, name) {
+                add(&mut headers, name, value)?;
+            }
+        }
     }
-    let size = header_bytes + event.payload.len();
+    let payload = match envelope.format() {
+        Format::CloudEventsStructured => Bytes::from(envelope.structured(event)),
+        _ => Bytes::from(event.payload.clone()),
+    };
+    let size = header_bytes + payload.len();
     if size > max_payload {
         return Err(format!(
             "message of {size} bytes ({} of payload, {header_bytes} of headers) is larger than the server's max_payload ({max_payload} bytes)",
-            event.payload.len()
+            payload.len()
         ));
     }
     Ok(Message {
         subject,
         headers,
-        payload: Bytes::from(event.payload.clone()),
+        payload,
     })
 }
 
@@ -115,7 +143,13 @@ mod tests {
     #[test]
     fn carries_the_identity_the_payload_as_stored_and_the_msg_id() {
         let e = event();
-        let m = message(&e, super::super::config::DEFAULT_SUBJECT, 1 << 20).unwrap();
+        let m = message(
+            &e,
+            super::super::config::DEFAULT_SUBJECT,
+            1 << 20,
+            &Envelope::plain(),
+        )
+        .unwrap();
         assert_eq!(m.subject, "outbox.order.order.created");
         assert_eq!(&m.payload[..], e.payload.as_bytes());
         let get = |k: &str| {
@@ -132,7 +166,7 @@ mod tests {
     fn the_topic_override_wins() {
         let mut e = event();
         e.topic = Some("orders.special".into());
-        let m = message(&e, "x.{event_type}", 1 << 20).unwrap();
+        let m = message(&e, "x.{event_type}", 1 << 20, &Envelope::plain()).unwrap();
         assert_eq!(m.subject, "orders.special");
     }
 
@@ -140,7 +174,7 @@ mod tests {
     fn unsendable_events_are_refused_with_the_reason() {
         let mut e = event();
         e.aggregate_type = "my order".into();
-        let why = message(&e, "outbox.{aggregate_type}", 1 << 20)
+        let why = message(&e, "outbox.{aggregate_type}", 1 << 20, &Envelope::plain())
             .err()
             .unwrap();
         assert!(why.contains("not a valid NATS subject"), "{why}");
@@ -148,7 +182,7 @@ mod tests {
         let mut e = event();
         e.headers
             .insert("x-note".into(), "line\r\nX-Injected: 1".into());
-        let why = message(&e, "a", 1 << 20).err().unwrap();
+        let why = message(&e, "a", 1 << 20, &Envelope::plain()).err().unwrap();
         assert!(
             why.contains("line break") && why.contains("x-note"),
             "{why}"
@@ -156,12 +190,12 @@ mod tests {
 
         let mut e = event();
         e.headers.insert("bad name".into(), "v".into());
-        let why = message(&e, "a", 1 << 20).err().unwrap();
+        let why = message(&e, "a", 1 << 20, &Envelope::plain()).err().unwrap();
         assert!(why.contains("header name"), "{why}");
 
         let mut e = event();
         e.payload = "x".repeat(1000);
-        let why = message(&e, "a", 1000).err().unwrap();
+        let why = message(&e, "a", 1000, &Envelope::plain()).err().unwrap();
         assert!(why.contains("max_payload (1000 bytes)"), "{why}");
     }
 
@@ -171,7 +205,7 @@ mod tests {
         e.headers
             .insert("outbox-event-id".into(), "not-the-id".into());
         e.headers.insert(MSG_ID_HEADER.into(), "forged".into());
-        let m = message(&e, "a", 1 << 20).unwrap();
+        let m = message(&e, "a", 1 << 20, &Envelope::plain()).unwrap();
         for k in ["outbox-event-id", MSG_ID_HEADER] {
             let name = HeaderName::from_str(k).unwrap();
             assert_eq!(m.headers.get(name).unwrap().as_str(), e.id.to_string());

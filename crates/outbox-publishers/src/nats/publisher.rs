@@ -22,7 +22,7 @@ use tokio::time::timeout;
 use super::classify::{classify, Answer};
 use super::config::NatsConfig;
 use super::message::message;
-use crate::Error;
+use crate::{Envelope, Error};
 
 /// The largest message a server takes unless configured otherwise; used
 /// until the server has said its own.
@@ -50,6 +50,7 @@ pub struct NatsPublisher {
     link: Mutex<Option<Link>>,
     /// The last trouble the client reported (disconnect, server error).
     last_event: Arc<StdMutex<Option<String>>>,
+    envelope: Envelope,
 }
 
 /// Connection settings prepared once, when the publisher is built.
@@ -127,7 +128,19 @@ impl NatsPublisher {
             },
             link: Mutex::new(None),
             last_event: Arc::new(StdMutex::new(None)),
+            envelope: Envelope::plain(),
         })
+    }
+
+    /// Messages follow `envelope` (plain by default): with CloudEvents,
+    /// binary mode puts the attributes in `ce-*` headers (values
+    /// percent-encoded, as in HTTP) with `content-type: application/json`,
+    /// structured mode sends the CloudEvent as the body with
+    /// `content-type: application/cloudevents+json`; `Nats-Msg-Id` and the
+    /// producer's headers (but for ones named `ce-…`) stay.
+    pub fn with_envelope(mut self, envelope: Envelope) -> Self {
+        self.envelope = envelope;
+        self
     }
 
     /// A publisher for `nats://HOST:PORT[,HOST:PORT…]` with default settings.
@@ -272,7 +285,7 @@ impl Publisher for NatsPublisher {
         let mut answers: Vec<Option<Answer>> = vec![None; batch.len()];
         let mut pending = Vec::with_capacity(batch.len());
         for (i, event) in batch.iter().enumerate() {
-            let m = match message(event, &self.config.subject, max_payload) {
+            let m = match message(event, &self.config.subject, max_payload, &self.envelope) {
                 Ok(m) => m,
                 Err(why) => {
                     answers[i] = Some(Answer::Outcome(Outcome::Rejected(why)));

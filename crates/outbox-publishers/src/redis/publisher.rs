@@ -18,7 +18,8 @@ use tokio::time::timeout;
 
 use super::classify::{classify_reply, is_transport, Answer};
 use super::config::RedisConfig;
-use crate::Error;
+use crate::cloudevents::{Format, REDIS};
+use crate::{Envelope, Error};
 
 /// Appends events to Redis streams.
 ///
@@ -26,6 +27,13 @@ use crate::Error;
 /// * fields, in this order: `id`, `aggregate_type`, `aggregate_id`,
 ///   `event_type`, `payload` (the JSON text as stored), `headers` (the
 ///   producer's headers as a JSON object), `created_at` (RFC 3339, UTC);
+/// * with a CloudEvents [`Envelope`] ([`RedisPublisher::with_envelope`];
+///   Redis has no CloudEvents binding, so the entry follows the Kafka
+///   binding's names with fields for headers): binary mode writes the
+///   attributes as `ce_*` fields, then `content-type`
+///   (`application/json`), `payload` (as stored) and `headers`; structured
+///   mode writes `content-type` (`application/cloudevents+json`),
+///   `payload` (the CloudEvent) and `headers`;
 /// * entry id: assigned by Redis (`*`); with [`RedisConfig::maxlen`],
 ///   `MAXLEN ~ N` trims the stream as it grows.
 ///
@@ -39,6 +47,7 @@ pub struct RedisPublisher {
     config: RedisConfig,
     client: redis::Client,
     conn: Mutex<Option<MultiplexedConnection>>,
+    envelope: Envelope,
 }
 
 impl std::fmt::Debug for RedisPublisher {
@@ -70,7 +79,14 @@ impl RedisPublisher {
             config,
             client,
             conn: Mutex::new(None),
+            envelope: Envelope::plain(),
         })
+    }
+
+    /// Entries follow `envelope` (plain by default).
+    pub fn with_envelope(mut self, envelope: Envelope) -> Self {
+        self.envelope = envelope;
+        self
     }
 
     /// A publisher for `redis://[USER:PASS@]HOST:PORT[/DB]` with default
@@ -162,6 +178,9 @@ impl RedisPublisher {
         if key.is_empty() {
             return Err("the stream key is empty".to_owned());
         }
+        if !self.envelope.is_plain() {
+            return self.xadd_cloudevent(event, key);
+        }
         let id = event.id.to_string();
         let headers = serde_json::to_string(&event.headers).unwrap_or_else(|_| "{}".to_owned());
         let created_at = event
@@ -193,6 +212,40 @@ impl RedisPublisher {
         cmd.arg("*");
         for (field, value) in FIELDS.iter().zip(values) {
             cmd.arg(*field).arg(value);
+        }
+        Ok((cmd, key))
+    }
+
+    /// [`RedisPublisher::xadd`] for a CloudEvents envelope.
+    fn xadd_cloudevent(&self, event: &Event, key: String) -> Result<(redis::Cmd, String), String> {
+        let mut fields: Vec<(&str, Vec<u8>)> = Vec::with_capacity(13);
+        if self.envelope.format() == Format::CloudEventsBinary {
+            self.envelope
+                .binary_attributes(event, &REDIS, |name, value| {
+                    fields.push((name, value.as_bytes().to_vec()))
+                });
+        }
+        let payload = self.envelope.body(event);
+        let payload_len = payload.len();
+        fields.push(("content-type", self.envelope.content_type().into()));
+        fields.push(("payload", payload.into_owned()));
+        let headers = serde_json::to_vec(&event.headers).unwrap_or_else(|_| b"{}".to_vec());
+        fields.push(("headers", headers));
+        let size: usize = fields.iter().map(|(f, v)| f.len() + v.len()).sum();
+        if size > self.config.max_message_bytes {
+            return Err(format!(
+                "entry of {size} bytes ({payload_len} of payload) is larger than max_message_bytes ({})",
+                self.config.max_message_bytes
+            ));
+        }
+        let mut cmd = redis::cmd("XADD");
+        cmd.arg(&key);
+        if let Some(maxlen) = self.config.maxlen {
+            cmd.arg("MAXLEN").arg("~").arg(maxlen);
+        }
+        cmd.arg("*");
+        for (field, value) in &fields {
+            cmd.arg(*field).arg(value.as_slice());
         }
         Ok((cmd, key))
     }

@@ -10,6 +10,8 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use outbox::{Event, Outcome, Publisher, Unavailable};
 
+use crate::Envelope;
+
 /// Appends each batch to a file with a single `write` in append mode, then
 /// `fsync`s it; only then are the events reported delivered. Several
 /// processes may append to one file: each batch lands whole.
@@ -17,6 +19,7 @@ use outbox::{Event, Outcome, Publisher, Unavailable};
 pub struct FilePublisher {
     path: PathBuf,
     file: Arc<Mutex<File>>,
+    envelope: Envelope,
 }
 
 impl FilePublisher {
@@ -39,6 +42,7 @@ impl FilePublisher {
         Ok(FilePublisher {
             path,
             file: Arc::new(Mutex::new(file)),
+            envelope: Envelope::plain(),
         })
     }
 
@@ -70,6 +74,13 @@ impl FilePublisher {
         }
     }
 
+    /// Lines follow `envelope`: the outbox's own JSON lines for `plain`, one
+    /// structured-mode CloudEvent per line for either CloudEvents format.
+    pub fn with_envelope(mut self, envelope: Envelope) -> Self {
+        self.envelope = envelope;
+        self
+    }
+
     /// The file's path.
     pub fn path(&self) -> &Path {
         &self.path
@@ -83,7 +94,7 @@ impl Publisher for FilePublisher {
     }
 
     async fn publish(&self, batch: &[Event]) -> Result<Vec<Outcome>, Unavailable> {
-        let bytes = super::json_lines(batch);
+        let bytes = super::json_lines(batch, &self.envelope);
         let file = self.file.clone();
         let path = self.path.clone();
         tokio::task::spawn_blocking(move || {

@@ -7,15 +7,23 @@ mod stdout;
 
 pub use file::FilePublisher;
 pub use null::NullPublisher;
-pub use stdout::StdoutPublisher;
+pub use stdout::{EnvelopeStdoutPublisher, StdoutPublisher};
 
 use outbox::Event;
 
-/// Renders a batch as JSON lines, one object per event, each ending in `\n`.
-pub(crate) fn json_lines(batch: &[Event]) -> Vec<u8> {
+use crate::Envelope;
+
+/// Renders a batch as JSON lines, one object per event, each ending in
+/// `\n`: the outbox's own lines for a plain `envelope`, structured-mode
+/// CloudEvents for either CloudEvents format.
+pub(crate) fn json_lines(batch: &[Event], envelope: &Envelope) -> Vec<u8> {
     let mut out = Vec::with_capacity(batch.len() * 256);
     for event in batch {
-        event.write_json_line(&mut out);
+        if envelope.is_plain() {
+            event.write_json_line(&mut out);
+        } else {
+            envelope.write_structured(event, &mut out);
+        }
         out.push(b'\n');
     }
     out

@@ -6,12 +6,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
 use clap::Args;
-use outbox::{Relay, RelayConfig, Schema, WakeupTrigger};
+use outbox::{Event, Publisher, Relay, RelayConfig, Schema, WakeupTrigger};
 use outbox_publishers::stream::NullPublisher;
+use outbox_publishers::{Envelope, Format};
 use serde_json::json;
 use sqlx::PgPool;
 
-use super::stats::{peak_rss_kib, reset_peak_rss};
+use super::stats::{cpu_secs, peak_rss_kib, reset_peak_rss};
 use super::{fresh_schema, Server};
 use crate::commands::Ctx;
 
@@ -34,6 +35,16 @@ pub struct DrainArgs {
     /// 100000.
     #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(i64).range(1..=100_000))]
     pub reference_batch: i64,
+    /// Build each event's message in this format before dropping it (plain,
+    /// cloudevents-binary or cloudevents-structured; Kafka's header names):
+    /// what a format costs the relay. Left out, the null publisher builds
+    /// nothing.
+    #[arg(long, value_name = "FORMAT", value_parser = parse_format)]
+    pub format: Option<Format>,
+}
+
+fn parse_format(s: &str) -> Result<Format, String> {
+    s.parse()
 }
 
 /// Inserts `n` events of ~200-byte payloads over `aggregates` aggregates in
@@ -84,15 +95,24 @@ async fn reference(pool: &PgPool, schema: &Schema, batch: i64) -> Result<(u64, D
 }
 
 /// The relay with a null publisher, embedded in this process; also the
-/// process's peak RSS while it runs.
+/// process's peak RSS and the CPU time it used while the relay ran (nothing
+/// else of this process works meanwhile; less sensitive than the rate to
+/// other load on a shared machine).
 async fn relay(
     pool: &PgPool,
     schema: &Schema,
     n: u64,
     batch: usize,
-) -> Result<(u64, Duration, Option<u64>)> {
+    format: Option<Format>,
+) -> Result<(u64, Duration, Option<u64>, Option<f64>)> {
     let rss_reset = reset_peak_rss();
-    let publisher = Arc::new(NullPublisher::default());
+    let cpu_before = cpu_secs();
+    let publisher = Arc::new(match format {
+        Some(format) => {
+            NullPublisher::rendering(Envelope::new(format, format!("/outbox/{}", schema.name())))
+        }
+        None => NullPublisher::default(),
+    });
     let started = Instant::now();
     let handle = Relay::builder(pool.clone(), publisher.clone())
         .schema(schema.clone())
@@ -117,9 +137,48 @@ async fn relay(
         }
     }
     let elapsed = started.elapsed();
+    let cpu = cpu_before.zip(cpu_secs()).map(|(a, b)| b - a);
     let stats = handle.shutdown().await?;
     let rss = if rss_reset { peak_rss_kib() } else { None };
-    Ok((stats.delivered, elapsed, rss))
+    Ok((stats.delivered, elapsed, rss, cpu))
+}
+
+/// Builds `n` messages in `format` (events like the preloaded ones, in
+/// batches of 1,000, through the same null publisher) with nothing else
+/// running: the format's own cost, apart from the database's.
+async fn build_only(format: Format, schema: &Schema, n: u64) -> Result<Duration> {
+    let batch: Vec<Event> = (0..1_000)
+        .map(|i: i64| {
+            let payload = json!({
+                "order_id": i, "customer_id": i % 977, "total_cents": (i * 7919) % 100_000,
+                "currency": "EUR", "lines": [{"sku": format!("SKU-{}", i % 50), "qty": 1 + i % 3}],
+                "note": "x".repeat(60),
+            });
+            Event {
+                id: uuid::Uuid::now_v7(),
+                seq: i,
+                aggregate_type: "order".into(),
+                aggregate_id: format!("order-{}", i % 10_000),
+                event_type: "order.created".into(),
+                payload: payload.to_string(),
+                headers: Default::default(),
+                topic: None,
+                attempts: 0,
+                created_at: chrono::Utc::now(),
+                partition: 0,
+            }
+        })
+        .collect();
+    let publisher =
+        NullPublisher::rendering(Envelope::new(format, format!("/outbox/{}", schema.name())));
+    let started = Instant::now();
+    for _ in 0..n.div_ceil(1_000) {
+        publisher
+            .publish(&batch)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    Ok(started.elapsed())
 }
 
 pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::Value> {
@@ -136,7 +195,8 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::
     eprintln!("bench drain: preloading {n} events for the relay");
     let relay_schema = fresh_schema(&pool, "bench_relay", WakeupTrigger::Off).await?;
     preload(&pool, &relay_schema, n, args.aggregates).await?;
-    let (relay_n, relay_t, rss) = relay(&pool, &relay_schema, n, args.batch_size).await?;
+    let (relay_n, relay_t, rss, cpu) =
+        relay(&pool, &relay_schema, n, args.batch_size, args.format).await?;
     let left: i64 = sqlx::query_scalar(&format!(
         "SELECT count(*) FROM {}.outbox_events",
         relay_schema.name()
@@ -148,6 +208,11 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::
         "relay left {left} rows, delivered {relay_n} of {n}"
     );
 
+    let built = match args.format {
+        Some(format) => Some(build_only(format, &relay_schema, n).await?),
+        None => None,
+    };
+
     let ref_rate = n as f64 / ref_t.as_secs_f64();
     let relay_rate = n as f64 / relay_t.as_secs_f64();
     let ratio = relay_rate / ref_rate;
@@ -158,8 +223,12 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::
         ref_rate,
         ref_t.as_secs_f64()
     );
+    let publisher = match args.format {
+        Some(f) => format!("null publisher, {f} messages built):"),
+        None => "null publisher):             ".to_owned(),
+    };
     println!(
-        "  relay (batch {}, null publisher):              {:>9.0} events/s ({:.2} s)",
+        "  relay (batch {}, {publisher} {:>9.0} events/s ({:.2} s)",
         args.batch_size,
         relay_rate,
         relay_t.as_secs_f64()
@@ -167,6 +236,19 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::
     println!("  ratio relay / reference: {ratio:.2}");
     if let Some(kib) = rss {
         println!("  relay process peak RSS: {:.1} MiB", kib as f64 / 1024.0);
+    }
+    if let Some(built) = built {
+        println!(
+            "  building the {n} messages alone: {:.3} s ({:.2} µs per event)",
+            built.as_secs_f64(),
+            built.as_secs_f64() * 1e6 / n as f64
+        );
+    }
+    if let Some(cpu) = cpu {
+        println!(
+            "  relay process CPU: {cpu:.2} s ({:.2} µs per event)",
+            cpu * 1e6 / n as f64
+        );
     }
     for s in [&reference_schema, &relay_schema] {
         sqlx::raw_sql(&format!("DROP SCHEMA {} CASCADE", s.name()))
@@ -180,6 +262,9 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::
         "reference_events_per_sec": ref_rate,
         "relay_events_per_sec": relay_rate,
         "ratio": ratio,
+        "format": args.format.map(Format::name),
         "relay_peak_rss_mib": rss.map(|k| k as f64 / 1024.0),
+        "relay_cpu_secs": cpu,
+        "build_only_secs": built.map(|d| d.as_secs_f64()),
     }))
 }

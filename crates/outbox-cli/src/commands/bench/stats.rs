@@ -48,6 +48,19 @@ pub fn peak_rss_kib() -> Option<u64> {
         .ok()
 }
 
+/// CPU time this process has used so far, all threads, user and system
+/// (`/proc/self/stat`, in the kernel's fixed 1/100 s ticks).
+pub fn cpu_secs() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesised command name; utime and stime are the
+    // 14th and 15th fields of the line.
+    let rest = stat.rsplit_once(')')?.1;
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) as f64 / 100.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -59,6 +72,17 @@ mod tests {
         assert_eq!(quantile(&xs, 0.99), Duration::from_millis(99));
         assert_eq!(quantile(&xs, 1.0), Duration::from_millis(100));
         assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+    }
+
+    #[test]
+    fn cpu_time_is_readable_and_grows() {
+        let before = cpu_secs().unwrap();
+        let mut x = 0u64;
+        for i in 0..1_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(std::hint::black_box(i));
+        }
+        std::hint::black_box(x);
+        assert!(cpu_secs().unwrap() >= before);
     }
 
     #[test]
