@@ -1,7 +1,8 @@
 //! Real brokers for tests, started from the system's binaries on free ports
 //! of `127.0.0.1`: [`rabbitmq::RabbitMq`] (`rabbitmq-server`),
 //! [`kafka::Tansu`] (a Kafka-protocol broker), [`nats::Nats`]
-//! (`nats-server -js`) and [`redis::Redis`] (`redis-server`).
+//! (`nats-server -js`), [`redis::Redis`] (`redis-server`) and
+//! [`moto::Moto`] (moto's server, standing in for Amazon SQS and SNS).
 //!
 //! Every broker runs in its own process [group](crate::process::Group),
 //! killed when its handle is dropped; a small `sh`
@@ -12,6 +13,7 @@
 //! missing, unless [`SKIP_ENV`] names that broker (see [`skipped`]).
 
 pub mod kafka;
+pub mod moto;
 pub mod nats;
 pub mod rabbitmq;
 pub mod redis;
