@@ -89,6 +89,21 @@ pub const PUBLISHERS: &[Kind] = &[
         check: redis,
     },
     Kind {
+        name: "sqs",
+        prefixes: &["sqs://"],
+        // Or sqs:// and the queue URL.
+        form: "sqs://QUEUE_NAME",
+        table: true,
+        check: sqs,
+    },
+    Kind {
+        name: "sns",
+        prefixes: &["sns://"],
+        form: "sns://TOPIC_ARN",
+        table: true,
+        check: sns,
+    },
+    Kind {
         name: "http",
         prefixes: &["http://", "https://"],
         form: "http[s]://HOST[:PORT]/PATH",
@@ -325,6 +340,37 @@ fn http(_: &str, _: Option<&toml::Table>) -> Result<Build> {
     not_built("http")
 }
 
+#[cfg(feature = "sqs")]
+fn sqs(spec: &str, table: Option<&toml::Table>) -> Result<Build> {
+    use outbox_publishers::sqs::{SqsConfig, SqsPublisher};
+    let mut config: SqsConfig = settings("sqs", table)?;
+    config.apply_spec(spec)?;
+    Ok(Box::new(|| {
+        Ok(Arc::new(SqsPublisher::new(config)?) as Arc<dyn Publisher>)
+    }))
+}
+
+#[cfg(not(feature = "sqs"))]
+fn sqs(_: &str, _: Option<&toml::Table>) -> Result<Build> {
+    not_built("sqs")
+}
+
+#[cfg(feature = "sqs")]
+fn sns(spec: &str, table: Option<&toml::Table>) -> Result<Build> {
+    use outbox_publishers::sqs::{SnsConfig, SnsPublisher};
+    let mut config: SnsConfig = settings("sns", table)?;
+    config.apply_spec(spec)?;
+    Ok(Box::new(|| {
+        Ok(Arc::new(SnsPublisher::new(config)?) as Arc<dyn Publisher>)
+    }))
+}
+
+/// SNS is built with the `sqs` feature.
+#[cfg(not(feature = "sqs"))]
+fn sns(_: &str, _: Option<&toml::Table>) -> Result<Build> {
+    not_built("sqs")
+}
+
 /// `spec` as a message may show it: quoted, password hidden, cut to its
 /// first 60 characters (with its length) if long.
 pub(crate) fn shown(spec: &str) -> String {
@@ -395,7 +441,7 @@ mod tests {
         assert_eq!(kind_of("HTTPS://h/x").map(|k| k.name), None);
         assert_eq!(kind_of("stdoutx").map(|k| k.name), None);
         let tables: Vec<_> = table_names().collect();
-        for name in ["kafka", "amqp", "nats", "redis", "http"] {
+        for name in ["kafka", "amqp", "nats", "redis", "sqs", "sns", "http"] {
             assert!(tables.contains(&name), "{tables:?}");
         }
     }
@@ -442,6 +488,52 @@ mod tests {
         .to_string();
         assert!(
             e.contains("[publisher.nats]") && !e.contains("hunter2"),
+            "{e}"
+        );
+    }
+
+    #[cfg(feature = "sqs")]
+    #[test]
+    fn sqs_and_sns_specs_are_checked_without_calling_aws() {
+        for spec in [
+            "sqs://",
+            "sqs://orders.events",
+            "sqs://https://sqs.us-east-1.amazonaws.com/",
+            "sns://",
+            "sns://orders",
+        ] {
+            let e = refused(spec);
+            assert!(
+                e.starts_with("invalid --publisher") && e.lines().count() == 1,
+                "{spec}: {e}"
+            );
+        }
+        let table = |name: &str, t: &str| -> Tables {
+            Tables::from([(name.to_owned(), toml::from_str(t).unwrap())])
+        };
+        for (spec, tables) in [
+            ("sqs://orders.fifo", Tables::new()),
+            (
+                "sqs://https://sqs.eu-west-1.amazonaws.com/123456789012/orders",
+                table("sqs", "max_concurrent_calls = 4"),
+            ),
+            (
+                "sns://arn:aws:sns:us-east-1:123456789012:orders.fifo",
+                table("sns", "region = \"us-east-1\""),
+            ),
+        ] {
+            let checked = check("--publisher", spec, &tables);
+            assert!(checked.is_ok(), "{spec}: {checked:?}");
+        }
+        let e = check(
+            "--publisher",
+            "sqs://orders",
+            &table("sqs", "queue_url = \"x\""),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("[publisher.sqs]") && e.contains("queue_url"),
             "{e}"
         );
     }
