@@ -5,7 +5,7 @@
 use std::error::Error as StdError;
 
 use aws_sdk_sqs::config::http::HttpResponse;
-use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use outbox::Outcome;
 
 /// What a whole batch call came to, when it did not answer per entry.
@@ -95,6 +95,22 @@ pub(super) fn scrub(text: &str) -> String {
     outbox::redact::redact_text(&text.replace(['\n', '\r'], " "))
 }
 
+/// An error and its causes, `: `-separated, each said once (the SDK's
+/// own context printer adds the debug form, which says it all again).
+fn chain(error: &(dyn StdError + 'static)) -> String {
+    let mut out = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        let text = e.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = e.source();
+    }
+    out
+}
+
 /// Sorts an error answered for one entry of a batch call, by its code.
 ///
 /// * invalid contents, too large, invalid parameter or attribute:
@@ -144,7 +160,7 @@ where
         SdkError::TimeoutError(_) => {
             CallFailure::Outage(scrub(&format!("{context}: no answer within timeout_ms")))
         }
-        other => CallFailure::Outage(scrub(&format!("{context}: {}", DisplayErrorContext(other)))),
+        other => CallFailure::Outage(scrub(&format!("{context}: {}", chain(other)))),
     }
 }
 
