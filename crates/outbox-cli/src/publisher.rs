@@ -90,6 +90,21 @@ pub const PUBLISHERS: &[Kind] = &[
         check: redis,
     },
     Kind {
+        name: "sqs",
+        prefixes: &["sqs://"],
+        // Or sqs:// and the queue URL.
+        form: "sqs://QUEUE_NAME",
+        table: true,
+        check: sqs,
+    },
+    Kind {
+        name: "sns",
+        prefixes: &["sns://"],
+        form: "sns://TOPIC_ARN",
+        table: true,
+        check: sns,
+    },
+    Kind {
         name: "http",
         prefixes: &["http://", "https://"],
         form: "http[s]://HOST[:PORT]/PATH",
@@ -342,6 +357,52 @@ fn http(_: &str, _: Option<&toml::Table>) -> Result<Build> {
     not_built("http")
 }
 
+#[cfg(feature = "sqs")]
+fn sqs(spec: &str, table: Option<&toml::Table>) -> Result<Build> {
+    use outbox_publishers::sqs::{SqsConfig, SqsPublisher};
+    let mut config: SqsConfig = settings("sqs", table)?;
+    config.apply_spec(spec)?;
+    Ok(Box::new(|envelope: Envelope| {
+        plain_only("sqs", &envelope)?;
+        Ok(Arc::new(SqsPublisher::new(config)?) as Arc<dyn Publisher>)
+    }))
+}
+
+#[cfg(not(feature = "sqs"))]
+fn sqs(_: &str, _: Option<&toml::Table>) -> Result<Build> {
+    not_built("sqs")
+}
+
+#[cfg(feature = "sqs")]
+fn sns(spec: &str, table: Option<&toml::Table>) -> Result<Build> {
+    use outbox_publishers::sqs::{SnsConfig, SnsPublisher};
+    let mut config: SnsConfig = settings("sns", table)?;
+    config.apply_spec(spec)?;
+    Ok(Box::new(|envelope: Envelope| {
+        plain_only("sns", &envelope)?;
+        Ok(Arc::new(SnsPublisher::new(config)?) as Arc<dyn Publisher>)
+    }))
+}
+
+/// Refuses a CloudEvents format for a publisher that only sends plain
+/// messages (SQS and SNS have no CloudEvents binding here yet).
+#[cfg(feature = "sqs")]
+fn plain_only(name: &str, envelope: &Envelope) -> Result<()> {
+    if envelope.is_plain() {
+        return Ok(());
+    }
+    bail!(
+        "invalid publisher.format = \"{}\" for the {name} publisher: it sends plain messages only; use format = \"plain\"",
+        envelope.format()
+    )
+}
+
+/// SNS is built with the `sqs` feature.
+#[cfg(not(feature = "sqs"))]
+fn sns(_: &str, _: Option<&toml::Table>) -> Result<Build> {
+    not_built("sqs")
+}
+
 /// `spec` as a message may show it: quoted, password hidden, cut to its
 /// first 60 characters (with its length) if long.
 pub(crate) fn shown(spec: &str) -> String {
@@ -412,7 +473,7 @@ mod tests {
         assert_eq!(kind_of("HTTPS://h/x").map(|k| k.name), None);
         assert_eq!(kind_of("stdoutx").map(|k| k.name), None);
         let tables: Vec<_> = table_names().collect();
-        for name in ["kafka", "amqp", "nats", "redis", "http"] {
+        for name in ["kafka", "amqp", "nats", "redis", "sqs", "sns", "http"] {
             assert!(tables.contains(&name), "{tables:?}");
         }
     }
@@ -459,6 +520,52 @@ mod tests {
         .to_string();
         assert!(
             e.contains("[publisher.nats]") && !e.contains("hunter2"),
+            "{e}"
+        );
+    }
+
+    #[cfg(feature = "sqs")]
+    #[test]
+    fn sqs_and_sns_specs_are_checked_without_calling_aws() {
+        for spec in [
+            "sqs://",
+            "sqs://orders.events",
+            "sqs://https://sqs.us-east-1.amazonaws.com/",
+            "sns://",
+            "sns://orders",
+        ] {
+            let e = refused(spec);
+            assert!(
+                e.starts_with("invalid --publisher") && e.lines().count() == 1,
+                "{spec}: {e}"
+            );
+        }
+        let table = |name: &str, t: &str| -> Tables {
+            Tables::from([(name.to_owned(), toml::from_str(t).unwrap())])
+        };
+        for (spec, tables) in [
+            ("sqs://orders.fifo", Tables::new()),
+            (
+                "sqs://https://sqs.eu-west-1.amazonaws.com/123456789012/orders",
+                table("sqs", "max_concurrent_calls = 4"),
+            ),
+            (
+                "sns://arn:aws:sns:us-east-1:123456789012:orders.fifo",
+                table("sns", "region = \"us-east-1\""),
+            ),
+        ] {
+            let checked = check("--publisher", spec, &tables);
+            assert!(checked.is_ok(), "{spec}: {checked:?}");
+        }
+        let e = check(
+            "--publisher",
+            "sqs://orders",
+            &table("sqs", "queue_url = \"x\""),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("[publisher.sqs]") && e.contains("queue_url"),
             "{e}"
         );
     }

@@ -26,3 +26,6 @@ pub mod redis;
 
 #[cfg(feature = "http")]
 pub mod http;
+
+#[cfg(feature = "sqs")]
+pub mod sqs;

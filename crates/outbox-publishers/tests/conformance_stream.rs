@@ -17,8 +17,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use outbox::{Event, Outcome, Publisher, Unavailable};
 use outbox_publishers::{FilePublisher, StdoutPublisher};
-use outbox_testkit::conformance::{self, Capabilities, Collector, Harness, Received, Scope};
-use outbox_testkit::postgres::test_db;
+use outbox_testkit::conformance::{Capabilities, Collector, Harness, Received, Scope};
 use serde_json::{json, Value};
 
 /// JSON lines carry no destination unless the event has a topic override.

@@ -1,7 +1,8 @@
 //! Real brokers for tests, started from the system's binaries on free ports
 //! of `127.0.0.1`: [`rabbitmq::RabbitMq`] (`rabbitmq-server`),
 //! [`kafka::Tansu`] (a Kafka-protocol broker), [`nats::Nats`]
-//! (`nats-server -js`) and [`redis::Redis`] (`redis-server`).
+//! (`nats-server -js`), [`redis::Redis`] (`redis-server`) and
+//! [`moto::Moto`] (moto's server, standing in for Amazon SQS and SNS).
 //!
 //! Each is one [`server::Server`], the launcher they share: it finds the
 //! program, gives the broker a temporary directory and a free port (another
@@ -23,6 +24,7 @@
 //! missing, unless [`SKIP_ENV`] names that broker (see [`skipped`]).
 
 pub mod kafka;
+pub mod moto;
 pub mod nats;
 pub mod rabbitmq;
 pub mod redis;

@@ -1,0 +1,431 @@
+//! The `outbox` program publishing to Amazon SQS, end to end, against
+//! moto's server mode (the test kit starts it; `pip install
+//! "moto[server]"`, or `OUTBOX_SKIP_BROKER_TESTS=moto` to skip): events
+//! written by plain SQL, `outbox relay --drain --publisher sqs://orders.fifo`
+//! run as a child process with the SDK's standard variables
+//! (`AWS_ENDPOINT_URL`, `AWS_REGION`, keys), every message read back with
+//! the SDK; the same rows published again (a crash that repeats a window)
+//! leave no second copy; and what bad SQS settings do to `config check`,
+//! `relay` and `/readyz`.
+#![cfg(feature = "sqs")]
+
+mod common;
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use outbox_testkit::brokers::moto::{client, Moto};
+use sqlx::PgPool;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use uuid::Uuid;
+
+const AGGREGATES: i64 = 50;
+const PER_AGGREGATE: i64 = 40;
+const QUEUE: &str = "orders.fifo";
+/// How long one `outbox relay --drain` may take.
+const RELAY_DEADLINE: Duration = Duration::from_secs(180);
+/// A secret that must never be printed.
+const SECRET: &str = "hunter2-secret-key";
+
+/// Writes `PER_AGGREGATE` rounds of one event per aggregate with plain SQL;
+/// returns each event's aggregate and position.
+async fn insert_backlog(pool: &PgPool) -> HashMap<Uuid, (String, i64)> {
+    let mut expected = HashMap::new();
+    for n in 0..PER_AGGREGATE {
+        let rows: Vec<(Uuid, String)> = sqlx::query_as(
+            "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, headers)
+             SELECT 'order', 'agg-' || a, 'order.updated', jsonb_build_object('n', $1::bigint),
+                    jsonb_build_object('traceparent', '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01')
+             FROM generate_series(0, $2 - 1) AS a
+             RETURNING id, aggregate_id",
+        )
+        .bind(n)
+        .bind(AGGREGATES)
+        .fetch_all(pool)
+        .await
+        .expect("inserting a round of events");
+        for (id, aggregate) in rows {
+            expected.insert(id, (aggregate, n));
+        }
+    }
+    assert_eq!(expected.len(), (AGGREGATES * PER_AGGREGATE) as usize);
+    expected
+}
+
+/// `outbox` with moto's variables (and a secret key to be kept quiet).
+fn bin(moto: &Moto) -> std::process::Command {
+    let mut cmd = common::bin();
+    for (k, v) in moto.env() {
+        cmd.env(k, v);
+    }
+    cmd.env("AWS_SECRET_ACCESS_KEY", SECRET);
+    cmd
+}
+
+/// Runs `outbox relay --drain --publisher SPEC`; requires exit 0, nothing
+/// pending and nothing dead-lettered afterwards.
+async fn drain_with(moto: &Moto, url: &str, pool: &PgPool, spec: &str) -> Duration {
+    let mut cmd = bin(moto);
+    cmd.env("DATABASE_URL", url)
+        .args(["relay", "--drain", "--publisher", spec])
+        .args(["--instance-id", "sqs-e2e"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let started = Instant::now();
+    let child = tokio::process::Command::from(cmd)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn outbox relay");
+    let out = tokio::time::timeout(RELAY_DEADLINE, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("outbox relay --drain did not finish within {RELAY_DEADLINE:?}"))
+        .expect("wait for outbox relay");
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "outbox relay --drain exited with {}\n--- stderr ---\n{stderr}",
+        out.status,
+    );
+    assert!(!stderr.contains(SECRET), "{stderr}");
+    let dead: Vec<(Uuid, Option<String>)> =
+        sqlx::query_as("SELECT id, last_error FROM outbox_dead_letters LIMIT 5")
+            .fetch_all(pool)
+            .await
+            .unwrap();
+    assert!(dead.is_empty(), "events were dead-lettered: {dead:?}");
+    let pending: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM outbox_events WHERE processed_at IS NULL AND dead_lettered_at IS NULL",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(pending, 0, "events left pending after the drain");
+    took
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_program_delivers_to_a_fifo_queue_once_in_order() {
+    let Some(moto) = tokio::task::spawn_blocking(Moto::start_or_skip)
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+    else {
+        return;
+    };
+    let sqs = client::sqs(&moto.url());
+    let queue_url = client::create_queue(&sqs, QUEUE).await;
+    let (db, pool) = outbox_testkit::postgres::migrated_test_db().await;
+    let expected = insert_backlog(&pool).await;
+    // The rows as written, to write them again after the drain.
+    sqlx::query("CREATE TABLE saved_events AS SELECT * FROM outbox_events")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let spec = format!("sqs://{QUEUE}");
+    let took = drain_with(&moto, &db.url, &pool, &spec).await;
+
+    // A crash that repeats the window: the same rows, pending again, sent
+    // within the 5-minute window. (moto, unlike SQS, compares ids only with
+    // messages still in the queue, so this comes before the read-back.)
+    sqlx::query("DELETE FROM outbox_events")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let again = sqlx::query(
+        "INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, headers)
+         SELECT id, aggregate_type, aggregate_id, event_type, payload, headers
+         FROM saved_events ORDER BY seq",
+    )
+    .execute(&pool)
+    .await
+    .unwrap()
+    .rows_affected();
+    assert_eq!(again, expected.len() as u64);
+    let took_again = drain_with(&moto, &db.url, &pool, &spec).await;
+
+    // Everything the queue holds: the first copies, and any second one
+    // (read until nothing more comes).
+    let got = client::receive(&sqs, &queue_url, Duration::from_secs(180), |got| {
+        got.len() >= expected.len()
+    })
+    .await;
+    let mut got = got;
+    if got.len() == expected.len() {
+        got.extend(client::receive(&sqs, &queue_url, Duration::ZERO, |_| false).await);
+    }
+    let mut deliveries = Vec::with_capacity(got.len());
+    for (i, m) in got.iter().enumerate() {
+        let id: Uuid = m
+            .attributes
+            .get("outbox-event-id")
+            .and_then(|id| id.parse().ok())
+            .unwrap_or_else(|| panic!("message {i} has no event id: {m:?}"));
+        let Some((aggregate, n)) = expected.get(&id) else {
+            panic!("message {i} is event {id}, which was never written");
+        };
+        assert_eq!(m.dedup_id, Some(id.to_string()), "dedup id = event id");
+        assert_eq!(
+            m.group_id.as_ref(),
+            Some(aggregate),
+            "group id = aggregate id"
+        );
+        assert_eq!(m.attributes.get("outbox-aggregate-id"), Some(aggregate));
+        assert!(m.attributes.contains_key("traceparent"), "{m:?}");
+        let body: serde_json::Value = serde_json::from_str(&m.body).expect("a JSON body");
+        assert_eq!(body["n"].as_i64(), Some(*n), "{id}: body {body}");
+        deliveries.push((id, aggregate.as_str(), *n));
+    }
+    let dups =
+        outbox_testkit::assert_delivered_once_in_order("sqs: ", expected.keys(), &deliveries);
+    assert_eq!(
+        dups, 0,
+        "a FIFO queue stores each event id once, though published twice"
+    );
+    eprintln!(
+        "sqs: {} events written and published twice, {} messages read back, 0 lost, {dups} duplicates (relay drained in {took:.2?}, then again in {took_again:.2?})",
+        expected.len(),
+        got.len()
+    );
+}
+
+/// Runs `outbox config check` or `relay` with `spec` and the config file
+/// text `file`, if any.
+fn run(command: &str, spec: &str, file: Option<&str>) -> std::process::Output {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = common::bin();
+    cmd.env("OUTBOX_PUBLISHER", spec)
+        .env("AWS_SECRET_ACCESS_KEY", SECRET);
+    if let Some(text) = file {
+        let path = dir.path().join("outbox.toml");
+        std::fs::write(&path, text).unwrap();
+        cmd.arg("--config").arg(&path);
+    }
+    if command == "relay" {
+        cmd.env("DATABASE_URL", "postgres://app@127.0.0.1:1/app");
+        cmd.arg("relay");
+    } else {
+        cmd.args(["config", "check"]);
+    }
+    cmd.output().expect("run outbox")
+}
+
+#[test]
+fn bad_sqs_and_sns_settings_are_one_clear_line() {
+    let cases: &[(&str, Option<&str>, &[&str])] = &[
+        ("sqs://", None, &["queue", "sqs://QUEUE_NAME"]),
+        ("sqs://orders.events", None, &["queue", "sqs://QUEUE_NAME"]),
+        (
+            "sqs://https://sqs.us-east-1.amazonaws.com/",
+            None,
+            &["queue"],
+        ),
+        ("sqs:orders", None, &["unknown", "sqs://QUEUE_NAME"]),
+        ("sns://orders", None, &["topic_arn", "sns://TOPIC_ARN"]),
+        (
+            "sqs://orders.fifo",
+            Some("[publisher.sqs]\nqueue_url = \"x\"\n"),
+            &["queue_url"],
+        ),
+        (
+            "sqs://orders.fifo",
+            Some("[publisher.sqs]\nregion = \"Mars 1\"\n"),
+            &["region"],
+        ),
+        (
+            "sns://arn:aws:sns:us-east-1:123456789012:t",
+            Some("[publisher.sns]\nmax_message_bytes = 5000000\n"),
+            &["max_message_bytes"],
+        ),
+    ];
+    for command in ["config", "relay"] {
+        for (spec, file, words) in cases {
+            let out = run(command, spec, *file);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let what = format!("outbox {command} with {spec:?}, file {file:?}");
+            assert!(!out.status.success(), "{what} succeeded: {stderr}");
+            assert!(!stderr.contains("panicked"), "{what} panicked: {stderr}");
+            assert_eq!(
+                stderr.trim().lines().count(),
+                1,
+                "{what}: one line: {stderr}"
+            );
+            for w in *words {
+                assert!(stderr.contains(w), "{what}: {w:?} missing in {stderr}");
+            }
+            assert!(
+                !stderr.contains(SECRET),
+                "{what} printed a secret: {stderr}"
+            );
+        }
+    }
+    for (spec, file) in [
+        (
+            "sqs://orders.fifo",
+            "[publisher.sqs]\nmax_concurrent_calls = 4\n",
+        ),
+        (
+            "sns://arn:aws:sns:us-east-1:123456789012:orders.fifo",
+            "[publisher.sns]\nregion = \"us-east-1\"\n",
+        ),
+    ] {
+        let out = run("config", spec, Some(file));
+        assert!(
+            out.status.success(),
+            "{spec}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// `GET path` on `port`: the status and body.
+async fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    s.write_all(request.as_bytes()).await.ok()?;
+    let mut raw = String::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut raw))
+        .await
+        .ok()?
+        .ok()?;
+    let status = raw.get(9..12)?.parse().ok()?;
+    let body = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
+    Some((status, body))
+}
+
+/// Runs `outbox relay --publisher SPEC` on one pending event with the
+/// variables `env` (and no others of the SDK's), until `/readyz` reports
+/// not ready with `expect` in its body; checks that no attempt was counted
+/// and that neither `/readyz` nor the relay's output shows the secret.
+async fn outage_on_readyz(spec: &str, env: &[(&str, String)], expect: &str) -> String {
+    let (db, pool) = outbox_testkit::postgres::migrated_test_db().await;
+    sqlx::query(
+        "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+         VALUES ('order', '1', 'order.created', '{\"n\": 1}')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let http_port = outbox_testkit::process::free_port();
+    let mut cmd = common::bin();
+    for k in [
+        "AWS_ENDPOINT_URL",
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    ] {
+        cmd.env_remove(k);
+    }
+    cmd.env("HOME", home.path())
+        .env("AWS_CONFIG_FILE", home.path().join("config"))
+        .env(
+            "AWS_SHARED_CREDENTIALS_FILE",
+            home.path().join("credentials"),
+        )
+        .env("AWS_EC2_METADATA_DISABLED", "true");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.env("DATABASE_URL", &db.url)
+        .args(["relay", "--publisher", spec])
+        .args(["--http-addr", &format!("127.0.0.1:{http_port}")])
+        .args(["--instance-id", "sqs-outage"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = tokio::process::Command::from(cmd)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn outbox relay");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let body = loop {
+        let answer = get(http_port, "/readyz").await;
+        if let Some((503, body)) = &answer {
+            if body.contains(expect) {
+                break body.clone();
+            }
+        }
+        if Instant::now() > deadline {
+            child.kill().await.unwrap();
+            let out = child.wait_with_output().await.unwrap();
+            panic!(
+                "/readyz did not report {expect:?} for {spec} within 60 s; last answer: {answer:?}\n--- relay stderr ---\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(!body.contains(SECRET), "{body}");
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let (attempts, dead): (i32, i64) = sqlx::query_as(
+        "SELECT (SELECT attempts FROM outbox_events), (SELECT count(*) FROM outbox_dead_letters)",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (attempts, dead),
+        (0, 0),
+        "{spec}: an outage counts no attempt"
+    );
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "{spec}: the relay keeps running through an outage"
+    );
+    child.kill().await.unwrap();
+    let out = child.wait_with_output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains(SECRET), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    body
+}
+
+/// An unknown queue, no region and no credentials are outages of the
+/// running relay: `/readyz` says which, never the secret key, and no
+/// attempt is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_queue_missing_region_and_credentials_are_outages_on_readyz() {
+    let Some(moto) = tokio::task::spawn_blocking(Moto::start_or_skip)
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+    else {
+        return;
+    };
+    let keys = |region: bool| {
+        let mut env = vec![
+            ("AWS_ENDPOINT_URL", moto.url()),
+            ("AWS_ACCESS_KEY_ID", "AKIDTESTING".to_owned()),
+            ("AWS_SECRET_ACCESS_KEY", SECRET.to_owned()),
+        ];
+        if region {
+            env.push(("AWS_REGION", "us-east-1".to_owned()));
+        }
+        env
+    };
+    let mut bodies = Vec::new();
+    bodies.push(
+        outage_on_readyz(
+            "sqs://no-such-queue.fifo",
+            &keys(true),
+            "no-such-queue.fifo",
+        )
+        .await,
+    );
+    bodies.push(outage_on_readyz("sqs://orders.fifo", &keys(false), "no AWS region").await);
+    let no_keys = vec![
+        ("AWS_ENDPOINT_URL", moto.url()),
+        ("AWS_REGION", "us-east-1".to_owned()),
+    ];
+    bodies.push(outage_on_readyz("sqs://orders.fifo", &no_keys, "credentials").await);
+    for body in bodies {
+        eprintln!("/readyz: {}", body.trim());
+    }
+}
