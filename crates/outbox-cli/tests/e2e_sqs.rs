@@ -11,47 +11,20 @@
 
 mod common;
 
-use std::collections::HashMap;
+use common::http_get as get;
+
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use outbox_testkit::brokers::moto::{client, Moto};
 use sqlx::PgPool;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use uuid::Uuid;
 
 const AGGREGATES: i64 = 50;
 const PER_AGGREGATE: i64 = 40;
 const QUEUE: &str = "orders.fifo";
-/// How long one `outbox relay --drain` may take.
-const RELAY_DEADLINE: Duration = Duration::from_secs(180);
 /// A secret that must never be printed.
 const SECRET: &str = "hunter2-secret-key";
-
-/// Writes `PER_AGGREGATE` rounds of one event per aggregate with plain SQL;
-/// returns each event's aggregate and position.
-async fn insert_backlog(pool: &PgPool) -> HashMap<Uuid, (String, i64)> {
-    let mut expected = HashMap::new();
-    for n in 0..PER_AGGREGATE {
-        let rows: Vec<(Uuid, String)> = sqlx::query_as(
-            "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, headers)
-             SELECT 'order', 'agg-' || a, 'order.updated', jsonb_build_object('n', $1::bigint),
-                    jsonb_build_object('traceparent', '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01')
-             FROM generate_series(0, $2 - 1) AS a
-             RETURNING id, aggregate_id",
-        )
-        .bind(n)
-        .bind(AGGREGATES)
-        .fetch_all(pool)
-        .await
-        .expect("inserting a round of events");
-        for (id, aggregate) in rows {
-            expected.insert(id, (aggregate, n));
-        }
-    }
-    assert_eq!(expected.len(), (AGGREGATES * PER_AGGREGATE) as usize);
-    expected
-}
 
 /// `outbox` with moto's variables (and a secret key to be kept quiet).
 fn bin(moto: &Moto) -> std::process::Command {
@@ -63,45 +36,16 @@ fn bin(moto: &Moto) -> std::process::Command {
     cmd
 }
 
-/// Runs `outbox relay --drain --publisher SPEC`; requires exit 0, nothing
-/// pending and nothing dead-lettered afterwards.
+/// Runs `outbox relay --drain --publisher SPEC` through [`common::drain`]
+/// (exit 0, nothing left, nothing dead-lettered), and requires that the
+/// secret key was not printed.
 async fn drain_with(moto: &Moto, url: &str, pool: &PgPool, spec: &str) -> Duration {
     let mut cmd = bin(moto);
     cmd.env("DATABASE_URL", url)
         .args(["relay", "--drain", "--publisher", spec])
-        .args(["--instance-id", "sqs-e2e"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let started = Instant::now();
-    let child = tokio::process::Command::from(cmd)
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn outbox relay");
-    let out = tokio::time::timeout(RELAY_DEADLINE, child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("outbox relay --drain did not finish within {RELAY_DEADLINE:?}"))
-        .expect("wait for outbox relay");
-    let took = started.elapsed();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "outbox relay --drain exited with {}\n--- stderr ---\n{stderr}",
-        out.status,
-    );
+        .args(["--instance-id", "sqs-e2e"]);
+    let (took, stderr) = common::drain(cmd, pool).await;
     assert!(!stderr.contains(SECRET), "{stderr}");
-    let dead: Vec<(Uuid, Option<String>)> =
-        sqlx::query_as("SELECT id, last_error FROM outbox_dead_letters LIMIT 5")
-            .fetch_all(pool)
-            .await
-            .unwrap();
-    assert!(dead.is_empty(), "events were dead-lettered: {dead:?}");
-    let pending: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM outbox_events WHERE processed_at IS NULL AND dead_lettered_at IS NULL",
-    )
-    .fetch_one(pool)
-    .await
-    .unwrap();
-    assert_eq!(pending, 0, "events left pending after the drain");
     took
 }
 
@@ -116,7 +60,7 @@ async fn relay_program_delivers_to_a_fifo_queue_once_in_order() {
     let sqs = client::sqs(&moto.url());
     let queue_url = client::create_queue(&sqs, QUEUE).await;
     let (db, pool) = outbox_testkit::postgres::migrated_test_db().await;
-    let expected = insert_backlog(&pool).await;
+    let expected = common::insert_backlog(&pool, AGGREGATES, PER_AGGREGATE).await;
     // The rows as written, to write them again after the drain.
     sqlx::query("CREATE TABLE saved_events AS SELECT * FROM outbox_events")
         .execute(&pool)
@@ -276,23 +220,6 @@ fn bad_sqs_and_sns_settings_are_one_clear_line() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-}
-
-/// `GET path` on `port`: the status and body.
-async fn get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-    s.write_all(request.as_bytes()).await.ok()?;
-    let mut raw = String::new();
-    tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut raw))
-        .await
-        .ok()?
-        .ok()?;
-    let status = raw.get(9..12)?.parse().ok()?;
-    let body = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
-    Some((status, body))
 }
 
 /// Runs `outbox relay --publisher SPEC` on one pending event with the
