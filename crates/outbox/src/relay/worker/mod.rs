@@ -27,14 +27,6 @@ use crate::wakeup::Wakeup;
 use ack::Published;
 use phase::{decide, idle_wait, Phase, Situation};
 
-/// How long claims must come back empty before the worker announces that it
-/// sleeps (where the idle wake-up trigger is installed). Meanwhile it looks
-/// every [`IDLE_LINGER_POLL`]: a steady trickle of commits is then picked up
-/// by these looks, and producers' commits do not notify.
-const IDLE_LINGER: Duration = Duration::from_millis(5);
-/// How often a lingering worker looks.
-const IDLE_LINGER_POLL: Duration = Duration::from_millis(1);
-
 /// The relay worker: what it works with, and its own state between phases.
 pub(crate) struct Worker {
     deps: Deps,
@@ -58,8 +50,6 @@ pub(crate) struct Worker {
     /// Whether the schema has the idle wake-up trigger (`None`: not known
     /// yet).
     idle_trigger: Option<bool>,
-    /// Since when claims come back empty; `None` while they find work.
-    empty_since: Option<Instant>,
 }
 
 /// What a worker works with; the rest is its own state.
@@ -93,7 +83,6 @@ impl Worker {
             retracting: None,
             cursor: Cursor::new(),
             idle_trigger: None,
-            empty_since: None,
         }
     }
 
@@ -189,14 +178,6 @@ impl Worker {
         let first = self.idle_announced.is_none();
         let due = self.idle_announced.is_none_or(|at| at.elapsed() > ttl / 2);
         if self.deps.config.listen && due && self.idle_trigger().await {
-            // Linger first: under a steady trickle the next event is often
-            // a millisecond away, and once announced every producer's
-            // commit would notify until the relay has work again.
-            let empty_since = *self.empty_since.get_or_insert_with(Instant::now);
-            if first && empty_since.elapsed() < IDLE_LINGER {
-                self.wait(IDLE_LINGER_POLL).await;
-                return Phase::Decide;
-            }
             if let Some(xmax) = self.announce_idle(ttl).await {
                 if first {
                     self.wait_for_transactions_below(xmax).await;
@@ -222,7 +203,6 @@ impl Worker {
     /// parallel with publishing.
     async fn publish(&mut self, claim: Claimable, batch: Claimed) -> Phase {
         self.idle.reset();
-        self.empty_since = None;
         if self.idle_announced.take().is_some() {
             // Busy again: producers stop notifying. Off the publish path.
             let (store, me) = (self.deps.store.clone(), self.deps.ownership.me().to_owned());
