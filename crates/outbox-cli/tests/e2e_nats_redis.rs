@@ -13,12 +13,9 @@
 
 mod common;
 
-use common::http_get as get;
-
 use std::collections::HashMap;
 use std::net::TcpListener;
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use outbox_testkit::brokers::nats::{self, Nats};
 use outbox_testkit::brokers::redis::{self, Redis};
@@ -319,62 +316,24 @@ async fn outage_on_readyz(spec: &str, file: Option<&str>, expect: &str, secret: 
     cmd.env("DATABASE_URL", &db.url)
         .args(["relay", "--publisher", spec])
         .args(["--http-addr", &format!("127.0.0.1:{http_port}")])
-        .args(["--instance-id", "nats-redis-outage"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
+        .args(["--instance-id", "nats-redis-outage"]);
     if let Some(text) = file {
         let path = dir.path().join("outbox.toml");
         std::fs::write(&path, text).unwrap();
         cmd.arg("--config").arg(&path);
     }
-    let mut child = tokio::process::Command::from(cmd)
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn outbox relay");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let body = loop {
-        let answer = get(http_port, "/readyz").await;
-        if let Some((503, body)) = &answer {
-            // Running: it holds its partitions, so it has met the outage
-            // publishing, not only in the health check.
-            if body.contains(expect) && body.contains("\"state\":\"running\"") {
-                break body.clone();
-            }
-        }
-        if Instant::now() > deadline {
-            child.kill().await.unwrap();
-            let out = child.wait_with_output().await.unwrap();
-            panic!(
-                "/readyz did not report the outage of {spec} within 60 s; last answer: {answer:?}\n--- relay stderr ---\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    assert!(!body.contains(secret), "{body}");
-    // Let it retry a few times.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
-    let (attempts, dead): (i32, i64) = sqlx::query_as(
-        "SELECT (SELECT attempts FROM outbox_events), (SELECT count(*) FROM outbox_dead_letters)",
+    // Running: it holds its partitions, so it has met the outage
+    // publishing, not only in the health check.
+    common::assert_outage_on_readyz(
+        cmd,
+        &pool,
+        http_port,
+        &format!("the outage of {spec}"),
+        |body| body.contains(expect) && body.contains("\"state\":\"running\""),
+        secret,
+        Duration::from_millis(1_500),
     )
-    .fetch_one(&pool)
     .await
-    .unwrap();
-    assert_eq!(
-        (attempts, dead),
-        (0, 0),
-        "{spec}: an outage counts no attempt"
-    );
-    assert!(
-        child.try_wait().unwrap().is_none(),
-        "{spec}: the relay keeps running through an outage"
-    );
-    child.kill().await.unwrap();
-    let out = child.wait_with_output().await.unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!stderr.contains(secret), "{stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    body
 }
 
 /// A port nothing listens on, a hung host and a wrong password are outages

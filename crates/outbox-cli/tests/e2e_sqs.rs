@@ -11,10 +11,7 @@
 
 mod common;
 
-use common::http_get as get;
-
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use outbox_testkit::brokers::moto::{client, Moto};
 use sqlx::PgPool;
@@ -265,54 +262,17 @@ async fn outage_on_readyz(spec: &str, env: &[(&str, String)], expect: &str) -> S
     cmd.env("DATABASE_URL", &db.url)
         .args(["relay", "--publisher", spec])
         .args(["--http-addr", &format!("127.0.0.1:{http_port}")])
-        .args(["--instance-id", "sqs-outage"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut child = tokio::process::Command::from(cmd)
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn outbox relay");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let body = loop {
-        let answer = get(http_port, "/readyz").await;
-        if let Some((503, body)) = &answer {
-            if body.contains(expect) {
-                break body.clone();
-            }
-        }
-        if Instant::now() > deadline {
-            child.kill().await.unwrap();
-            let out = child.wait_with_output().await.unwrap();
-            panic!(
-                "/readyz did not report {expect:?} for {spec} within 60 s; last answer: {answer:?}\n--- relay stderr ---\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    assert!(!body.contains(SECRET), "{body}");
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
-    let (attempts, dead): (i32, i64) = sqlx::query_as(
-        "SELECT (SELECT attempts FROM outbox_events), (SELECT count(*) FROM outbox_dead_letters)",
+        .args(["--instance-id", "sqs-outage"]);
+    common::assert_outage_on_readyz(
+        cmd,
+        &pool,
+        http_port,
+        &format!("{expect:?} for {spec}"),
+        |body| body.contains(expect),
+        SECRET,
+        Duration::from_millis(1_000),
     )
-    .fetch_one(&pool)
     .await
-    .unwrap();
-    assert_eq!(
-        (attempts, dead),
-        (0, 0),
-        "{spec}: an outage counts no attempt"
-    );
-    assert!(
-        child.try_wait().unwrap().is_none(),
-        "{spec}: the relay keeps running through an outage"
-    );
-    child.kill().await.unwrap();
-    let out = child.wait_with_output().await.unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!stderr.contains(SECRET), "{stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    body
 }
 
 /// An unknown queue, no region and no credentials are outages of the

@@ -193,3 +193,69 @@ pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let body = raw.split_once("\r\n\r\n")?.1.to_owned();
     Some((status, body))
 }
+
+/// Runs `cmd` (an `outbox relay --publisher SPEC --http-addr
+/// 127.0.0.1:HTTP_PORT` on a database holding one pending event, `pool`)
+/// until `/readyz` answers 503 with a body `outage` accepts (the panic
+/// names `what`); then, after `settle` more, requires that no attempt was
+/// counted, nothing was dead-lettered and the relay still runs, and that
+/// neither `/readyz` nor the relay's stderr shows `secret` or a panic.
+/// Returns the `/readyz` body.
+pub async fn assert_outage_on_readyz(
+    mut cmd: Command,
+    pool: &sqlx::PgPool,
+    http_port: u16,
+    what: &str,
+    outage: impl Fn(&str) -> bool,
+    secret: &str,
+    settle: std::time::Duration,
+) -> String {
+    use std::time::{Duration, Instant};
+    cmd.stdout(Stdio::null()).stderr(Stdio::piped());
+    let mut child = tokio::process::Command::from(cmd)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn outbox relay");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let body = loop {
+        let answer = http_get(http_port, "/readyz").await;
+        if let Some((503, body)) = &answer {
+            if outage(body) {
+                break body.clone();
+            }
+        }
+        if Instant::now() > deadline {
+            child.kill().await.unwrap();
+            let out = child.wait_with_output().await.unwrap();
+            panic!(
+                "/readyz did not report {what} within 60 s; last answer: {answer:?}\n--- relay stderr ---\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(!body.contains(secret), "{body}");
+    // Let it retry a few times.
+    tokio::time::sleep(settle).await;
+    let (attempts, dead): (i32, i64) = sqlx::query_as(
+        "SELECT (SELECT attempts FROM outbox_events), (SELECT count(*) FROM outbox_dead_letters)",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (attempts, dead),
+        (0, 0),
+        "{what}: an outage counts no attempt"
+    );
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "{what}: the relay keeps running through an outage"
+    );
+    child.kill().await.unwrap();
+    let out = child.wait_with_output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains(secret), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    body
+}
