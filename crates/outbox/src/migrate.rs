@@ -30,6 +30,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "xid_first",
         include_str!("../migrations/0004_xid_first.sql"),
     ),
+    (
+        5,
+        "retry_index",
+        include_str!("../migrations/0005_retry_index.sql"),
+    ),
 ];
 
 const TRIGGER_ON: &str = include_str!("../migrations/notify_trigger_on.sql");

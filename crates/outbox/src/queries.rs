@@ -29,8 +29,13 @@
 /// Fresh rows (never failed) are read from `seq >= $6` only, the claim
 /// cursor (`relay/cursor.rs`), so rows deleted while something holds
 /// PostgreSQL's xmin back are not walked again at every claim; rows whose
-/// retry is due are read from anywhere through their own index (`seq + 0`
-/// keeps the planner from walking the seq index for them). The last
+/// retry is due, and the aggregates held back by a backoff, are read from
+/// anywhere through the retry index only: they test "pending" as
+/// `coalesce(processed_at, dead_lettered_at) IS NULL`, which the planner
+/// cannot match to the unprocessed-rows index's predicate, so statistics in
+/// which almost nothing is pending never make it walk that index's dead
+/// entries instead (migration 5), and `seq + 0` keeps it from sorting by
+/// walking that index either. The last
 /// columns, computed once per statement, tell the cursor how far it may
 /// move: the snapshot's xmin and xmax, the last seq drawn, and the lowest
 /// fresh pending seq of the partitions from the cursor on.
@@ -38,7 +43,7 @@ pub const EVENT_ACK_AND_CLAIM: &str = "
 WITH acked AS ({ack}),
 blocked AS (
     SELECT aggregate_id FROM {schema}.outbox_events
-    WHERE processed_at IS NULL AND dead_lettered_at IS NULL AND next_attempt_at > now())
+    WHERE next_attempt_at > now() AND coalesce(processed_at, dead_lettered_at) IS NULL)
 SELECT id, seq, aggregate_type, aggregate_id, event_type, payload::text, headers::text,
        topic, attempts,
        CASE WHEN isfinite(created_at) AND created_at < '100000-01-01' THEN created_at END,
@@ -61,8 +66,8 @@ FROM (
      LIMIT $2)
     UNION ALL
     (SELECT *, ctid AS row_ctid FROM {schema}.outbox_events
-     WHERE processed_at IS NULL AND dead_lettered_at IS NULL AND seq < $6
-       AND next_attempt_at <= now()
+     WHERE next_attempt_at <= now() AND coalesce(processed_at, dead_lettered_at) IS NULL
+       AND seq < $6
        AND partition = ANY($1::int[])
        AND id NOT IN (SELECT unnest($5::uuid[]))
        AND aggregate_id NOT IN (SELECT aggregate_id FROM blocked)
@@ -98,8 +103,8 @@ WHERE e.ctid = a.ct AND e.id = a.id AND e.processed_at IS NULL
 pub const EVENT_NEXT_RETRY_MS: &str = "
 SELECT (EXTRACT(EPOCH FROM min(next_attempt_at) - now()) * 1000)::bigint
 FROM {schema}.outbox_events
-WHERE processed_at IS NULL AND dead_lettered_at IS NULL
-  AND next_attempt_at > now() AND partition = ANY($1::int[])";
+WHERE next_attempt_at > now() AND coalesce(processed_at, dead_lettered_at) IS NULL
+  AND partition = ANY($1::int[])";
 
 /// Acknowledged events, delete-on-ack mode. Not fenced: a delivered event is
 /// delivered whoever owns its partition now. Not flushed, as [`ACK_DELETE`].

@@ -19,7 +19,8 @@ async fn migrating_twice_is_a_no_op() {
             "0001_outbox".to_owned(),
             "0002_finite_timestamps".to_owned(),
             "0003_idle_wakeup".to_owned(),
-            "0004_xid_first".to_owned()
+            "0004_xid_first".to_owned(),
+            "0005_retry_index".to_owned()
         ]
     );
     assert_eq!(first.partitions, 32);
@@ -233,7 +234,8 @@ async fn upgrading_a_first_release_schema_keeps_pending_events_and_their_order()
         [
             "0002_finite_timestamps",
             "0003_idle_wakeup",
-            "0004_xid_first"
+            "0004_xid_first",
+            "0005_retry_index"
         ]
     );
     assert_eq!(report.partitions, 32);
