@@ -11,6 +11,7 @@ mod listen;
 mod observe;
 mod outcomes;
 mod ownership;
+mod replan;
 mod store;
 mod waves;
 mod worker;

@@ -2,6 +2,7 @@
 //! [`crate::queries`].
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::PgPool;
@@ -12,6 +13,7 @@ use crate::event::Event;
 use crate::queries as q;
 use crate::relay::cursor::ClaimMeta;
 use crate::relay::decode;
+use crate::relay::replan::Replanned;
 use crate::schema::Schema;
 
 /// A claimed batch: the events, and where each row lies (its `ctid`), for
@@ -57,7 +59,7 @@ pub struct Failure {
 #[derive(Debug, Clone)]
 pub struct Store {
     pool: PgPool,
-    ack_and_claim: String,
+    ack_and_claim: Arc<Replanned>,
     next_retry: String,
     delete_delivered: String,
     mark_processed: String,
@@ -81,7 +83,7 @@ impl Store {
         let ack = if keep { q::ACK_KEEP } else { q::ACK_DELETE };
         Store {
             pool,
-            ack_and_claim: r(&q::EVENT_ACK_AND_CLAIM.replace("{ack}", ack)),
+            ack_and_claim: Replanned::new(r(&q::EVENT_ACK_AND_CLAIM.replace("{ack}", ack))),
             next_retry: r(q::EVENT_NEXT_RETRY_MS),
             delete_delivered: r(q::EVENT_DELETE_DELIVERED),
             mark_processed: r(q::EVENT_MARK_PROCESSED),
@@ -111,7 +113,8 @@ impl Store {
         exclude: &[Uuid],
         from: i64,
     ) -> Result<Claimed> {
-        let rows = sqlx::query(&self.ack_and_claim)
+        let sql = self.ack_and_claim.sql();
+        let rows = sqlx::query(&sql)
             .bind(partitions)
             .bind(limit as i64)
             .bind(&acked.ctids)
