@@ -12,10 +12,11 @@ use opentelemetry::trace::{
     SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState,
     TracerProvider as _,
 };
-use opentelemetry::{Context, Value};
+use opentelemetry::{Context, KeyValue, Value};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use outbox::{Event, NewEvent, Outcome, Publisher, Relay, RelayHandle, Unavailable};
 use outbox_testkit::{wait_until, Fail, Match, TestPublisher};
+use std::collections::HashMap;
 use tracing::Instrument;
 use tracing_subscriber::layer::SubscriberExt;
 
@@ -167,7 +168,93 @@ async fn the_producers_span_is_the_parent_of_each_publish_span_and_the_message_n
             traceparent_of(span),
             "the message carries the publish span"
         );
+
+        // A consumer continues the trace from the message's headers.
+        let consumed = consume(&spans, delivered);
+        assert_eq!(consumed.parent_span_id, span.span_context.span_id());
+        assert_eq!(
+            consumed.span_context.trace_id(),
+            producer.span_context.trace_id()
+        );
     }
+    // The trace shown in docs/operations.md (run with --nocapture).
+    eprintln!("{}", render(&spans.finished()));
+}
+
+/// What a consumer does with a message: extract its trace context and
+/// process it in a span of its own.
+fn consume(spans: &Spans, message: &Event) -> SpanData {
+    use opentelemetry::propagation::TextMapPropagator;
+    use opentelemetry::trace::{Span, Tracer};
+    let parent = opentelemetry_sdk::propagation::TraceContextPropagator::new().extract(
+        &message
+            .headers
+            .clone()
+            .into_iter()
+            .collect::<HashMap<_, _>>(),
+    );
+    let tracer = spans.provider.tracer("billing");
+    let mut span = tracer
+        .span_builder(format!(
+            "process {}",
+            message.destination("outbox.event.{aggregate_type}")
+        ))
+        .with_kind(SpanKind::Consumer)
+        .with_attributes([KeyValue::new(
+            "messaging.message.id",
+            message.id.to_string(),
+        )])
+        .start_with_context(&tracer, &parent);
+    span.end();
+    spans
+        .named("process")
+        .into_iter()
+        .find(|s| attribute(s, "messaging.message.id") == Some(message.id.to_string().into()))
+        .unwrap()
+}
+
+/// Finished spans as text, one per line, parents before children.
+fn render(spans: &[SpanData]) -> String {
+    let mut sorted: Vec<&SpanData> = spans.iter().collect();
+    sorted.sort_by_key(|s| (s.start_time, s.name.clone()));
+    let mut out = format!("trace {}\n", sorted[0].span_context.trace_id());
+    for s in sorted {
+        let parent = if s.parent_span_id == SpanId::INVALID {
+            "-".to_owned()
+        } else {
+            s.parent_span_id.to_string()
+        };
+        let status = match &s.status {
+            Status::Unset => "unset".to_owned(),
+            Status::Ok => "ok".to_owned(),
+            Status::Error { description } => format!("error: {description}"),
+        };
+        let attributes: Vec<String> = s
+            .attributes
+            .iter()
+            // tracing-opentelemetry's bookkeeping, left out for reading
+            .filter(|kv| {
+                let key = kv.key.as_str();
+                !["busy_ns", "idle_ns", "target"].contains(&key)
+                    && !key.starts_with("code.")
+                    && !key.starts_with("thread.")
+            })
+            .map(|kv| format!("{}={}", kv.key, kv.value))
+            .collect();
+        let line = format!(
+            "  {:<28} span {} parent {:<16} {:?} {} [{}] {}",
+            s.name,
+            s.span_context.span_id(),
+            parent,
+            s.span_kind,
+            status,
+            s.instrumentation_scope.name(),
+            attributes.join(" ")
+        );
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
 }
 
 fn remote(trace: &str, span: &str, state: &str) -> Context {
