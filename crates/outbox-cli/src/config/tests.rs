@@ -55,32 +55,33 @@ fn flags_beat_env_beat_file_beat_defaults() {
 
 #[test]
 fn the_standard_opentelemetry_variables_set_tracing_and_ours_win() {
-    let e = env_of(&[
+    let standard = [
         ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
         ("OTEL_SERVICE_NAME", "orders-relay"),
-    ]);
-    let l = resolve(None, e, Default::default(), true).unwrap();
-    assert_eq!(
-        l.config.tracing.otlp_endpoint.as_deref(),
-        Some("http://collector:4318")
-    );
-    assert_eq!(
-        l.config.tracing.service_name.as_deref(),
-        Some("orders-relay")
-    );
-    let e = env_of(&[
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
-        ("OUTBOX_TRACING_OTLP_ENDPOINT", "http://other:4318"),
-    ]);
-    let l = resolve(None, e, Default::default(), true).unwrap();
-    assert_eq!(
-        l.config.tracing.otlp_endpoint.as_deref(),
-        Some("http://other:4318")
-    );
-    assert_eq!(
-        l.origin("tracing.otlp_endpoint"),
-        Origin::Env("OUTBOX_TRACING_OTLP_ENDPOINT".into())
-    );
+    ];
+    let ours = [("OUTBOX_TRACING_OTLP_ENDPOINT", "http://other:4318")];
+    let both: Vec<_> = standard.iter().chain(&ours).copied().collect();
+    for (vars, endpoint, origin) in [
+        (
+            &standard[..],
+            "http://collector:4318",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+        ),
+        (
+            &both[..],
+            "http://other:4318",
+            "OUTBOX_TRACING_OTLP_ENDPOINT",
+        ),
+    ] {
+        let l = resolve(None, env_of(vars), Default::default(), true).unwrap();
+        let t = &l.config.tracing;
+        assert_eq!(t.otlp_endpoint.as_deref(), Some(endpoint));
+        assert_eq!(t.service_name.as_deref(), Some("orders-relay"));
+        assert_eq!(
+            l.origin("tracing.otlp_endpoint"),
+            Origin::Env(origin.into())
+        );
+    }
 }
 
 #[test]
