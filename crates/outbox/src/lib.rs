@@ -19,6 +19,8 @@ pub mod redact;
 mod relay;
 mod schema;
 mod status;
+#[cfg(feature = "opentelemetry")]
+mod trace;
 mod wakeup;
 
 pub use error::{Error, Result};

@@ -1,5 +1,7 @@
 //! The producer side: writing events in the caller's transaction.
 
+use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,6 +31,16 @@ SELECT id, aggregate_type, aggregate_id, event_type, payload::jsonb, headers::js
 FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
      WITH ORDINALITY AS e(id, aggregate_type, aggregate_id, event_type, payload, headers, topic, ord)
 ORDER BY ord";
+
+/// The headers written for an event: with the feature `opentelemetry`, the
+/// caller's plus the current trace context unless they name a
+/// `traceparent`; without it, the caller's.
+fn stored_headers(headers: &BTreeMap<String, String>) -> Cow<'_, BTreeMap<String, String>> {
+    #[cfg(feature = "opentelemetry")]
+    return crate::trace::headers_to_store(headers);
+    #[cfg(not(feature = "opentelemetry"))]
+    Cow::Borrowed(headers)
+}
 
 /// A handle for producers: writes events on the caller's connection or
 /// transaction and never begins or commits it. Cheap to clone.
@@ -102,7 +114,8 @@ impl Outbox {
     /// Returns the event id.
     pub async fn enqueue<'c, E: PgExecutor<'c>>(&self, conn: E, event: &NewEvent) -> Result<Uuid> {
         event.validate()?;
-        if event.headers.is_empty() && event.topic.is_none() {
+        let headers = stored_headers(&event.headers);
+        if headers.is_empty() && event.topic.is_none() {
             sqlx::query(&self.insert_plain)
                 .bind(event.id)
                 .bind(&event.aggregate_type)
@@ -114,7 +127,7 @@ impl Outbox {
                 .map_err(Error::db("enqueueing an event"))?;
             return Ok(event.id);
         }
-        let headers = serde_json::to_value(&event.headers).map_err(|source| Error::Serialize {
+        let headers = serde_json::to_value(&*headers).map_err(|source| Error::Serialize {
             field: "headers",
             source,
         })?;
@@ -168,12 +181,14 @@ impl Outbox {
             aggs.push(event.aggregate_id.as_str());
             kinds.push(event.event_type.as_str());
             payloads.push(event.payload.to_string());
-            headers.push(serde_json::to_string(&event.headers).map_err(|source| {
-                Error::Serialize {
-                    field: "headers",
-                    source,
-                }
-            })?);
+            headers.push(
+                serde_json::to_string(&*stored_headers(&event.headers)).map_err(|source| {
+                    Error::Serialize {
+                        field: "headers",
+                        source,
+                    }
+                })?,
+            );
             topics.push(event.topic.as_deref());
         }
         sqlx::query(&self.insert_many)

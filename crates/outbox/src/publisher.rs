@@ -62,6 +62,14 @@ pub trait Publisher: Send + Sync + 'static {
     /// Publishes a batch; `Err` means the transport is down for all of it.
     async fn publish(&self, batch: &[Event]) -> Result<Vec<Outcome>, Unavailable>;
 
+    /// Where `event` goes (topic, subject, queue…), for the publish span's
+    /// `messaging.destination.name`. `None` (the default) leaves the
+    /// attribute out.
+    fn destination(&self, event: &Event) -> Option<String> {
+        let _ = event;
+        None
+    }
+
     /// Checks that the broker is reachable (used by readiness checks).
     async fn health(&self) -> Result<(), Unavailable> {
         Ok(())
@@ -78,6 +86,9 @@ impl<P: Publisher + ?Sized> Publisher for std::sync::Arc<P> {
     }
     async fn publish(&self, batch: &[Event]) -> Result<Vec<Outcome>, Unavailable> {
         (**self).publish(batch).await
+    }
+    fn destination(&self, event: &Event) -> Option<String> {
+        (**self).destination(event)
     }
     async fn health(&self) -> Result<(), Unavailable> {
         (**self).health().await

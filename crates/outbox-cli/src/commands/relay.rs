@@ -21,6 +21,7 @@ use crate::config::Loaded;
 use crate::http::{self, DbProbe, Readiness, RelayState};
 use crate::metrics::{self, Metrics};
 use crate::progress::Progress;
+use crate::telemetry::Export;
 use crate::{db, publisher};
 
 /// How often the loop checks the relay (and, with `--drain`, the backlog).
@@ -111,11 +112,16 @@ pub async fn run(ctx: &Ctx, _args: RelayArgs) -> Result<ExitCode> {
         )),
         None => None,
     };
+    let export = Export::start(&c.tracing)?;
     let mut builder = Relay::builder(pool.clone(), publisher.clone())
         .schema(schema.clone())
         .config(c.relay.clone());
     if listener.is_some() {
         builder = builder.observer(metrics.clone());
+    }
+    #[cfg(feature = "opentelemetry")]
+    if let Some(export) = &export {
+        builder = builder.tracer(export.tracer());
     }
     let relay = builder.spawn().await?;
     // Retention mode keeps processed rows: the cleaner removes expired ones.
@@ -196,6 +202,9 @@ pub async fn run(ctx: &Ctx, _args: RelayArgs) -> Result<ExitCode> {
             ),
             Err(e) => tracing::warn!(error = %e, "cleaner failed while stopping"),
         }
+    }
+    if let Some(export) = export {
+        export.shutdown().await;
     }
     let stats = match result {
         Ok(stats) => stats,

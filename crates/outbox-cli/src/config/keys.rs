@@ -94,6 +94,21 @@ pub const KEYS: &[Key] = &[
         Some("--log-format"),
     ),
     key(
+        "tracing.otlp_endpoint",
+        Str,
+        &[
+            "OUTBOX_TRACING_OTLP_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+        ],
+        None,
+    ),
+    key(
+        "tracing.service_name",
+        Str,
+        &["OUTBOX_TRACING_SERVICE_NAME", "OTEL_SERVICE_NAME"],
+        None,
+    ),
+    key(
         "relay.instance_id",
         Str,
         &["OUTBOX_RELAY_INSTANCE_ID"],
@@ -192,6 +207,7 @@ pub const RESERVED_ENV_PREFIXES: &[&str] = &[
     "OUTBOX_RELAY_",
     "OUTBOX_HTTP_",
     "OUTBOX_LOG_",
+    "OUTBOX_TRACING_",
     "OUTBOX_CLEANER_",
 ];
 

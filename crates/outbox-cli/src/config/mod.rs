@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use anyhow::{anyhow, Result};
 
 pub use logging::log_filter;
-pub use model::{Config, LogFormat};
+pub use model::{Config, LogFormat, TracingConfig};
 pub use show::{redacted_json, render};
 
 use crate::cli::{Cli, Command};

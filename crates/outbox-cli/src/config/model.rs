@@ -26,6 +26,8 @@ pub struct Config {
     pub http: HttpConfig,
     /// Logging.
     pub log: LogConfig,
+    /// OpenTelemetry export of the relay's publish spans.
+    pub tracing: TracingConfig,
     /// The relay engine's settings (the library's `RelayConfig`).
     pub relay: RelayConfig,
     /// Retention mode's cleaner (the library's `CleanerConfig`); runs inside
@@ -43,6 +45,7 @@ impl Default for Config {
             publisher: PublisherConfig::default(),
             http: HttpConfig::default(),
             log: LogConfig::default(),
+            tracing: TracingConfig::default(),
             relay: RelayConfig::default(),
             cleaner: CleanerConfig::default(),
         }
@@ -80,6 +83,19 @@ pub struct LogConfig {
     pub level: Option<String>,
     /// `text` or `json`.
     pub format: LogFormat,
+}
+
+/// OpenTelemetry: where `outbox relay` exports its publish spans (OTLP
+/// over HTTP/protobuf). No endpoint: no exporter, no publish spans, and
+/// every stored `traceparent` forwarded unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct TracingConfig {
+    /// The collector's base URL, e.g. `http://127.0.0.1:4318`; spans go to
+    /// `/v1/traces` under it.
+    pub otlp_endpoint: Option<String>,
+    /// The `service.name` of the exported spans; unset: `outbox`.
+    pub service_name: Option<String>,
 }
 
 /// Log line format.

@@ -54,6 +54,37 @@ fn flags_beat_env_beat_file_beat_defaults() {
 }
 
 #[test]
+fn the_standard_opentelemetry_variables_set_tracing_and_ours_win() {
+    let standard = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
+        ("OTEL_SERVICE_NAME", "orders-relay"),
+    ];
+    let ours = [("OUTBOX_TRACING_OTLP_ENDPOINT", "http://other:4318")];
+    let both: Vec<_> = standard.iter().chain(&ours).copied().collect();
+    for (vars, endpoint, origin) in [
+        (
+            &standard[..],
+            "http://collector:4318",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+        ),
+        (
+            &both[..],
+            "http://other:4318",
+            "OUTBOX_TRACING_OTLP_ENDPOINT",
+        ),
+    ] {
+        let l = resolve(None, env_of(vars), Default::default(), true).unwrap();
+        let t = &l.config.tracing;
+        assert_eq!(t.otlp_endpoint.as_deref(), Some(endpoint));
+        assert_eq!(t.service_name.as_deref(), Some("orders-relay"));
+        assert_eq!(
+            l.origin("tracing.otlp_endpoint"),
+            Origin::Env(origin.into())
+        );
+    }
+}
+
+#[test]
 fn env_publisher_replaces_the_file_spec_but_keeps_its_table() {
     let f = file("[publisher]\nspec = \"kafka://a:1\"\n[publisher.kafka]\nclient_id = \"x\"\n");
     let e = env_of(&[("OUTBOX_PUBLISHER", "kafka://b:2")]);
@@ -100,6 +131,11 @@ fn range_errors_name_key_value_origin_and_range() {
     let bad = [
         ("http.addr", toml::Value::from("nowhere"), "HOST:PORT"),
         ("log.level", toml::Value::from("loud"), "debug"),
+        (
+            "tracing.otlp_endpoint",
+            toml::Value::from("collector:4318"),
+            "base URL",
+        ),
         ("schema", toml::Value::from("Bad-Name"), "lowercase"),
         (
             "publisher.spec",
@@ -149,6 +185,8 @@ fn schema_keys() -> BTreeSet<String> {
     };
     c.http.addr = Some("127.0.0.1:1".into());
     c.log.level = Some("info".into());
+    c.tracing.otlp_endpoint = Some("http://127.0.0.1:4318".into());
+    c.tracing.service_name = Some("outbox".into());
     c.relay.instance_id = Some("i".into());
     c.cleaner.inbox_retention_secs = Some(1);
     let table = toml::Table::try_from(&c).unwrap();

@@ -121,6 +121,15 @@ pub fn validate(l: &Loaded) -> Result<()> {
             )
         })?;
     }
+    if let Some(endpoint) = &c.tracing.otlp_endpoint {
+        if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+            bail!(
+                "invalid tracing.otlp_endpoint = {} ({}): use the collector's base URL, e.g. http://127.0.0.1:4318 (spans go to /v1/traces under it)",
+                cut(endpoint),
+                at("tracing.otlp_endpoint")
+            );
+        }
+    }
     if let Some(url) = &c.database_url {
         database_url(url, &at("database_url"))?;
     }

@@ -51,6 +51,8 @@ impl Relay {
             schema: Schema::default(),
             wakeup: None,
             observer: None,
+            #[cfg(feature = "opentelemetry")]
+            tracer: None,
         }
     }
 }
@@ -63,6 +65,8 @@ pub struct RelayBuilder {
     schema: Schema,
     wakeup: Option<Arc<Wakeup>>,
     observer: Option<Arc<dyn RelayObserver>>,
+    #[cfg(feature = "opentelemetry")]
+    tracer: Option<Arc<crate::trace::PublishTracer>>,
 }
 
 impl RelayBuilder {
@@ -89,6 +93,23 @@ impl RelayBuilder {
     /// Adds an observer (metrics).
     pub fn observer(mut self, observer: Arc<dyn RelayObserver>) -> Self {
         self.observer = Some(observer);
+        self
+    }
+
+    /// Traces publishing with `tracer` (feature `opentelemetry`): each event
+    /// whose stored `traceparent` parses gets a `publish` span, child of
+    /// that context, ended with the publisher's outcome, and is handed to
+    /// the publisher with a `traceparent` naming that span (`tracestate` as
+    /// stored). Events without one, or with one that does not parse, are
+    /// published as stored, without a span. Without a tracer the relay
+    /// reads no trace header at all.
+    #[cfg(feature = "opentelemetry")]
+    pub fn tracer<T>(mut self, tracer: T) -> Self
+    where
+        T: opentelemetry::trace::Tracer + Send + Sync + 'static,
+        T::Span: Send + Sync + 'static,
+    {
+        self.tracer = Some(Arc::new(crate::trace::PublishTracer::new(tracer)));
         self
     }
 
@@ -147,6 +168,8 @@ impl RelayBuilder {
             stats: stats.clone(),
             observer: self.observer,
             channel,
+            #[cfg(feature = "opentelemetry")]
+            tracer: self.tracer,
         });
         Ok(RelayHandle {
             instance_id,

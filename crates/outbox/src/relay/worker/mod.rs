@@ -64,6 +64,9 @@ pub(crate) struct Deps {
     pub observer: Option<Arc<dyn RelayObserver>>,
     /// Where to announce a departure, so others take over at once.
     pub channel: String,
+    /// Opens publish spans for traced events (feature `opentelemetry`).
+    #[cfg(feature = "opentelemetry")]
+    pub tracer: Option<Arc<crate::trace::PublishTracer>>,
 }
 
 impl Worker {

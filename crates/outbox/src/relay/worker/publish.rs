@@ -56,13 +56,9 @@ impl Worker {
             if wave.is_empty() {
                 continue;
             }
-            match tokio::time::timeout(timeout, self.deps.publisher.publish(&wave)).await {
-                Err(_) => s.transport_down(format!(
-                    "publish timed out after {} ms",
-                    timeout.as_millis()
-                )),
-                Ok(Err(e)) => s.transport_down(e.message),
-                Ok(Ok(outcomes)) => {
+            match self.send(&wave, timeout).await {
+                Err(message) => s.transport_down(message),
+                Ok(outcomes) => {
                     if outcomes.len() != wave.len() {
                         tracing::error!(
                             publisher = self.deps.publisher.name(),
@@ -81,6 +77,36 @@ impl Worker {
             started,
             settlement: s,
             ctids: batch.ctids,
+        }
+    }
+
+    /// Sends one wave within `timeout`; `Err` says why the transport is
+    /// down for all of it. With a tracer, each traced event is sent inside
+    /// its publish span, which ends with the event's outcome.
+    async fn send(&self, wave: &[Event], timeout: Duration) -> Result<Vec<Outcome>, String> {
+        #[cfg(feature = "opentelemetry")]
+        if let Some(tracer) = &self.deps.tracer {
+            let publisher = &self.deps.publisher;
+            let (traced, spans) =
+                tracer.start(publisher.name(), |e| publisher.destination(e), wave);
+            let result = self.send_as_is(&traced, timeout).await;
+            match &result {
+                Ok(outcomes) => spans.end(outcomes),
+                Err(message) => spans.end_unavailable(message),
+            }
+            return result;
+        }
+        self.send_as_is(wave, timeout).await
+    }
+
+    async fn send_as_is(&self, wave: &[Event], timeout: Duration) -> Result<Vec<Outcome>, String> {
+        match tokio::time::timeout(timeout, self.deps.publisher.publish(wave)).await {
+            Err(_) => Err(format!(
+                "publish timed out after {} ms",
+                timeout.as_millis()
+            )),
+            Ok(Err(e)) => Err(e.message),
+            Ok(Ok(outcomes)) => Ok(outcomes),
         }
     }
 
