@@ -1,4 +1,5 @@
-//! The claim's text, made new now and then so PostgreSQL plans it again.
+//! The texts of the statements that read the outbox table (the claim, the
+//! next retry), made new now and then so PostgreSQL plans them again.
 //!
 //! A prepared statement keeps the generic plan PostgreSQL chose after its
 //! first five executions until the table's statistics change. A relay that

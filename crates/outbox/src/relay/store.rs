@@ -60,7 +60,7 @@ pub struct Failure {
 pub struct Store {
     pool: PgPool,
     ack_and_claim: Arc<Replanned>,
-    next_retry: String,
+    next_retry: Arc<Replanned>,
     delete_delivered: String,
     mark_processed: String,
     mark_failed: String,
@@ -84,7 +84,7 @@ impl Store {
         Store {
             pool,
             ack_and_claim: Replanned::new(r(&q::EVENT_ACK_AND_CLAIM.replace("{ack}", ack))),
-            next_retry: r(q::EVENT_NEXT_RETRY_MS),
+            next_retry: Replanned::new(r(q::EVENT_NEXT_RETRY_MS)),
             delete_delivered: r(q::EVENT_DELETE_DELIVERED),
             mark_processed: r(q::EVENT_MARK_PROCESSED),
             mark_failed: r(q::EVENT_MARK_FAILED),
@@ -151,7 +151,8 @@ impl Store {
 
     /// Milliseconds until the earliest backoff in `partitions` ends, if any.
     pub async fn event_next_retry(&self, partitions: &[i32]) -> Result<Option<Duration>> {
-        let ms: Option<i64> = sqlx::query_scalar(&self.next_retry)
+        let sql = self.next_retry.sql();
+        let ms: Option<i64> = sqlx::query_scalar(&sql)
             .bind(partitions)
             .fetch_one(&self.pool)
             .await
