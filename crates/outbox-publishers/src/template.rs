@@ -100,11 +100,7 @@ impl Template {
         Self::parse_as(field, source, true)
     }
 
-    fn parse_as(
-        field: &'static str,
-        source: &str,
-        topic: bool,
-    ) -> Result<Template, TemplateError> {
+    fn parse_as(field: &'static str, source: &str, topic: bool) -> Result<Template, TemplateError> {
         let fail = |problem| TemplateError {
             field,
             topic,
@@ -176,6 +172,17 @@ impl Template {
             segments,
             literal_len,
         })
+    }
+
+    /// Parses setting `field` of publisher `broker`, as its `validate`
+    /// does: the error names the publisher, the setting and the fix.
+    pub(crate) fn setting(
+        broker: &'static str,
+        field: &'static str,
+        source: &str,
+    ) -> Result<Template, crate::Error> {
+        Template::parse(field, source)
+            .map_err(|e| crate::Error::invalid(broker, field, source, e.to_string()))
     }
 
     /// The template as written.
@@ -327,9 +334,7 @@ impl fmt::Display for TemplateError {
         if self.topic {
             f.write_str("{topic}, ")?;
         }
-        f.write_str(
-            "{header.NAME} and {header.NAME:-DEFAULT}; write {{ or }} for a literal brace",
-        )
+        f.write_str("{header.NAME} and {header.NAME:-DEFAULT}; write {{ or }} for a literal brace")
     }
 }
 

@@ -15,7 +15,7 @@ use tokio::time::{timeout, timeout_at, Instant};
 use super::classify::{classify, Failure};
 use super::config::{redact_url, AmqpConfig, Unroutable};
 use super::connection::{close_quietly, Link};
-use crate::{Envelope, Error};
+use crate::{Envelope, Error, Template};
 
 /// An event ready to send: its index in the batch, routing key,
 /// properties, and body when it is not the payload itself.
@@ -49,6 +49,7 @@ type Prepared = (usize, ShortString, BasicProperties, Option<Vec<u8>>);
 /// for how each failure is classified.
 pub struct AmqpPublisher {
     pub(super) config: AmqpConfig,
+    pub(super) routing_key: Template,
     pub(super) uri: AMQPUri,
     pub(super) envelope: Envelope,
     link: Mutex<Option<Link>>,
@@ -68,8 +69,10 @@ impl AmqpPublisher {
     pub fn new(config: AmqpConfig) -> Result<Self, Error> {
         config.validate()?;
         let uri = config.uri()?;
+        let routing_key = config.routing_key_template()?;
         Ok(AmqpPublisher {
             config,
+            routing_key,
             uri,
             envelope: Envelope::plain(),
             link: Mutex::new(None),

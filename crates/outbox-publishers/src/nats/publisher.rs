@@ -22,7 +22,7 @@ use tokio::time::timeout;
 use super::classify::{classify, Answer};
 use super::config::NatsConfig;
 use super::message::message;
-use crate::{Envelope, Error};
+use crate::{Envelope, Error, Template};
 
 /// The largest message a server takes unless configured otherwise; used
 /// until the server has said its own.
@@ -46,6 +46,7 @@ const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
 /// `docs/publishers.md` for how each failure is classified.
 pub struct NatsPublisher {
     config: NatsConfig,
+    subject: Template,
     options: Options,
     link: Mutex<Option<Link>>,
     /// The last trouble the client reported (disconnect, server error).
@@ -79,6 +80,7 @@ impl NatsPublisher {
     /// that is down now is not an error here.
     pub fn new(config: NatsConfig) -> Result<Self, Error> {
         config.validate()?;
+        let subject = config.subject_template()?;
         let servers = config
             .servers
             .iter()
@@ -122,6 +124,7 @@ impl NatsPublisher {
         };
         Ok(NatsPublisher {
             config,
+            subject,
             options: Options {
                 servers,
                 credentials,
@@ -285,7 +288,7 @@ impl Publisher for NatsPublisher {
         let mut answers: Vec<Option<Answer>> = vec![None; batch.len()];
         let mut pending = Vec::with_capacity(batch.len());
         for (i, event) in batch.iter().enumerate() {
-            let m = match message(event, &self.config.subject, max_payload, &self.envelope) {
+            let m = match message(event, &self.subject, max_payload, &self.envelope) {
                 Ok(m) => m,
                 Err(why) => {
                     answers[i] = Some(Answer::Outcome(Outcome::Rejected(why)));

@@ -19,7 +19,7 @@ use tokio::time::timeout;
 use super::classify::{classify_reply, is_transport, Answer};
 use super::config::RedisConfig;
 use crate::cloudevents::{Format, REDIS};
-use crate::{Envelope, Error};
+use crate::{Envelope, Error, Template};
 
 /// Appends events to Redis streams.
 ///
@@ -45,6 +45,7 @@ use crate::{Envelope, Error};
 /// lost.
 pub struct RedisPublisher {
     config: RedisConfig,
+    stream: Template,
     client: redis::Client,
     conn: Mutex<Option<MultiplexedConnection>>,
     envelope: Envelope,
@@ -75,8 +76,10 @@ impl RedisPublisher {
     pub fn new(config: RedisConfig) -> Result<Self, Error> {
         config.validate()?;
         let client = config.client()?;
+        let stream = config.stream_template()?;
         Ok(RedisPublisher {
             config,
+            stream,
             client,
             conn: Mutex::new(None),
             envelope: Envelope::plain(),
@@ -174,7 +177,7 @@ impl RedisPublisher {
     /// The `XADD` for `event` and its stream key, or why it can never be
     /// sent.
     fn xadd(&self, event: &Event) -> Result<(redis::Cmd, String), String> {
-        let key = event.destination(&self.config.stream);
+        let key = self.stream.destination(event)?.into_owned();
         if key.is_empty() {
             return Err("the stream key is empty".to_owned());
         }

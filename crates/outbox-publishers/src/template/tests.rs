@@ -86,8 +86,14 @@ fn a_missing_header_names_itself_the_setting_and_the_default_syntax() {
 fn a_default_stands_in_for_a_missing_or_empty_header() {
     let t = "t.{header.tenant:-shared}";
     assert_eq!(render(t, &event("1", &[])).unwrap(), "t.shared");
-    assert_eq!(render(t, &event("1", &[("tenant", "")])).unwrap(), "t.shared");
-    assert_eq!(render(t, &event("1", &[("tenant", "acme")])).unwrap(), "t.acme");
+    assert_eq!(
+        render(t, &event("1", &[("tenant", "")])).unwrap(),
+        "t.shared"
+    );
+    assert_eq!(
+        render(t, &event("1", &[("tenant", "acme")])).unwrap(),
+        "t.acme"
+    );
     // An empty default is allowed; a header name may hold dots and colons.
     assert_eq!(render("t{header.x:-}", &event("1", &[])).unwrap(), "t");
     assert_eq!(
