@@ -207,7 +207,8 @@ impl Event {
     /// publishers of `outbox-publishers` use its `Template` instead: the
     /// full syntax (`{aggregate_id}`, `{header.NAME}`, defaults, escaped
     /// braces), parsed and checked once at start-up, rendered with one
-    /// allocation; both agree on every template of these two placeholders.
+    /// allocation. Both give the same destination for a template whose only
+    /// braces are these two placeholders.
     pub fn destination(&self, template: &str) -> String {
         match &self.topic {
             Some(topic) => topic.clone(),
