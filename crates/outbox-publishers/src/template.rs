@@ -175,14 +175,21 @@ impl Template {
     }
 
     /// Parses setting `field` of publisher `broker`, as its `validate`
-    /// does: the error names the publisher, the setting and the fix.
+    /// does, and holds the template with every placeholder filled by one
+    /// character against the broker's naming rules (`names` says what is
+    /// wrong, and the fix). The error names the publisher, the setting and
+    /// the fix.
     pub(crate) fn setting(
         broker: &'static str,
         field: &'static str,
         source: &str,
+        names: impl FnOnce(&str) -> Result<(), String>,
     ) -> Result<Template, crate::Error> {
-        Template::parse(field, source)
-            .map_err(|e| crate::Error::invalid(broker, field, source, e.to_string()))
+        let shown = if source.is_empty() { "\"\"" } else { source };
+        let invalid = |fix: String| crate::Error::invalid(broker, field, shown, fix);
+        let template = Template::parse(field, source).map_err(|e| invalid(e.to_string()))?;
+        names(&template.sample("x")).map_err(invalid)?;
+        Ok(template)
     }
 
     /// The template as written.

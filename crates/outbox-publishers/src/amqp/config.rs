@@ -183,15 +183,13 @@ impl AmqpConfig {
 
     /// `routing_key_template`, parsed, or why it cannot make routing keys.
     pub(crate) fn routing_key_template(&self) -> Result<Template, Error> {
-        let t = Template::setting("amqp", "routing_key_template", &self.routing_key_template)?;
-        if t.sample("x").len() > 255 {
-            return Err(invalid(
-                "routing_key_template",
-                &self.routing_key_template,
-                "routing keys are at most 255 bytes",
-            ));
-        }
-        Ok(t)
+        let field = "routing_key_template";
+        Template::setting("amqp", field, &self.routing_key_template, |key| {
+            match key.len() {
+                0..=255 => Ok(()),
+                _ => Err("routing keys are at most 255 bytes".into()),
+            }
+        })
     }
 
     /// Checks every field; the error names the field, its value and the fix.

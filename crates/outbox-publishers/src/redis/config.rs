@@ -166,15 +166,10 @@ impl RedisConfig {
 
     /// `stream`, parsed, or why it cannot name streams.
     pub(crate) fn stream_template(&self) -> Result<Template, Error> {
-        let t = Template::setting("redis", "stream", &self.stream)?;
-        if self.stream.is_empty() {
-            return Err(invalid(
-                "stream",
-                "\"\"",
-                "name the stream key, e.g. outbox:{aggregate_type}",
-            ));
-        }
-        Ok(t)
+        Template::setting("redis", "stream", &self.stream, |key| match key {
+            "" => Err("name the stream key, e.g. outbox:{aggregate_type}".into()),
+            _ => Ok(()),
+        })
     }
 
     /// Checks every field; the error names the field, its value and the fix.

@@ -372,15 +372,12 @@ impl KafkaConfig {
 
     /// `topic_template`, parsed, or why it cannot make topic names.
     pub(crate) fn topic_template(&self) -> Result<Template, Error> {
-        let t = Template::setting("kafka", "topic_template", &self.topic_template)?;
-        if let Some(problem) = topic_problem(&t.sample("x")) {
-            return Err(invalid(
-                "topic_template",
-                &self.topic_template,
-                format!("does not make a valid topic name: it {problem}"),
-            ));
-        }
-        Ok(t)
+        Template::setting("kafka", "topic_template", &self.topic_template, |name| {
+            match topic_problem(name) {
+                Some(problem) => Err(format!("does not make a valid topic name: it {problem}")),
+                None => Ok(()),
+            }
+        })
     }
 
     /// The librdkafka producer properties: the guarantees, then the

@@ -222,15 +222,10 @@ impl NatsConfig {
 
     /// `subject`, parsed, or why it cannot make subjects.
     pub(crate) fn subject_template(&self) -> Result<Template, Error> {
-        let t = Template::setting("nats", "subject", &self.subject)?;
-        if let Err(why) = check_subject(&t.sample("x")) {
-            return Err(invalid(
-                "subject",
-                &self.subject,
-                format!("{why}; e.g. outbox.{{aggregate_type}}.{{event_type}}"),
-            ));
-        }
-        Ok(t)
+        Template::setting("nats", "subject", &self.subject, |subject| {
+            check_subject(subject)
+                .map_err(|why| format!("{why}; e.g. outbox.{{aggregate_type}}.{{event_type}}"))
+        })
     }
 
     /// Checks every field; the error names the field, its value and the fix.
