@@ -179,6 +179,15 @@ impl Template {
     /// character against the broker's naming rules (`names` says what is
     /// wrong, and the fix). The error names the publisher, the setting and
     /// the fix.
+    #[cfg_attr(
+        not(any(
+            feature = "kafka",
+            feature = "amqp",
+            feature = "nats",
+            feature = "redis"
+        )),
+        allow(dead_code)
+    )]
     pub(crate) fn setting(
         broker: &'static str,
         field: &'static str,

@@ -336,32 +336,12 @@ fn partial_outage(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::{assert_unreachable_is_an_outage, free_port};
 
     #[tokio::test]
     async fn unreachable_broker_is_an_outage_and_hides_the_password() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let p = AmqpPublisher::from_url(&format!("amqp://u:hunter2@127.0.0.1:{port}/%2f")).unwrap();
-        let event = Event {
-            id: uuid::Uuid::now_v7(),
-            seq: 1,
-            aggregate_type: "order".into(),
-            aggregate_id: "1".into(),
-            event_type: "order.created".into(),
-            payload: "{}".into(),
-            headers: Default::default(),
-            topic: None,
-            attempts: 0,
-            created_at: chrono::Utc::now(),
-            partition: 0,
-        };
-        let e = p.publish(&[event]).await.unwrap_err();
-        assert!(e.message.contains(&port.to_string()), "{e}");
-        assert!(!e.message.contains("hunter2"), "{e}");
-        assert!(p.health().await.is_err());
-        assert!(!format!("{p:?}").contains("hunter2"));
+        assert_unreachable_is_an_outage(&p, &port.to_string(), &["hunter2"]).await;
     }
 }

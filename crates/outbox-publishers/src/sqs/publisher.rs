@@ -621,6 +621,7 @@ impl Publisher for SnsPublisher {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::{assert_unreachable_is_an_outage, free_port};
 
     fn msg(size: usize) -> Message {
         Message {
@@ -656,11 +657,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_unreachable_endpoint_is_an_outage() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let p = SqsPublisher::new(SqsConfig {
             queue: format!("http://127.0.0.1:{port}/123456789012/q"),
             region: Some("us-east-1".into()),
@@ -669,24 +666,8 @@ mod tests {
             ..SqsConfig::default()
         })
         .unwrap();
-        let event = Event {
-            id: uuid::Uuid::now_v7(),
-            seq: 1,
-            aggregate_type: "order".into(),
-            aggregate_id: "1".into(),
-            event_type: "order.created".into(),
-            payload: "{}".into(),
-            headers: Default::default(),
-            topic: None,
-            attempts: 0,
-            created_at: chrono::Utc::now(),
-            partition: 0,
-        };
         std::env::set_var("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE");
         std::env::set_var("AWS_SECRET_ACCESS_KEY", "hunter2-secret");
-        let e = p.publish(&[event]).await.unwrap_err();
-        assert!(e.message.contains("sqs queue q"), "{e}");
-        assert!(!e.message.contains("hunter2"), "{e}");
-        assert!(p.health().await.is_err());
+        assert_unreachable_is_an_outage(&p, "sqs queue q", &["hunter2"]).await;
     }
 }
