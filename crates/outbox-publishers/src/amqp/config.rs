@@ -182,7 +182,7 @@ impl AmqpConfig {
     }
 
     /// `routing_key_template`, parsed, or why it cannot make routing keys.
-    pub(crate) fn routing_key_template(&self) -> Result<Template, Error> {
+    pub(crate) fn destination_template(&self) -> Result<Template, Error> {
         let field = "routing_key_template";
         Template::setting("amqp", field, &self.routing_key_template, |key| {
             match key.len() {
@@ -209,7 +209,7 @@ impl AmqpConfig {
                 "names starting with amq. are reserved: set declare_exchange = false to use a built-in exchange",
             ));
         }
-        self.routing_key_template()?;
+        self.destination_template()?;
         if self.max_message_bytes == 0 || self.max_message_bytes > 512 * 1024 * 1024 {
             return Err(invalid(
                 "max_message_bytes",

@@ -69,7 +69,7 @@ impl AmqpPublisher {
     pub fn new(config: AmqpConfig) -> Result<Self, Error> {
         config.validate()?;
         let uri = config.uri()?;
-        let routing_key = config.routing_key_template()?;
+        let routing_key = config.destination_template()?;
         Ok(AmqpPublisher {
             config,
             routing_key,

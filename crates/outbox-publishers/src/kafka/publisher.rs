@@ -154,7 +154,7 @@ impl KafkaPublisher {
     /// broker that is down now is not an error here.
     pub fn new(config: KafkaConfig) -> Result<Self, Error> {
         config.validate()?;
-        let topic = config.topic_template()?;
+        let topic = config.destination_template()?;
         let state = Arc::new(LinkState {
             all_down: AtomicBool::new(false),
             last_error: Mutex::new(String::new()),

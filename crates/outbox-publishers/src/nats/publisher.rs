@@ -80,7 +80,7 @@ impl NatsPublisher {
     /// that is down now is not an error here.
     pub fn new(config: NatsConfig) -> Result<Self, Error> {
         config.validate()?;
-        let subject = config.subject_template()?;
+        let subject = config.destination_template()?;
         let servers = config
             .servers
             .iter()

@@ -165,7 +165,7 @@ impl RedisConfig {
     }
 
     /// `stream`, parsed, or why it cannot name streams.
-    pub(crate) fn stream_template(&self) -> Result<Template, Error> {
+    pub(crate) fn destination_template(&self) -> Result<Template, Error> {
         Template::setting("redis", "stream", &self.stream, |key| match key {
             "" => Err("name the stream key, e.g. outbox:{aggregate_type}".into()),
             _ => Ok(()),
@@ -175,7 +175,7 @@ impl RedisConfig {
     /// Checks every field; the error names the field, its value and the fix.
     pub fn validate(&self) -> Result<(), Error> {
         self.client()?;
-        self.stream_template()?;
+        self.destination_template()?;
         if self.maxlen == Some(0) {
             return Err(invalid(
                 "maxlen",

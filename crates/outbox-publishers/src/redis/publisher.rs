@@ -76,7 +76,7 @@ impl RedisPublisher {
     pub fn new(config: RedisConfig) -> Result<Self, Error> {
         config.validate()?;
         let client = config.client()?;
-        let stream = config.stream_template()?;
+        let stream = config.destination_template()?;
         Ok(RedisPublisher {
             config,
             stream,

@@ -518,104 +518,87 @@ impl Core {
     }
 }
 
-/// Sends events to an Amazon SQS queue (`sqs://QUEUE_NAME` or `sqs://` +
-/// the queue URL).
-///
-/// * body: the payload's JSON text as stored;
-/// * attributes (`String`): `outbox-event-id`, `outbox-event-type`,
-///   `outbox-aggregate-type`, `outbox-aggregate-id`, then the producer's
-///   headers; past the service's 10 attributes (or for a name or value it
-///   does not accept) the rest go as one JSON object in `outbox-headers`;
-/// * FIFO queues (name ending in `.fifo`): `MessageGroupId` = the aggregate
-///   id, `MessageDeduplicationId` = the event id.
-///
-/// An event's topic override names another queue (name or URL). Nothing
-/// is called until the first publish or health check.
-#[derive(Debug)]
-pub struct SqsPublisher {
-    config: SqsConfig,
-    core: Core,
+/// A publisher over [`Core`]: `$name`, settings `$config` whose
+/// `$destination` field is the queue or topic, service `$kind`, reported as
+/// `$short`; `$spec` documents `from_spec`, `$health` the health check.
+macro_rules! aws_publisher {
+    (
+        $(#[$doc:meta])*
+        $name:ident($config:ident, $kind:expr, $destination:ident, $short:literal),
+        spec: $spec:literal,
+        health: $health:literal $(,)?
+    ) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub struct $name {
+            config: $config,
+            core: Core,
+        }
+
+        impl $name {
+            /// Validates `config`; nothing is called yet.
+            pub fn new(config: $config) -> Result<Self, Error> {
+                config.validate()?;
+                let core = Core::new($kind, config.$destination.clone(), config.common());
+                Ok($name { config, core })
+            }
+
+            #[doc = $spec]
+            pub fn from_spec(spec: &str) -> Result<Self, Error> {
+                Self::new($config::from_spec(spec)?)
+            }
+
+            /// The settings in use.
+            pub fn config(&self) -> &$config {
+                &self.config
+            }
+        }
+
+        #[async_trait]
+        impl Publisher for $name {
+            fn name(&self) -> &str {
+                $short
+            }
+
+            async fn publish(&self, batch: &[Event]) -> Result<Vec<Outcome>, Unavailable> {
+                self.core.publish(batch).await
+            }
+
+            #[doc = $health]
+            async fn health(&self) -> Result<(), Unavailable> {
+                self.core.health().await
+            }
+        }
+    };
 }
 
-impl SqsPublisher {
-    /// Validates `config`; nothing is called yet.
-    pub fn new(config: SqsConfig) -> Result<Self, Error> {
-        config.validate()?;
-        let core = Core::new(Kind::Sqs, config.queue.clone(), config.common());
-        Ok(SqsPublisher { config, core })
-    }
-
-    /// A publisher for `sqs://QUEUE_NAME` or `sqs://` + a queue URL, with
-    /// default settings.
-    pub fn from_spec(spec: &str) -> Result<Self, Error> {
-        Self::new(SqsConfig::from_spec(spec)?)
-    }
-
-    /// The settings in use.
-    pub fn config(&self) -> &SqsConfig {
-        &self.config
-    }
+aws_publisher! {
+    /// Sends events to an Amazon SQS queue (`sqs://QUEUE_NAME` or `sqs://` +
+    /// the queue URL).
+    ///
+    /// * body: the payload's JSON text as stored;
+    /// * attributes (`String`): `outbox-event-id`, `outbox-event-type`,
+    ///   `outbox-aggregate-type`, `outbox-aggregate-id`, then the producer's
+    ///   headers; past the service's 10 attributes (or for a name or value it
+    ///   does not accept) the rest go as one JSON object in `outbox-headers`;
+    /// * FIFO queues (name ending in `.fifo`): `MessageGroupId` = the aggregate
+    ///   id, `MessageDeduplicationId` = the event id.
+    ///
+    /// An event's topic override names another queue (name or URL). Nothing
+    /// is called until the first publish or health check.
+    SqsPublisher(SqsConfig, Kind::Sqs, queue, "sqs"),
+    spec: "A publisher for `sqs://QUEUE_NAME` or `sqs://` + a queue URL, with default settings.",
+    health: "`GetQueueUrl` (for a name) and `GetQueueAttributes`.",
 }
 
-#[async_trait]
-impl Publisher for SqsPublisher {
-    fn name(&self) -> &str {
-        "sqs"
-    }
-
-    async fn publish(&self, batch: &[Event]) -> Result<Vec<Outcome>, Unavailable> {
-        self.core.publish(batch).await
-    }
-
-    /// `GetQueueUrl` (for a name) and `GetQueueAttributes`.
-    async fn health(&self) -> Result<(), Unavailable> {
-        self.core.health().await
-    }
-}
-
-/// Publishes events to an Amazon SNS topic (`sns://TOPIC_ARN`), as
-/// [`SqsPublisher`] does to a queue: the same body, attributes, group and
-/// de-duplication ids (FIFO topics end in `.fifo`). An event's topic
-/// override names another topic ARN.
-#[derive(Debug)]
-pub struct SnsPublisher {
-    config: SnsConfig,
-    core: Core,
-}
-
-impl SnsPublisher {
-    /// Validates `config`; nothing is called yet.
-    pub fn new(config: SnsConfig) -> Result<Self, Error> {
-        config.validate()?;
-        let core = Core::new(Kind::Sns, config.topic_arn.clone(), config.common());
-        Ok(SnsPublisher { config, core })
-    }
-
-    /// A publisher for `sns://TOPIC_ARN` with default settings.
-    pub fn from_spec(spec: &str) -> Result<Self, Error> {
-        Self::new(SnsConfig::from_spec(spec)?)
-    }
-
-    /// The settings in use.
-    pub fn config(&self) -> &SnsConfig {
-        &self.config
-    }
-}
-
-#[async_trait]
-impl Publisher for SnsPublisher {
-    fn name(&self) -> &str {
-        "sns"
-    }
-
-    async fn publish(&self, batch: &[Event]) -> Result<Vec<Outcome>, Unavailable> {
-        self.core.publish(batch).await
-    }
-
-    /// `GetTopicAttributes`.
-    async fn health(&self) -> Result<(), Unavailable> {
-        self.core.health().await
-    }
+aws_publisher! {
+    /// Publishes events to an Amazon SNS topic (`sns://TOPIC_ARN`), as
+    /// [`SqsPublisher`] does to a queue: the same body, attributes, group and
+    /// de-duplication ids (FIFO topics end in `.fifo`). An event's topic
+    /// override names another topic ARN.
+    SnsPublisher(SnsConfig, Kind::Sns, topic_arn, "sns"),
+    spec: "A publisher for `sns://TOPIC_ARN` with default settings.",
+    health: "`GetTopicAttributes`.",
 }
 
 #[cfg(test)]

@@ -320,7 +320,7 @@ impl KafkaConfig {
                 ));
             }
         }
-        self.topic_template()?;
+        self.destination_template()?;
         if !(1_000..=3_600_000).contains(&self.message_timeout_ms) {
             return Err(invalid(
                 "message_timeout_ms",
@@ -371,7 +371,7 @@ impl KafkaConfig {
     }
 
     /// `topic_template`, parsed, or why it cannot make topic names.
-    pub(crate) fn topic_template(&self) -> Result<Template, Error> {
+    pub(crate) fn destination_template(&self) -> Result<Template, Error> {
         Template::setting("kafka", "topic_template", &self.topic_template, |name| {
             match topic_problem(name) {
                 Some(problem) => Err(format!("does not make a valid topic name: it {problem}")),

@@ -221,7 +221,7 @@ impl NatsConfig {
     }
 
     /// `subject`, parsed, or why it cannot make subjects.
-    pub(crate) fn subject_template(&self) -> Result<Template, Error> {
+    pub(crate) fn destination_template(&self) -> Result<Template, Error> {
         Template::setting("nats", "subject", &self.subject, |subject| {
             check_subject(subject)
                 .map_err(|why| format!("{why}; e.g. outbox.{{aggregate_type}}.{{event_type}}"))
@@ -252,7 +252,7 @@ impl NatsConfig {
                 ));
             }
         }
-        self.subject_template()?;
+        self.destination_template()?;
         let logins = [
             self.user.is_some() || self.password.is_some(),
             self.token.is_some(),
