@@ -256,19 +256,19 @@ impl Core {
         let built = |e: aws_sdk_sqs::error::BuildError| {
             CallFailure::Invalid(format!("{}: {e}", target.shown))
         };
-        let mut answers: Vec<Option<Outcome>> = vec![None; chunk.len()];
-        match service {
-            Service::Sqs(client) => {
-                use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
+        // The batch entries of `chunk`: the services' builders differ in
+        // type and in the name of the body, not in what they are given.
+        macro_rules! entries {
+            ($entry:ty, $attribute:ty, $body:ident) => {{
                 let mut entries = Vec::with_capacity(chunk.len());
                 for (n, (_, m)) in chunk.iter().enumerate() {
-                    let mut b = SendMessageBatchRequestEntry::builder()
+                    let mut b = <$entry>::builder()
                         .id(n.to_string())
-                        .message_body(&m.body)
+                        .$body(&m.body)
                         .set_message_group_id(m.group_id.clone())
                         .set_message_deduplication_id(m.dedup_id.clone());
                     for (name, value) in &m.attributes {
-                        let v = MessageAttributeValue::builder()
+                        let v = <$attribute>::builder()
                             .data_type(STRING)
                             .string_value(value)
                             .build()
@@ -277,6 +277,24 @@ impl Core {
                     }
                     entries.push(b.build().map_err(built)?);
                 }
+                entries
+            }};
+        }
+        let mut answers: Vec<Option<Outcome>> = vec![None; chunk.len()];
+        // The answer for the entry the service calls `id`.
+        let mut answer = |id: &str, outcome: Outcome| {
+            if let Some(a) = id.parse::<usize>().ok().and_then(|n| answers.get_mut(n)) {
+                *a = Some(outcome);
+            }
+        };
+        match service {
+            Service::Sqs(client) => {
+                use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
+                let entries = entries!(
+                    SendMessageBatchRequestEntry,
+                    MessageAttributeValue,
+                    message_body
+                );
                 let out = client
                     .send_message_batch()
                     .queue_url(&target.address)
@@ -285,45 +303,15 @@ impl Core {
                     .await
                     .map_err(|e| classify_call(&e, &target.shown))?;
                 for s in out.successful() {
-                    if let Some(a) = s
-                        .id()
-                        .parse::<usize>()
-                        .ok()
-                        .and_then(|n| answers.get_mut(n))
-                    {
-                        *a = Some(Outcome::Delivered);
-                    }
+                    answer(s.id(), Outcome::Delivered);
                 }
                 for f in out.failed() {
-                    if let Some(a) = f
-                        .id()
-                        .parse::<usize>()
-                        .ok()
-                        .and_then(|n| answers.get_mut(n))
-                    {
-                        *a = Some(classify_entry(f.code(), f.message(), &target.shown));
-                    }
+                    answer(f.id(), classify_entry(f.code(), f.message(), &target.shown));
                 }
             }
             Service::Sns(client) => {
                 use aws_sdk_sns::types::{MessageAttributeValue, PublishBatchRequestEntry};
-                let mut entries = Vec::with_capacity(chunk.len());
-                for (n, (_, m)) in chunk.iter().enumerate() {
-                    let mut b = PublishBatchRequestEntry::builder()
-                        .id(n.to_string())
-                        .message(&m.body)
-                        .set_message_group_id(m.group_id.clone())
-                        .set_message_deduplication_id(m.dedup_id.clone());
-                    for (name, value) in &m.attributes {
-                        let v = MessageAttributeValue::builder()
-                            .data_type(STRING)
-                            .string_value(value)
-                            .build()
-                            .map_err(built)?;
-                        b = b.message_attributes(name, v);
-                    }
-                    entries.push(b.build().map_err(built)?);
-                }
+                let entries = entries!(PublishBatchRequestEntry, MessageAttributeValue, message);
                 let out = client
                     .publish_batch()
                     .topic_arn(&target.address)
@@ -332,20 +320,10 @@ impl Core {
                     .await
                     .map_err(|e| classify_call(&e, &target.shown))?;
                 for s in out.successful() {
-                    let n = s.id().and_then(|id| id.parse::<usize>().ok());
-                    if let Some(a) = n.and_then(|n| answers.get_mut(n)) {
-                        *a = Some(Outcome::Delivered);
-                    }
+                    answer(s.id().unwrap_or_default(), Outcome::Delivered);
                 }
                 for f in out.failed() {
-                    if let Some(a) = f
-                        .id()
-                        .parse::<usize>()
-                        .ok()
-                        .and_then(|n| answers.get_mut(n))
-                    {
-                        *a = Some(classify_entry(f.code(), f.message(), &target.shown));
-                    }
+                    answer(f.id(), classify_entry(f.code(), f.message(), &target.shown));
                 }
             }
         }
