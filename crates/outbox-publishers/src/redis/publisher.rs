@@ -198,25 +198,8 @@ impl RedisPublisher {
             headers.as_bytes(),
             created_at.as_bytes(),
         ];
-        let size: usize = FIELDS.iter().map(|f| f.len()).sum::<usize>()
-            + values.iter().map(|v| v.len()).sum::<usize>();
-        if size > self.config.max_message_bytes {
-            return Err(format!(
-                "entry of {size} bytes ({} of payload) is larger than max_message_bytes ({})",
-                event.payload.len(),
-                self.config.max_message_bytes
-            ));
-        }
-        let mut cmd = redis::cmd("XADD");
-        cmd.arg(&key);
-        if let Some(maxlen) = self.config.maxlen {
-            cmd.arg("MAXLEN").arg("~").arg(maxlen);
-        }
-        cmd.arg("*");
-        for (field, value) in FIELDS.iter().zip(values) {
-            cmd.arg(*field).arg(value);
-        }
-        Ok((cmd, key))
+        let fields = FIELDS.iter().copied().zip(values);
+        self.entry(key, fields, event.payload.len())
     }
 
     /// [`RedisPublisher::xadd`] for a CloudEvents envelope.
@@ -234,7 +217,20 @@ impl RedisPublisher {
         fields.push(("payload", payload.into_owned()));
         let headers = serde_json::to_vec(&event.headers).unwrap_or_else(|_| b"{}".to_vec());
         fields.push(("headers", headers));
-        let size: usize = fields.iter().map(|(f, v)| f.len() + v.len()).sum();
+        let fields = fields.iter().map(|(f, v)| (*f, v.as_slice()));
+        self.entry(key, fields, payload_len)
+    }
+
+    /// The `XADD` of an entry of `fields` to stream `key`, or why it is
+    /// larger than `max_message_bytes` (`payload_len` bytes of it being the
+    /// payload).
+    fn entry<'a>(
+        &self,
+        key: String,
+        fields: impl Iterator<Item = (&'a str, &'a [u8])> + Clone,
+        payload_len: usize,
+    ) -> Result<(redis::Cmd, String), String> {
+        let size: usize = fields.clone().map(|(f, v)| f.len() + v.len()).sum();
         if size > self.config.max_message_bytes {
             return Err(format!(
                 "entry of {size} bytes ({payload_len} of payload) is larger than max_message_bytes ({})",
@@ -247,8 +243,8 @@ impl RedisPublisher {
             cmd.arg("MAXLEN").arg("~").arg(maxlen);
         }
         cmd.arg("*");
-        for (field, value) in &fields {
-            cmd.arg(*field).arg(value.as_slice());
+        for (field, value) in fields {
+            cmd.arg(field).arg(value);
         }
         Ok((cmd, key))
     }
