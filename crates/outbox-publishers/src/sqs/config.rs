@@ -256,37 +256,36 @@ impl Common {
                 ));
             }
         }
-        if !(1_024..=MAX_MESSAGE_BYTES_CEILING).contains(&self.max_message_bytes) {
-            return Err(invalid(
-                broker,
+        let counts = [
+            (
                 "max_message_bytes",
-                self.max_message_bytes,
+                self.max_message_bytes as u64,
+                1_024..=MAX_MESSAGE_BYTES_CEILING as u64,
                 "use 1024 to 1048576 (the service's limit is 262144 unless raised)",
-            ));
-        }
-        if !(1..=64).contains(&self.max_concurrent_calls) {
-            return Err(invalid(
-                broker,
+            ),
+            (
                 "max_concurrent_calls",
-                self.max_concurrent_calls,
+                self.max_concurrent_calls as u64,
+                1..=64,
                 "use 1 to 64",
-            ));
-        }
-        if !(100..=600_000).contains(&self.timeout_ms) {
-            return Err(invalid(
-                broker,
+            ),
+            (
                 "timeout_ms",
                 self.timeout_ms,
+                100..=600_000,
                 "use 100 to 600000, and keep it below the relay's publish_timeout_ms",
-            ));
-        }
-        if !(100..=600_000).contains(&self.connect_timeout_ms) {
-            return Err(invalid(
-                broker,
+            ),
+            (
                 "connect_timeout_ms",
                 self.connect_timeout_ms,
+                100..=600_000,
                 "use 100 to 600000",
-            ));
+            ),
+        ];
+        for (field, value, allowed, fix) in counts {
+            if !allowed.contains(&value) {
+                return Err(invalid(broker, field, value, fix));
+            }
         }
         Ok(())
     }
