@@ -6,9 +6,13 @@
 pub mod cloudevents;
 mod error;
 pub mod stream;
+pub mod template;
+#[cfg(test)]
+mod test_support;
 
 pub use cloudevents::{Envelope, Format};
 pub use error::Error;
+pub use template::{MissingHeader, Template, TemplateError};
 
 pub use stream::{EnvelopeStdoutPublisher, FilePublisher, StdoutPublisher};
 

@@ -200,7 +200,15 @@ pub struct Event {
 
 impl Event {
     /// The destination for this event: its topic override, or `template` with
-    /// `{aggregate_type}` and `{event_type}` replaced.
+    /// `{aggregate_type}` and `{event_type}` replaced (other text is kept as
+    /// it is).
+    ///
+    /// A convenience for publishers built on this crate alone. The
+    /// publishers of `outbox-publishers` use its `Template` instead: the
+    /// full syntax (`{aggregate_id}`, `{header.NAME}`, defaults, escaped
+    /// braces), parsed and checked once at start-up, rendered with one
+    /// allocation. Both give the same destination for a template whose only
+    /// braces are these two placeholders.
     pub fn destination(&self, template: &str) -> String {
         match &self.topic {
             Some(topic) => topic.clone(),

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::Error;
+use crate::{Error, Template};
 
 use lapin::uri::AMQPUri;
 use serde::{Deserialize, Serialize};
@@ -78,9 +78,8 @@ pub struct AmqpConfig {
     /// exists with other settings the publisher reports the broker's error
     /// as an outage. Default `true`.
     pub declare_exchange: bool,
-    /// Routing key for an event without a topic override; `{event_type}` and
-    /// `{aggregate_type}` are replaced by the event's values. Default
-    /// `{event_type}`.
+    /// Routing key for an event without a topic override: a
+    /// [`Template`]. Default `{event_type}`.
     pub routing_key_template: String,
     /// What to do with a message no queue is bound for. Default `retry`.
     pub unroutable: Unroutable,
@@ -182,6 +181,17 @@ impl AmqpConfig {
         Ok(uri)
     }
 
+    /// `routing_key_template`, parsed, or why it cannot make routing keys.
+    pub(crate) fn destination_template(&self) -> Result<Template, Error> {
+        let field = "routing_key_template";
+        Template::setting("amqp", field, &self.routing_key_template, |key| {
+            match key.len() {
+                0..=255 => Ok(()),
+                _ => Err("routing keys are at most 255 bytes".into()),
+            }
+        })
+    }
+
     /// Checks every field; the error names the field, its value and the fix.
     pub fn validate(&self) -> Result<(), Error> {
         self.uri()?;
@@ -199,24 +209,7 @@ impl AmqpConfig {
                 "names starting with amq. are reserved: set declare_exchange = false to use a built-in exchange",
             ));
         }
-        let literal = self
-            .routing_key_template
-            .replace("{event_type}", "e")
-            .replace("{aggregate_type}", "a");
-        if literal.contains(['{', '}']) {
-            return Err(invalid(
-                "routing_key_template",
-                &self.routing_key_template,
-                "the only placeholders are {event_type} and {aggregate_type}",
-            ));
-        }
-        if literal.len() > 255 {
-            return Err(invalid(
-                "routing_key_template",
-                &self.routing_key_template,
-                "routing keys are at most 255 bytes",
-            ));
-        }
+        self.destination_template()?;
         if self.max_message_bytes == 0 || self.max_message_bytes > 512 * 1024 * 1024 {
             return Err(invalid(
                 "max_message_bytes",
@@ -287,12 +280,12 @@ mod tests {
             .to_string();
         assert!(e.contains("%2f"), "{e}");
         let c = AmqpConfig {
-            routing_key_template: "{aggregate_id}".into(),
+            routing_key_template: "{aggregate}".into(),
             ..AmqpConfig::default()
         };
         let e = c.validate().unwrap_err().to_string();
         assert!(
-            e.contains("routing_key_template") && e.contains("{aggregate_id}"),
+            e.contains("routing_key_template") && e.contains("unknown placeholder {aggregate}"),
             "{e}"
         );
         let c = AmqpConfig {

@@ -21,14 +21,15 @@ impl AmqpPublisher {
         &self,
         event: &Event,
     ) -> Result<(ShortString, BasicProperties, Option<Vec<u8>>), String> {
-        let key = event.destination(&self.config.routing_key_template);
-        let routing_key = ShortString::try_new(key.clone()).map_err(|_| {
-            format!(
+        let key = self.routing_key.destination(event)?;
+        if key.len() > 255 {
+            return Err(format!(
                 "routing key {:?}… is {} bytes long; AMQP allows 255",
                 key.chars().take(40).collect::<String>(),
                 key.len()
-            )
-        })?;
+            ));
+        }
+        let routing_key = ShortString::from(key.into_owned());
         let body = match self.envelope.format() {
             Format::CloudEventsStructured => Some(self.envelope.structured(event)),
             _ => None,

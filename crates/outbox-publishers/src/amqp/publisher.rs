@@ -15,7 +15,7 @@ use tokio::time::{timeout, timeout_at, Instant};
 use super::classify::{classify, Failure};
 use super::config::{redact_url, AmqpConfig, Unroutable};
 use super::connection::{close_quietly, Link};
-use crate::{Envelope, Error};
+use crate::{Envelope, Error, Template};
 
 /// An event ready to send: its index in the batch, routing key,
 /// properties, and body when it is not the payload itself.
@@ -49,6 +49,7 @@ type Prepared = (usize, ShortString, BasicProperties, Option<Vec<u8>>);
 /// for how each failure is classified.
 pub struct AmqpPublisher {
     pub(super) config: AmqpConfig,
+    pub(super) routing_key: Template,
     pub(super) uri: AMQPUri,
     pub(super) envelope: Envelope,
     link: Mutex<Option<Link>>,
@@ -68,8 +69,10 @@ impl AmqpPublisher {
     pub fn new(config: AmqpConfig) -> Result<Self, Error> {
         config.validate()?;
         let uri = config.uri()?;
+        let routing_key = config.destination_template()?;
         Ok(AmqpPublisher {
             config,
+            routing_key,
             uri,
             envelope: Envelope::plain(),
             link: Mutex::new(None),
@@ -333,32 +336,12 @@ fn partial_outage(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::{assert_unreachable_is_an_outage, free_port};
 
     #[tokio::test]
     async fn unreachable_broker_is_an_outage_and_hides_the_password() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let p = AmqpPublisher::from_url(&format!("amqp://u:hunter2@127.0.0.1:{port}/%2f")).unwrap();
-        let event = Event {
-            id: uuid::Uuid::now_v7(),
-            seq: 1,
-            aggregate_type: "order".into(),
-            aggregate_id: "1".into(),
-            event_type: "order.created".into(),
-            payload: "{}".into(),
-            headers: Default::default(),
-            topic: None,
-            attempts: 0,
-            created_at: chrono::Utc::now(),
-            partition: 0,
-        };
-        let e = p.publish(&[event]).await.unwrap_err();
-        assert!(e.message.contains(&port.to_string()), "{e}");
-        assert!(!e.message.contains("hunter2"), "{e}");
-        assert!(p.health().await.is_err());
-        assert!(!format!("{p:?}").contains("hunter2"));
+        assert_unreachable_is_an_outage(&p, &port.to_string(), &["hunter2"]).await;
     }
 }

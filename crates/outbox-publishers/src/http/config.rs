@@ -40,8 +40,8 @@ fn invalid(field: &str, value: impl fmt::Display, fix: impl Into<String>) -> Err
 pub struct HttpConfig {
     /// The endpoint every event is POSTed to: `http://…` or `https://…`
     /// (TLS with the system's CA certificates). Its path and query may hold
-    /// `{aggregate_type}`, `{event_type}` and `{topic}` (the event's topic
-    /// override, or its event type when it has none), each filled in
+    /// the placeholders of a [`crate::Template`] and `{topic}` (the event's
+    /// topic override, or its event type when it has none), each filled in
     /// percent-encoded. A password in it is never shown.
     pub url: String,
     /// The signing secret: `whsec_` followed by the base64 of 24 to 64
@@ -222,7 +222,7 @@ mod tests {
             "http://",
             "http://h:99999/x",
             "http://{event_type}.example.com/",
-            "http://h/{aggregate_id}",
+            "http://h/{aggregate}",
             "not a url",
         ] {
             let e = HttpConfig {

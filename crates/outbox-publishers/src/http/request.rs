@@ -8,6 +8,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::Url;
 
 use crate::cloudevents::{Format, HTTP};
+use crate::template::{Piece, Template};
 use crate::Envelope;
 
 /// Everything but RFC 3986's unreserved characters is escaped in a value
@@ -49,24 +50,11 @@ pub(crate) fn reserved_header(name: &str) -> bool {
     RESERVED.iter().any(|r| r.eq_ignore_ascii_case(name))
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Field {
-    AggregateType,
-    EventType,
-    Topic,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Part {
-    Literal(String),
-    /// A placeholder, and whether it stands in the query.
-    Value(Field, bool),
-}
-
-/// The `url` setting, split into literal text and placeholders.
+/// The `url` setting: a [`Template`] whose values are filled in
+/// percent-encoded, one path segment (or query value) each.
 #[derive(Debug, Clone)]
 pub(crate) struct UrlTemplate {
-    parts: Vec<Part>,
+    template: Template,
     /// The URL up to its first placeholder: what the health check asks.
     base: Url,
 }
@@ -90,79 +78,47 @@ impl UrlTemplate {
         if raw[..authority_end].contains(['{', '}']) {
             return Err("placeholders may stand in the path or the query, not in the host".into());
         }
-        let mut parts = Vec::new();
-        let mut rest = raw;
-        let mut offset = 0;
-        while let Some(open) = rest.find('{') {
-            let Some(close) = rest[open..].find('}').map(|c| open + c) else {
-                return Err("has a { without its }: the placeholders are {aggregate_type}, {event_type} and {topic}".into());
-            };
-            let field = match &rest[open + 1..close] {
-                "aggregate_type" => Field::AggregateType,
-                "event_type" => Field::EventType,
-                "topic" => Field::Topic,
-                _ => {
-                    return Err(
-                        "the only placeholders are {aggregate_type}, {event_type} and {topic}"
-                            .into(),
-                    )
-                }
-            };
-            let in_query = raw[..offset + open].contains('?');
-            parts.push(Part::Literal(rest[..open].to_owned()));
-            parts.push(Part::Value(field, in_query));
-            offset += close + 1;
-            rest = &rest[close + 1..];
-        }
-        if rest.contains('}') {
-            return Err("has a } without its {: the placeholders are {aggregate_type}, {event_type} and {topic}".into());
-        }
-        parts.push(Part::Literal(rest.to_owned()));
-        let sample: String = parts
-            .iter()
-            .map(|p| match p {
-                Part::Literal(s) => s.as_str(),
-                Part::Value(..) => "x",
-            })
-            .collect();
+        let template = Template::parse_url("url", raw).map_err(|e| e.to_string())?;
+        let sample = template.sample("x");
         let parsed = Url::parse(&sample)
             .map_err(|e| format!("cannot be parsed ({e}); use http[s]://HOST[:PORT]/PATH"))?;
         if parsed.host_str().is_none_or(str::is_empty) {
             return Err("names no host; use http[s]://HOST[:PORT]/PATH".into());
         }
-        let base_text = match &parts[0] {
-            Part::Literal(s) if parts.len() > 1 => s.clone(),
-            _ => sample,
+        let base_text = if template.is_literal() {
+            sample
+        } else {
+            template.prefix().to_owned()
         };
         let base = Url::parse(&base_text).unwrap_or(parsed);
-        Ok(UrlTemplate { parts, base })
+        Ok(UrlTemplate { template, base })
     }
 
-    /// The URL for `event`, or why it cannot have one (a value that would
-    /// be an empty, `.` or `..` path segment).
+    /// The URL for `event`, or why it cannot have one (a missing header, or
+    /// a value that would be an empty, `.` or `..` path segment).
     pub(crate) fn url_for(&self, event: &Event) -> Result<Url, String> {
-        if self.parts.len() == 1 {
+        if self.template.is_literal() {
             return Ok(self.base.clone());
         }
         let mut out = String::new();
-        for part in &self.parts {
-            match part {
-                Part::Literal(s) => out.push_str(s),
-                Part::Value(field, in_query) => {
-                    let (name, value) = match field {
-                        Field::AggregateType => ("aggregate_type", event.aggregate_type.clone()),
-                        Field::EventType => ("event_type", event.event_type.clone()),
-                        Field::Topic => ("topic", event.destination("{event_type}")),
-                    };
-                    if !in_query && matches!(value.as_str(), "" | "." | "..") {
+        let mut in_query = false;
+        self.template.try_for_each(event, |piece| {
+            match piece {
+                Piece::Literal(text) => {
+                    in_query |= text.contains('?');
+                    out.push_str(text);
+                }
+                Piece::Value { name, value } => {
+                    if !in_query && matches!(value, "" | "." | "..") {
                         return Err(format!(
                             "the {name} {value:?} cannot be a URL path segment ({{{name}}} in url)"
                         ));
                     }
-                    out.extend(utf8_percent_encode(&value, SEGMENT));
+                    out.extend(utf8_percent_encode(value, SEGMENT));
                 }
             }
-        }
+            Ok(())
+        })?;
         Url::parse(&out).map_err(|e| format!("the event's URL cannot be built: {e}"))
     }
 
@@ -263,19 +219,7 @@ mod tests {
     use super::*;
 
     fn event() -> Event {
-        Event {
-            id: uuid::Uuid::now_v7(),
-            seq: 1,
-            aggregate_type: "order".into(),
-            aggregate_id: "42".into(),
-            event_type: "order.created".into(),
-            payload: "{}".into(),
-            headers: Default::default(),
-            topic: None,
-            attempts: 0,
-            created_at: chrono::Utc::now(),
-            partition: 0,
-        }
+        crate::test_support::event("42", &[])
     }
 
     #[test]

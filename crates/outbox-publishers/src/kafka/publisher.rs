@@ -19,7 +19,7 @@ use rdkafka::ClientContext;
 
 use super::config::{topic_problem, KafkaConfig};
 use crate::cloudevents::{Format, KAFKA};
-use crate::{Envelope, Error};
+use crate::{Envelope, Error, Template};
 
 /// What the publisher does with one failed message, by error kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,6 +135,7 @@ type Inner = FutureProducer<Context>;
 /// See `docs/publishers.md` for how each failure is classified.
 pub struct KafkaPublisher {
     config: KafkaConfig,
+    topic: Template,
     state: Arc<LinkState>,
     producer: RwLock<Inner>,
     envelope: Envelope,
@@ -153,6 +154,7 @@ impl KafkaPublisher {
     /// broker that is down now is not an error here.
     pub fn new(config: KafkaConfig) -> Result<Self, Error> {
         config.validate()?;
+        let topic = config.destination_template()?;
         let state = Arc::new(LinkState {
             all_down: AtomicBool::new(false),
             last_error: Mutex::new(String::new()),
@@ -160,6 +162,7 @@ impl KafkaPublisher {
         let producer = create(&config, &state)?;
         Ok(KafkaPublisher {
             config,
+            topic,
             state,
             producer: RwLock::new(producer),
             envelope: Envelope::plain(),
@@ -248,7 +251,10 @@ impl KafkaPublisher {
         producer: &Inner,
         event: &Event,
     ) -> Result<DeliveryFuture, (Class, String)> {
-        let topic = event.destination(&self.config.topic_template);
+        let topic = self
+            .topic
+            .destination(event)
+            .map_err(|missing| (Class::Permanent, missing.to_string()))?;
         if let Some(problem) = topic_problem(&topic) {
             return Err((
                 Class::Permanent,
@@ -373,7 +379,7 @@ impl Publisher for KafkaPublisher {
         }
         let mut results: Vec<Result<(), (Class, String)>> = Vec::with_capacity(batch.len());
         for (event, p) in batch.iter().zip(pending) {
-            let topic = || event.destination(&self.config.topic_template);
+            let topic = || self.topic.destination(event).unwrap_or_default();
             let r = match p {
                 Err(failed) => Err(failed),
                 Ok(future) => match future.await {

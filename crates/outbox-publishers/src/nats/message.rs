@@ -10,7 +10,7 @@ use outbox::Event;
 
 use super::config::check_subject;
 use crate::cloudevents::{Format, NATS};
-use crate::Envelope;
+use crate::{Envelope, Template};
 
 /// JetStream's de-duplication header: a message whose id the stream has
 /// seen within its duplicate window is acknowledged but not stored again.
@@ -27,17 +27,17 @@ pub(super) struct Message {
     pub(super) payload: Bytes,
 }
 
-/// The message for `event` with subject template `template`, or why it can
+/// The message for `event` with subject `template`, or why it can
 /// never be sent (checked before sending: the server closes a connection
 /// that sends a message above its `max_payload`, and a malformed header
 /// would corrupt the protocol stream).
 pub(super) fn message(
     event: &Event,
-    template: &str,
+    template: &Template,
     max_payload: usize,
     envelope: &Envelope,
 ) -> Result<Message, String> {
-    let subject = event.destination(template);
+    let subject = template.destination(event)?.into_owned();
     if let Err(why) = check_subject(&subject) {
         return Err(format!(
             "subject {:?} is not a valid NATS subject: {why}",
@@ -125,19 +125,11 @@ mod tests {
     use super::*;
 
     fn event() -> Event {
-        Event {
-            id: uuid::Uuid::now_v7(),
-            seq: 1,
-            aggregate_type: "order".into(),
-            aggregate_id: "42".into(),
-            event_type: "order.created".into(),
-            payload: r#"{"n": 1e400}"#.into(),
-            headers: [("traceparent".to_owned(), "00-ab-01".to_owned())].into(),
-            topic: None,
-            attempts: 0,
-            created_at: chrono::Utc::now(),
-            partition: 0,
-        }
+        crate::test_support::event("42", &[("traceparent", "00-ab-01")])
+    }
+
+    fn subject(template: &str) -> Template {
+        Template::parse("subject", template).unwrap()
     }
 
     #[test]
@@ -145,7 +137,7 @@ mod tests {
         let e = event();
         let m = message(
             &e,
-            super::super::config::DEFAULT_SUBJECT,
+            &subject(super::super::config::DEFAULT_SUBJECT),
             1 << 20,
             &Envelope::plain(),
         )
@@ -166,7 +158,7 @@ mod tests {
     fn the_topic_override_wins() {
         let mut e = event();
         e.topic = Some("orders.special".into());
-        let m = message(&e, "x.{event_type}", 1 << 20, &Envelope::plain()).unwrap();
+        let m = message(&e, &subject("x.{event_type}"), 1 << 20, &Envelope::plain()).unwrap();
         assert_eq!(m.subject, "orders.special");
     }
 
@@ -174,15 +166,22 @@ mod tests {
     fn unsendable_events_are_refused_with_the_reason() {
         let mut e = event();
         e.aggregate_type = "my order".into();
-        let why = message(&e, "outbox.{aggregate_type}", 1 << 20, &Envelope::plain())
-            .err()
-            .unwrap();
+        let why = message(
+            &e,
+            &subject("outbox.{aggregate_type}"),
+            1 << 20,
+            &Envelope::plain(),
+        )
+        .err()
+        .unwrap();
         assert!(why.contains("not a valid NATS subject"), "{why}");
 
         let mut e = event();
         e.headers
             .insert("x-note".into(), "line\r\nX-Injected: 1".into());
-        let why = message(&e, "a", 1 << 20, &Envelope::plain()).err().unwrap();
+        let why = message(&e, &subject("a"), 1 << 20, &Envelope::plain())
+            .err()
+            .unwrap();
         assert!(
             why.contains("line break") && why.contains("x-note"),
             "{why}"
@@ -190,12 +189,16 @@ mod tests {
 
         let mut e = event();
         e.headers.insert("bad name".into(), "v".into());
-        let why = message(&e, "a", 1 << 20, &Envelope::plain()).err().unwrap();
+        let why = message(&e, &subject("a"), 1 << 20, &Envelope::plain())
+            .err()
+            .unwrap();
         assert!(why.contains("header name"), "{why}");
 
         let mut e = event();
         e.payload = "x".repeat(1000);
-        let why = message(&e, "a", 1000, &Envelope::plain()).err().unwrap();
+        let why = message(&e, &subject("a"), 1000, &Envelope::plain())
+            .err()
+            .unwrap();
         assert!(why.contains("max_payload (1000 bytes)"), "{why}");
     }
 
@@ -205,7 +208,7 @@ mod tests {
         e.headers
             .insert("outbox-event-id".into(), "not-the-id".into());
         e.headers.insert(MSG_ID_HEADER.into(), "forged".into());
-        let m = message(&e, "a", 1 << 20, &Envelope::plain()).unwrap();
+        let m = message(&e, &subject("a"), 1 << 20, &Envelope::plain()).unwrap();
         for k in ["outbox-event-id", MSG_ID_HEADER] {
             let name = HeaderName::from_str(k).unwrap();
             assert_eq!(m.headers.get(name).unwrap().as_str(), e.id.to_string());

@@ -22,7 +22,7 @@ use tokio::time::timeout;
 use super::classify::{classify, Answer};
 use super::config::NatsConfig;
 use super::message::message;
-use crate::{Envelope, Error};
+use crate::{Envelope, Error, Template};
 
 /// The largest message a server takes unless configured otherwise; used
 /// until the server has said its own.
@@ -46,6 +46,7 @@ const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
 /// `docs/publishers.md` for how each failure is classified.
 pub struct NatsPublisher {
     config: NatsConfig,
+    subject: Template,
     options: Options,
     link: Mutex<Option<Link>>,
     /// The last trouble the client reported (disconnect, server error).
@@ -79,6 +80,7 @@ impl NatsPublisher {
     /// that is down now is not an error here.
     pub fn new(config: NatsConfig) -> Result<Self, Error> {
         config.validate()?;
+        let subject = config.destination_template()?;
         let servers = config
             .servers
             .iter()
@@ -122,6 +124,7 @@ impl NatsPublisher {
         };
         Ok(NatsPublisher {
             config,
+            subject,
             options: Options {
                 servers,
                 credentials,
@@ -285,7 +288,7 @@ impl Publisher for NatsPublisher {
         let mut answers: Vec<Option<Answer>> = vec![None; batch.len()];
         let mut pending = Vec::with_capacity(batch.len());
         for (i, event) in batch.iter().enumerate() {
-            let m = match message(event, &self.config.subject, max_payload, &self.envelope) {
+            let m = match message(event, &self.subject, max_payload, &self.envelope) {
                 Ok(m) => m,
                 Err(why) => {
                     answers[i] = Some(Answer::Outcome(Outcome::Rejected(why)));
@@ -396,37 +399,17 @@ impl NatsPublisher {
 mod tests {
     use super::*;
     use crate::nats::NatsConfig;
+    use crate::test_support::{assert_unreachable_is_an_outage, free_port};
 
     #[tokio::test]
     async fn unreachable_server_is_an_outage_and_hides_the_password() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let p = NatsPublisher::new(NatsConfig {
             connect_timeout_ms: 500,
             ..NatsConfig::from_url(&format!("nats://u:hunter2@127.0.0.1:{port}")).unwrap()
         })
         .unwrap();
-        let event = Event {
-            id: uuid::Uuid::now_v7(),
-            seq: 1,
-            aggregate_type: "order".into(),
-            aggregate_id: "1".into(),
-            event_type: "order.created".into(),
-            payload: "{}".into(),
-            headers: Default::default(),
-            topic: None,
-            attempts: 0,
-            created_at: chrono::Utc::now(),
-            partition: 0,
-        };
-        let e = p.publish(&[event]).await.unwrap_err();
-        assert!(e.message.contains(&port.to_string()), "{e}");
-        assert!(!e.message.contains("hunter2"), "{e}");
-        assert!(p.health().await.is_err());
-        assert!(!format!("{p:?}").contains("hunter2"));
+        assert_unreachable_is_an_outage(&p, &port.to_string(), &["hunter2"]).await;
     }
 
     #[test]

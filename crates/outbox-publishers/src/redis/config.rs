@@ -5,7 +5,7 @@ use std::fmt;
 use outbox::redact::redact_url;
 use serde::{Deserialize, Serialize};
 
-use crate::Error;
+use crate::{Error, Template};
 
 /// The default stream-key template.
 pub const DEFAULT_STREAM: &str = "outbox:{aggregate_type}";
@@ -31,9 +31,8 @@ pub struct RedisConfig {
     /// Where to connect: `redis://[USER:PASS@]HOST:PORT[/DB]` (the port
     /// defaults to 6379, the database to 0). The password is never shown.
     pub url: String,
-    /// Stream key of an event without a topic override; `{aggregate_type}`
-    /// and `{event_type}` are replaced by the event's values. Default
-    /// `outbox:{aggregate_type}`.
+    /// Stream key of an event without a topic override: a [`Template`].
+    /// Default `outbox:{aggregate_type}`.
     pub stream: String,
     /// Trim each stream to about this many entries as events are added
     /// (`XADD … MAXLEN ~ N`; Redis trims whole nodes, so a stream may hold
@@ -165,27 +164,18 @@ impl RedisConfig {
         })
     }
 
+    /// `stream`, parsed, or why it cannot name streams.
+    pub(crate) fn destination_template(&self) -> Result<Template, Error> {
+        Template::setting("redis", "stream", &self.stream, |key| match key {
+            "" => Err("name the stream key, e.g. outbox:{aggregate_type}".into()),
+            _ => Ok(()),
+        })
+    }
+
     /// Checks every field; the error names the field, its value and the fix.
     pub fn validate(&self) -> Result<(), Error> {
         self.client()?;
-        let literal = self
-            .stream
-            .replace("{aggregate_type}", "a")
-            .replace("{event_type}", "e");
-        if literal.contains(['{', '}']) {
-            return Err(invalid(
-                "stream",
-                &self.stream,
-                "the only placeholders are {aggregate_type} and {event_type}",
-            ));
-        }
-        if self.stream.is_empty() {
-            return Err(invalid(
-                "stream",
-                "\"\"",
-                "name the stream key, e.g. outbox:{aggregate_type}",
-            ));
-        }
+        self.destination_template()?;
         if self.maxlen == Some(0) {
             return Err(invalid(
                 "maxlen",
@@ -291,11 +281,14 @@ mod tests {
     #[test]
     fn errors_name_field_value_and_fix() {
         let c = RedisConfig {
-            stream: "outbox:{aggregate_id}".into(),
+            stream: "outbox:{aggregate}".into(),
             ..RedisConfig::default()
         };
         let e = c.validate().unwrap_err().to_string();
-        assert!(e.contains("stream") && e.contains("{aggregate_id}"), "{e}");
+        assert!(
+            e.contains("stream") && e.contains("unknown placeholder {aggregate}"),
+            "{e}"
+        );
         let c = RedisConfig {
             maxlen: Some(0),
             ..RedisConfig::default()

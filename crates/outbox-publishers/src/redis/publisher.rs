@@ -19,7 +19,7 @@ use tokio::time::timeout;
 use super::classify::{classify_reply, is_transport, Answer};
 use super::config::RedisConfig;
 use crate::cloudevents::{Format, REDIS};
-use crate::{Envelope, Error};
+use crate::{Envelope, Error, Template};
 
 /// Appends events to Redis streams.
 ///
@@ -45,6 +45,7 @@ use crate::{Envelope, Error};
 /// lost.
 pub struct RedisPublisher {
     config: RedisConfig,
+    stream: Template,
     client: redis::Client,
     conn: Mutex<Option<MultiplexedConnection>>,
     envelope: Envelope,
@@ -75,8 +76,10 @@ impl RedisPublisher {
     pub fn new(config: RedisConfig) -> Result<Self, Error> {
         config.validate()?;
         let client = config.client()?;
+        let stream = config.destination_template()?;
         Ok(RedisPublisher {
             config,
+            stream,
             client,
             conn: Mutex::new(None),
             envelope: Envelope::plain(),
@@ -174,7 +177,7 @@ impl RedisPublisher {
     /// The `XADD` for `event` and its stream key, or why it can never be
     /// sent.
     fn xadd(&self, event: &Event) -> Result<(redis::Cmd, String), String> {
-        let key = event.destination(&self.config.stream);
+        let key = self.stream.destination(event)?.into_owned();
         if key.is_empty() {
             return Err("the stream key is empty".to_owned());
         }
@@ -195,25 +198,8 @@ impl RedisPublisher {
             headers.as_bytes(),
             created_at.as_bytes(),
         ];
-        let size: usize = FIELDS.iter().map(|f| f.len()).sum::<usize>()
-            + values.iter().map(|v| v.len()).sum::<usize>();
-        if size > self.config.max_message_bytes {
-            return Err(format!(
-                "entry of {size} bytes ({} of payload) is larger than max_message_bytes ({})",
-                event.payload.len(),
-                self.config.max_message_bytes
-            ));
-        }
-        let mut cmd = redis::cmd("XADD");
-        cmd.arg(&key);
-        if let Some(maxlen) = self.config.maxlen {
-            cmd.arg("MAXLEN").arg("~").arg(maxlen);
-        }
-        cmd.arg("*");
-        for (field, value) in FIELDS.iter().zip(values) {
-            cmd.arg(*field).arg(value);
-        }
-        Ok((cmd, key))
+        let fields = FIELDS.iter().copied().zip(values);
+        self.entry(key, fields, event.payload.len())
     }
 
     /// [`RedisPublisher::xadd`] for a CloudEvents envelope.
@@ -231,7 +217,20 @@ impl RedisPublisher {
         fields.push(("payload", payload.into_owned()));
         let headers = serde_json::to_vec(&event.headers).unwrap_or_else(|_| b"{}".to_vec());
         fields.push(("headers", headers));
-        let size: usize = fields.iter().map(|(f, v)| f.len() + v.len()).sum();
+        let fields = fields.iter().map(|(f, v)| (*f, v.as_slice()));
+        self.entry(key, fields, payload_len)
+    }
+
+    /// The `XADD` of an entry of `fields` to stream `key`, or why it is
+    /// larger than `max_message_bytes` (`payload_len` bytes of it being the
+    /// payload).
+    fn entry<'a>(
+        &self,
+        key: String,
+        fields: impl Iterator<Item = (&'a str, &'a [u8])> + Clone,
+        payload_len: usize,
+    ) -> Result<(redis::Cmd, String), String> {
+        let size: usize = fields.clone().map(|(f, v)| f.len() + v.len()).sum();
         if size > self.config.max_message_bytes {
             return Err(format!(
                 "entry of {size} bytes ({payload_len} of payload) is larger than max_message_bytes ({})",
@@ -244,8 +243,8 @@ impl RedisPublisher {
             cmd.arg("MAXLEN").arg("~").arg(maxlen);
         }
         cmd.arg("*");
-        for (field, value) in &fields {
-            cmd.arg(*field).arg(value.as_slice());
+        for (field, value) in fields {
+            cmd.arg(field).arg(value);
         }
         Ok((cmd, key))
     }
@@ -409,36 +408,17 @@ impl Publisher for RedisPublisher {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::{assert_unreachable_is_an_outage, free_port};
 
     fn event() -> Event {
-        Event {
-            id: uuid::Uuid::now_v7(),
-            seq: 1,
-            aggregate_type: "order".into(),
-            aggregate_id: "1".into(),
-            event_type: "order.created".into(),
-            payload: r#"{"n": 1e400}"#.into(),
-            headers: [("traceparent".to_owned(), "00-ab-01".to_owned())].into(),
-            topic: None,
-            attempts: 0,
-            created_at: chrono::Utc::now(),
-            partition: 0,
-        }
+        crate::test_support::event("1", &[("traceparent", "00-ab-01")])
     }
 
     #[tokio::test]
     async fn unreachable_server_is_an_outage_and_hides_the_password() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let p = RedisPublisher::from_url(&format!("redis://u:hunter2@127.0.0.1:{port}/0")).unwrap();
-        let e = p.publish(&[event()]).await.unwrap_err();
-        assert!(e.message.contains(&port.to_string()), "{e}");
-        assert!(!e.message.contains("hunter2"), "{e}");
-        assert!(p.health().await.is_err());
-        assert!(!format!("{p:?}").contains("hunter2"));
+        assert_unreachable_is_an_outage(&p, &port.to_string(), &["hunter2"]).await;
     }
 
     #[test]

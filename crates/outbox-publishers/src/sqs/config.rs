@@ -209,75 +209,86 @@ fn shown(value: &str) -> String {
     format!("{:?}", outbox::redact::shorten(value, 100))
 }
 
-fn check_common(
-    broker: &'static str,
-    region: &Option<String>,
-    endpoint_url: &Option<String>,
-    max_message_bytes: usize,
-    max_concurrent_calls: usize,
-    timeout_ms: u64,
-    connect_timeout_ms: u64,
-) -> Result<(), Error> {
-    if let Some(r) = region {
-        let ok = !r.is_empty()
-            && r.len() <= 64
-            && r.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-        if !ok {
-            return Err(invalid(
-                broker,
-                "region",
-                shown(r),
-                "name an AWS region, e.g. us-east-1, or leave it unset to use AWS_REGION",
-            ));
+/// `Common` from the fields of `$config`, an [`SqsConfig`] or an
+/// [`SnsConfig`], which share them; the region falls back to
+/// `$fallback_region`.
+macro_rules! common {
+    ($config:expr, $fallback_region:expr) => {
+        Common {
+            region: $config.region.clone(),
+            fallback_region: $fallback_region,
+            endpoint_url: $config.endpoint_url.clone(),
+            max_message_bytes: $config.max_message_bytes,
+            max_concurrent_calls: $config.max_concurrent_calls,
+            timeout_ms: $config.timeout_ms,
+            connect_timeout_ms: $config.connect_timeout_ms,
         }
-    }
-    if let Some(e) = endpoint_url {
-        let ok = (e.starts_with("http://") || e.starts_with("https://"))
-            && e.len() > "https://".len()
-            && !e.contains([' ', '@', '?', '#']);
-        if !ok {
-            return Err(invalid(
-                broker,
-                "endpoint_url",
-                shown(&outbox::redact::redact_url(e)),
-                "use http[s]://HOST[:PORT] without a login, or leave it unset",
-            ));
+    };
+}
+
+impl Common {
+    /// Checks the shared fields of `broker`'s settings.
+    fn check(&self, broker: &'static str) -> Result<(), Error> {
+        if let Some(r) = &self.region {
+            let ok = !r.is_empty()
+                && r.len() <= 64
+                && r.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+            if !ok {
+                return Err(invalid(
+                    broker,
+                    "region",
+                    shown(r),
+                    "name an AWS region, e.g. us-east-1, or leave it unset to use AWS_REGION",
+                ));
+            }
         }
+        if let Some(e) = &self.endpoint_url {
+            let ok = (e.starts_with("http://") || e.starts_with("https://"))
+                && e.len() > "https://".len()
+                && !e.contains([' ', '@', '?', '#']);
+            if !ok {
+                return Err(invalid(
+                    broker,
+                    "endpoint_url",
+                    shown(&outbox::redact::redact_url(e)),
+                    "use http[s]://HOST[:PORT] without a login, or leave it unset",
+                ));
+            }
+        }
+        let counts = [
+            (
+                "max_message_bytes",
+                self.max_message_bytes as u64,
+                1_024..=MAX_MESSAGE_BYTES_CEILING as u64,
+                "use 1024 to 1048576 (the service's limit is 262144 unless raised)",
+            ),
+            (
+                "max_concurrent_calls",
+                self.max_concurrent_calls as u64,
+                1..=64,
+                "use 1 to 64",
+            ),
+            (
+                "timeout_ms",
+                self.timeout_ms,
+                100..=600_000,
+                "use 100 to 600000, and keep it below the relay's publish_timeout_ms",
+            ),
+            (
+                "connect_timeout_ms",
+                self.connect_timeout_ms,
+                100..=600_000,
+                "use 100 to 600000",
+            ),
+        ];
+        for (field, value, allowed, fix) in counts {
+            if !allowed.contains(&value) {
+                return Err(invalid(broker, field, value, fix));
+            }
+        }
+        Ok(())
     }
-    if !(1_024..=MAX_MESSAGE_BYTES_CEILING).contains(&max_message_bytes) {
-        return Err(invalid(
-            broker,
-            "max_message_bytes",
-            max_message_bytes,
-            "use 1024 to 1048576 (the service's limit is 262144 unless raised)",
-        ));
-    }
-    if !(1..=64).contains(&max_concurrent_calls) {
-        return Err(invalid(
-            broker,
-            "max_concurrent_calls",
-            max_concurrent_calls,
-            "use 1 to 64",
-        ));
-    }
-    if !(100..=600_000).contains(&timeout_ms) {
-        return Err(invalid(
-            broker,
-            "timeout_ms",
-            timeout_ms,
-            "use 100 to 600000, and keep it below the relay's publish_timeout_ms",
-        ));
-    }
-    if !(100..=600_000).contains(&connect_timeout_ms) {
-        return Err(invalid(
-            broker,
-            "connect_timeout_ms",
-            connect_timeout_ms,
-            "use 100 to 600000",
-        ));
-    }
-    Ok(())
 }
 
 impl SqsConfig {
@@ -310,15 +321,7 @@ impl SqsConfig {
         if !ok {
             return Err(invalid("sqs", "queue", shown(q), SQS_FORM));
         }
-        check_common(
-            "sqs",
-            &self.region,
-            &self.endpoint_url,
-            self.max_message_bytes,
-            self.max_concurrent_calls,
-            self.timeout_ms,
-            self.connect_timeout_ms,
-        )
+        self.common().check("sqs")
     }
 
     /// The queue's name (the last segment of a URL).
@@ -332,15 +335,7 @@ impl SqsConfig {
     }
 
     pub(super) fn common(&self) -> Common {
-        Common {
-            region: self.region.clone(),
-            fallback_region: url_region(&self.queue),
-            endpoint_url: self.endpoint_url.clone(),
-            max_message_bytes: self.max_message_bytes,
-            max_concurrent_calls: self.max_concurrent_calls,
-            timeout_ms: self.timeout_ms,
-            connect_timeout_ms: self.connect_timeout_ms,
-        }
+        common!(self, url_region(&self.queue))
     }
 }
 
@@ -372,15 +367,7 @@ impl SnsConfig {
                 SNS_FORM,
             ));
         }
-        check_common(
-            "sns",
-            &self.region,
-            &self.endpoint_url,
-            self.max_message_bytes,
-            self.max_concurrent_calls,
-            self.timeout_ms,
-            self.connect_timeout_ms,
-        )
+        self.common().check("sns")
     }
 
     /// Whether the topic is a FIFO topic (its name ends in `.fifo`).
@@ -389,15 +376,10 @@ impl SnsConfig {
     }
 
     pub(super) fn common(&self) -> Common {
-        Common {
-            region: self.region.clone(),
-            fallback_region: topic_arn_parts(&self.topic_arn).map(|(r, _)| r.to_owned()),
-            endpoint_url: self.endpoint_url.clone(),
-            max_message_bytes: self.max_message_bytes,
-            max_concurrent_calls: self.max_concurrent_calls,
-            timeout_ms: self.timeout_ms,
-            connect_timeout_ms: self.connect_timeout_ms,
-        }
+        common!(
+            self,
+            topic_arn_parts(&self.topic_arn).map(|(r, _)| r.to_owned())
+        )
     }
 }
 

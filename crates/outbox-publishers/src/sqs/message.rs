@@ -156,22 +156,7 @@ mod tests {
     use super::*;
 
     fn event(headers: &[(&str, &str)]) -> Event {
-        Event {
-            id: uuid::Uuid::now_v7(),
-            seq: 1,
-            aggregate_type: "order".into(),
-            aggregate_id: "order-1".into(),
-            event_type: "order.created".into(),
-            payload: r#"{"n": 1e400}"#.into(),
-            headers: headers
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            topic: None,
-            attempts: 0,
-            created_at: chrono::Utc::now(),
-            partition: 0,
-        }
+        crate::test_support::event("order-1", headers)
     }
 
     #[test]

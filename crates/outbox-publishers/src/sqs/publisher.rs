@@ -256,19 +256,19 @@ impl Core {
         let built = |e: aws_sdk_sqs::error::BuildError| {
             CallFailure::Invalid(format!("{}: {e}", target.shown))
         };
-        let mut answers: Vec<Option<Outcome>> = vec![None; chunk.len()];
-        match service {
-            Service::Sqs(client) => {
-                use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
+        // The batch entries of `chunk`: the services' builders differ in
+        // type and in the name of the body, not in what they are given.
+        macro_rules! entries {
+            ($entry:ty, $attribute:ty, $body:ident) => {{
                 let mut entries = Vec::with_capacity(chunk.len());
                 for (n, (_, m)) in chunk.iter().enumerate() {
-                    let mut b = SendMessageBatchRequestEntry::builder()
+                    let mut b = <$entry>::builder()
                         .id(n.to_string())
-                        .message_body(&m.body)
+                        .$body(&m.body)
                         .set_message_group_id(m.group_id.clone())
                         .set_message_deduplication_id(m.dedup_id.clone());
                     for (name, value) in &m.attributes {
-                        let v = MessageAttributeValue::builder()
+                        let v = <$attribute>::builder()
                             .data_type(STRING)
                             .string_value(value)
                             .build()
@@ -277,6 +277,24 @@ impl Core {
                     }
                     entries.push(b.build().map_err(built)?);
                 }
+                entries
+            }};
+        }
+        let mut answers: Vec<Option<Outcome>> = vec![None; chunk.len()];
+        // The answer for the entry the service calls `id`.
+        let mut answer = |id: &str, outcome: Outcome| {
+            if let Some(a) = id.parse::<usize>().ok().and_then(|n| answers.get_mut(n)) {
+                *a = Some(outcome);
+            }
+        };
+        match service {
+            Service::Sqs(client) => {
+                use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
+                let entries = entries!(
+                    SendMessageBatchRequestEntry,
+                    MessageAttributeValue,
+                    message_body
+                );
                 let out = client
                     .send_message_batch()
                     .queue_url(&target.address)
@@ -285,45 +303,15 @@ impl Core {
                     .await
                     .map_err(|e| classify_call(&e, &target.shown))?;
                 for s in out.successful() {
-                    if let Some(a) = s
-                        .id()
-                        .parse::<usize>()
-                        .ok()
-                        .and_then(|n| answers.get_mut(n))
-                    {
-                        *a = Some(Outcome::Delivered);
-                    }
+                    answer(s.id(), Outcome::Delivered);
                 }
                 for f in out.failed() {
-                    if let Some(a) = f
-                        .id()
-                        .parse::<usize>()
-                        .ok()
-                        .and_then(|n| answers.get_mut(n))
-                    {
-                        *a = Some(classify_entry(f.code(), f.message(), &target.shown));
-                    }
+                    answer(f.id(), classify_entry(f.code(), f.message(), &target.shown));
                 }
             }
             Service::Sns(client) => {
                 use aws_sdk_sns::types::{MessageAttributeValue, PublishBatchRequestEntry};
-                let mut entries = Vec::with_capacity(chunk.len());
-                for (n, (_, m)) in chunk.iter().enumerate() {
-                    let mut b = PublishBatchRequestEntry::builder()
-                        .id(n.to_string())
-                        .message(&m.body)
-                        .set_message_group_id(m.group_id.clone())
-                        .set_message_deduplication_id(m.dedup_id.clone());
-                    for (name, value) in &m.attributes {
-                        let v = MessageAttributeValue::builder()
-                            .data_type(STRING)
-                            .string_value(value)
-                            .build()
-                            .map_err(built)?;
-                        b = b.message_attributes(name, v);
-                    }
-                    entries.push(b.build().map_err(built)?);
-                }
+                let entries = entries!(PublishBatchRequestEntry, MessageAttributeValue, message);
                 let out = client
                     .publish_batch()
                     .topic_arn(&target.address)
@@ -332,20 +320,10 @@ impl Core {
                     .await
                     .map_err(|e| classify_call(&e, &target.shown))?;
                 for s in out.successful() {
-                    let n = s.id().and_then(|id| id.parse::<usize>().ok());
-                    if let Some(a) = n.and_then(|n| answers.get_mut(n)) {
-                        *a = Some(Outcome::Delivered);
-                    }
+                    answer(s.id().unwrap_or_default(), Outcome::Delivered);
                 }
                 for f in out.failed() {
-                    if let Some(a) = f
-                        .id()
-                        .parse::<usize>()
-                        .ok()
-                        .and_then(|n| answers.get_mut(n))
-                    {
-                        *a = Some(classify_entry(f.code(), f.message(), &target.shown));
-                    }
+                    answer(f.id(), classify_entry(f.code(), f.message(), &target.shown));
                 }
             }
         }
@@ -518,109 +496,93 @@ impl Core {
     }
 }
 
-/// Sends events to an Amazon SQS queue (`sqs://QUEUE_NAME` or `sqs://` +
-/// the queue URL).
-///
-/// * body: the payload's JSON text as stored;
-/// * attributes (`String`): `outbox-event-id`, `outbox-event-type`,
-///   `outbox-aggregate-type`, `outbox-aggregate-id`, then the producer's
-///   headers; past the service's 10 attributes (or for a name or value it
-///   does not accept) the rest go as one JSON object in `outbox-headers`;
-/// * FIFO queues (name ending in `.fifo`): `MessageGroupId` = the aggregate
-///   id, `MessageDeduplicationId` = the event id.
-///
-/// An event's topic override names another queue (name or URL). Nothing
-/// is called until the first publish or health check.
-#[derive(Debug)]
-pub struct SqsPublisher {
-    config: SqsConfig,
-    core: Core,
+/// A publisher over [`Core`]: `$name`, settings `$config` whose
+/// `$destination` field is the queue or topic, service `$kind`, reported as
+/// `$short`; `$spec` documents `from_spec`, `$health` the health check.
+macro_rules! aws_publisher {
+    (
+        $(#[$doc:meta])*
+        $name:ident($config:ident, $kind:expr, $destination:ident, $short:literal),
+        spec: $spec:literal,
+        health: $health:literal $(,)?
+    ) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub struct $name {
+            config: $config,
+            core: Core,
+        }
+
+        impl $name {
+            /// Validates `config`; nothing is called yet.
+            pub fn new(config: $config) -> Result<Self, Error> {
+                config.validate()?;
+                let core = Core::new($kind, config.$destination.clone(), config.common());
+                Ok($name { config, core })
+            }
+
+            #[doc = $spec]
+            pub fn from_spec(spec: &str) -> Result<Self, Error> {
+                Self::new($config::from_spec(spec)?)
+            }
+
+            /// The settings in use.
+            pub fn config(&self) -> &$config {
+                &self.config
+            }
+        }
+
+        #[async_trait]
+        impl Publisher for $name {
+            fn name(&self) -> &str {
+                $short
+            }
+
+            async fn publish(&self, batch: &[Event]) -> Result<Vec<Outcome>, Unavailable> {
+                self.core.publish(batch).await
+            }
+
+            #[doc = $health]
+            async fn health(&self) -> Result<(), Unavailable> {
+                self.core.health().await
+            }
+        }
+    };
 }
 
-impl SqsPublisher {
-    /// Validates `config`; nothing is called yet.
-    pub fn new(config: SqsConfig) -> Result<Self, Error> {
-        config.validate()?;
-        let core = Core::new(Kind::Sqs, config.queue.clone(), config.common());
-        Ok(SqsPublisher { config, core })
-    }
-
-    /// A publisher for `sqs://QUEUE_NAME` or `sqs://` + a queue URL, with
-    /// default settings.
-    pub fn from_spec(spec: &str) -> Result<Self, Error> {
-        Self::new(SqsConfig::from_spec(spec)?)
-    }
-
-    /// The settings in use.
-    pub fn config(&self) -> &SqsConfig {
-        &self.config
-    }
+aws_publisher! {
+    /// Sends events to an Amazon SQS queue (`sqs://QUEUE_NAME` or `sqs://` +
+    /// the queue URL).
+    ///
+    /// * body: the payload's JSON text as stored;
+    /// * attributes (`String`): `outbox-event-id`, `outbox-event-type`,
+    ///   `outbox-aggregate-type`, `outbox-aggregate-id`, then the producer's
+    ///   headers; past the service's 10 attributes (or for a name or value it
+    ///   does not accept) the rest go as one JSON object in `outbox-headers`;
+    /// * FIFO queues (name ending in `.fifo`): `MessageGroupId` = the aggregate
+    ///   id, `MessageDeduplicationId` = the event id.
+    ///
+    /// An event's topic override names another queue (name or URL). Nothing
+    /// is called until the first publish or health check.
+    SqsPublisher(SqsConfig, Kind::Sqs, queue, "sqs"),
+    spec: "A publisher for `sqs://QUEUE_NAME` or `sqs://` + a queue URL, with default settings.",
+    health: "`GetQueueUrl` (for a name) and `GetQueueAttributes`.",
 }
 
-#[async_trait]
-impl Publisher for SqsPublisher {
-    fn name(&self) -> &str {
-        "sqs"
-    }
-
-    async fn publish(&self, batch: &[Event]) -> Result<Vec<Outcome>, Unavailable> {
-        self.core.publish(batch).await
-    }
-
-    /// `GetQueueUrl` (for a name) and `GetQueueAttributes`.
-    async fn health(&self) -> Result<(), Unavailable> {
-        self.core.health().await
-    }
-}
-
-/// Publishes events to an Amazon SNS topic (`sns://TOPIC_ARN`), as
-/// [`SqsPublisher`] does to a queue: the same body, attributes, group and
-/// de-duplication ids (FIFO topics end in `.fifo`). An event's topic
-/// override names another topic ARN.
-#[derive(Debug)]
-pub struct SnsPublisher {
-    config: SnsConfig,
-    core: Core,
-}
-
-impl SnsPublisher {
-    /// Validates `config`; nothing is called yet.
-    pub fn new(config: SnsConfig) -> Result<Self, Error> {
-        config.validate()?;
-        let core = Core::new(Kind::Sns, config.topic_arn.clone(), config.common());
-        Ok(SnsPublisher { config, core })
-    }
-
-    /// A publisher for `sns://TOPIC_ARN` with default settings.
-    pub fn from_spec(spec: &str) -> Result<Self, Error> {
-        Self::new(SnsConfig::from_spec(spec)?)
-    }
-
-    /// The settings in use.
-    pub fn config(&self) -> &SnsConfig {
-        &self.config
-    }
-}
-
-#[async_trait]
-impl Publisher for SnsPublisher {
-    fn name(&self) -> &str {
-        "sns"
-    }
-
-    async fn publish(&self, batch: &[Event]) -> Result<Vec<Outcome>, Unavailable> {
-        self.core.publish(batch).await
-    }
-
-    /// `GetTopicAttributes`.
-    async fn health(&self) -> Result<(), Unavailable> {
-        self.core.health().await
-    }
+aws_publisher! {
+    /// Publishes events to an Amazon SNS topic (`sns://TOPIC_ARN`), as
+    /// [`SqsPublisher`] does to a queue: the same body, attributes, group and
+    /// de-duplication ids (FIFO topics end in `.fifo`). An event's topic
+    /// override names another topic ARN.
+    SnsPublisher(SnsConfig, Kind::Sns, topic_arn, "sns"),
+    spec: "A publisher for `sns://TOPIC_ARN` with default settings.",
+    health: "`GetTopicAttributes`.",
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::{assert_unreachable_is_an_outage, free_port};
 
     fn msg(size: usize) -> Message {
         Message {
@@ -656,11 +618,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_unreachable_endpoint_is_an_outage() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let p = SqsPublisher::new(SqsConfig {
             queue: format!("http://127.0.0.1:{port}/123456789012/q"),
             region: Some("us-east-1".into()),
@@ -669,24 +627,8 @@ mod tests {
             ..SqsConfig::default()
         })
         .unwrap();
-        let event = Event {
-            id: uuid::Uuid::now_v7(),
-            seq: 1,
-            aggregate_type: "order".into(),
-            aggregate_id: "1".into(),
-            event_type: "order.created".into(),
-            payload: "{}".into(),
-            headers: Default::default(),
-            topic: None,
-            attempts: 0,
-            created_at: chrono::Utc::now(),
-            partition: 0,
-        };
         std::env::set_var("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE");
         std::env::set_var("AWS_SECRET_ACCESS_KEY", "hunter2-secret");
-        let e = p.publish(&[event]).await.unwrap_err();
-        assert!(e.message.contains("sqs queue q"), "{e}");
-        assert!(!e.message.contains("hunter2"), "{e}");
-        assert!(p.health().await.is_err());
+        assert_unreachable_is_an_outage(&p, "sqs queue q", &["hunter2"]).await;
     }
 }

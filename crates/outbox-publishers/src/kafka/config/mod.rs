@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::Error;
+use crate::{Error, Template};
 
 use serde::{Deserialize, Serialize};
 
@@ -68,8 +68,9 @@ fn invalid(field: impl Into<String>, value: impl fmt::Display, fix: impl Into<St
 pub struct KafkaConfig {
     /// Bootstrap brokers, each `HOST:PORT` (librdkafka `bootstrap.servers`).
     pub brokers: Vec<String>,
-    /// Topic for an event without a topic override. `{aggregate_type}` and
-    /// `{event_type}` are replaced by the event's values. Default
+    /// Topic for an event without a topic override: a [`Template`]
+    /// (`{aggregate_type}`, `{event_type}`, `{aggregate_id}`,
+    /// `{header.NAME}`, `{header.NAME:-DEFAULT}`). Default
     /// `outbox.event.{aggregate_type}`.
     pub topic_template: String,
     /// How long the producer keeps trying to deliver one message (librdkafka
@@ -319,7 +320,7 @@ impl KafkaConfig {
                 ));
             }
         }
-        self.validate_template()?;
+        self.destination_template()?;
         if !(1_000..=3_600_000).contains(&self.message_timeout_ms) {
             return Err(invalid(
                 "message_timeout_ms",
@@ -369,26 +370,14 @@ impl KafkaConfig {
         Ok(())
     }
 
-    fn validate_template(&self) -> Result<(), Error> {
-        let t = &self.topic_template;
-        let literal = t
-            .replace("{aggregate_type}", "a")
-            .replace("{event_type}", "e");
-        if literal.contains(['{', '}']) {
-            return Err(invalid(
-                "topic_template",
-                t,
-                "the only placeholders are {aggregate_type} and {event_type}",
-            ));
-        }
-        if let Some(problem) = topic_problem(&literal) {
-            return Err(invalid(
-                "topic_template",
-                t,
-                format!("does not make a valid topic name: it {problem}"),
-            ));
-        }
-        Ok(())
+    /// `topic_template`, parsed, or why it cannot make topic names.
+    pub(crate) fn destination_template(&self) -> Result<Template, Error> {
+        Template::setting("kafka", "topic_template", &self.topic_template, |name| {
+            match topic_problem(name) {
+                Some(problem) => Err(format!("does not make a valid topic name: it {problem}")),
+                None => Ok(()),
+            }
+        })
     }
 
     /// The librdkafka producer properties: the guarantees, then the

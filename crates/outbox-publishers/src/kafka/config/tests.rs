@@ -43,14 +43,14 @@ fn errors_name_field_value_and_fix() {
     assert!(e.contains("topic_template") && e.contains("' '"), "{e}");
 
     let c = KafkaConfig {
-        topic_template: "x.{aggregate_id}".into(),
+        topic_template: "x.{aggregate}".into(),
         ..KafkaConfig::default()
     };
-    assert!(c
-        .validate()
-        .unwrap_err()
-        .to_string()
-        .contains("placeholders"));
+    let e = c.validate().unwrap_err().to_string();
+    assert!(
+        e.contains("topic_template") && e.contains("unknown placeholder {aggregate}"),
+        "{e}"
+    );
 
     let mut c = KafkaConfig::default();
     c.properties.insert("acks".into(), "1".into());

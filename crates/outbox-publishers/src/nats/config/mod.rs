@@ -5,7 +5,7 @@ use std::fmt;
 use outbox::redact::{redact_url, REDACTED};
 use serde::{Deserialize, Serialize};
 
-use crate::Error;
+use crate::{Error, Template};
 
 /// The default subject template.
 pub const DEFAULT_SUBJECT: &str = "outbox.{aggregate_type}.{event_type}";
@@ -47,9 +47,8 @@ pub struct NatsConfig {
     /// The servers to connect to, `HOST:PORT` each (the client picks one
     /// and fails over to the others). Default `["127.0.0.1:4222"]`.
     pub servers: Vec<String>,
-    /// Subject of an event without a topic override; `{aggregate_type}`
-    /// and `{event_type}` are replaced by the event's values. Default
-    /// `outbox.{aggregate_type}.{event_type}`.
+    /// Subject of an event without a topic override: a [`Template`].
+    /// Default `outbox.{aggregate_type}.{event_type}`.
     pub subject: String,
     /// What to do when no stream captures the subject. Default `retry`.
     pub no_stream: NoStream,
@@ -221,6 +220,14 @@ impl NatsConfig {
         format!("nats://{}", self.servers.join(","))
     }
 
+    /// `subject`, parsed, or why it cannot make subjects.
+    pub(crate) fn destination_template(&self) -> Result<Template, Error> {
+        Template::setting("nats", "subject", &self.subject, |subject| {
+            check_subject(subject)
+                .map_err(|why| format!("{why}; e.g. outbox.{{aggregate_type}}.{{event_type}}"))
+        })
+    }
+
     /// Checks every field; the error names the field, its value and the fix.
     pub fn validate(&self) -> Result<(), Error> {
         if self.servers.is_empty() {
@@ -245,24 +252,7 @@ impl NatsConfig {
                 ));
             }
         }
-        let literal = self
-            .subject
-            .replace("{aggregate_type}", "a")
-            .replace("{event_type}", "e");
-        if literal.contains(['{', '}']) {
-            return Err(invalid(
-                "subject",
-                &self.subject,
-                "the only placeholders are {aggregate_type} and {event_type}",
-            ));
-        }
-        if let Err(why) = check_subject(&literal) {
-            return Err(invalid(
-                "subject",
-                &self.subject,
-                format!("{why}; e.g. outbox.{{aggregate_type}}.{{event_type}}"),
-            ));
-        }
+        self.destination_template()?;
         let logins = [
             self.user.is_some() || self.password.is_some(),
             self.token.is_some(),

@@ -65,11 +65,14 @@ fn secrets_never_show() {
 #[test]
 fn errors_name_field_value_and_fix() {
     let c = NatsConfig {
-        subject: "outbox.{aggregate_id}".into(),
+        subject: "outbox.{aggregate}".into(),
         ..NatsConfig::default()
     };
     let e = c.validate().unwrap_err().to_string();
-    assert!(e.contains("subject") && e.contains("{aggregate_id}"), "{e}");
+    assert!(
+        e.contains("subject") && e.contains("unknown placeholder {aggregate}"),
+        "{e}"
+    );
     for subject in [
         "outbox..{event_type}",
         "outbox.*",
