@@ -243,7 +243,11 @@ async fn kafka_messages_keep_the_rows_trace_id_and_name_the_exported_publish_spa
     assert_eq!(spans.len(), 1, "one publish span, for the traced row only");
     let (service, span) = &spans[0];
     assert_eq!(service, SERVICE);
-    assert_eq!(span.name, "publish");
+    assert_eq!(span.name, format!("publish {KAFKA_TOPIC}"));
+    assert_eq!(
+        text(&span.attributes, "messaging.destination.name").as_deref(),
+        Some(KAFKA_TOPIC)
+    );
     assert_eq!(hex(&span.trace_id), TRACE_ID, "one trace");
     assert_eq!(
         hex(&span.parent_span_id),

@@ -1,6 +1,7 @@
 //! The RabbitMQ publisher: persistent messages on a confirm-mode channel;
 //! an event is delivered when the broker confirms it.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -205,6 +206,19 @@ impl AmqpPublisher {
 impl Publisher for AmqpPublisher {
     fn name(&self) -> &str {
         "amqp"
+    }
+
+    fn destination(&self, event: &Event) -> Option<String> {
+        // The exchange is the destination; the default exchange ("")
+        // routes by the routing key, which then names the queue.
+        if self.config.exchange.is_empty() {
+            self.routing_key
+                .destination(event)
+                .ok()
+                .map(Cow::into_owned)
+        } else {
+            Some(self.config.exchange.clone())
+        }
     }
 
     async fn publish(&self, batch: &[Event]) -> Result<Vec<Outcome>, Unavailable> {

@@ -5,6 +5,7 @@
 //! librdkafka's error codes are only meaningful next to the calls that
 //! return them.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -363,6 +364,10 @@ fn create(config: &KafkaConfig, state: &Arc<LinkState>) -> Result<Inner, Error> 
 impl Publisher for KafkaPublisher {
     fn name(&self) -> &str {
         "kafka"
+    }
+
+    fn destination(&self, event: &Event) -> Option<String> {
+        self.topic.destination(event).ok().map(Cow::into_owned)
     }
 
     async fn publish(&self, batch: &[Event]) -> Result<Vec<Outcome>, Unavailable> {

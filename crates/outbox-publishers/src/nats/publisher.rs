@@ -5,6 +5,7 @@
 //! whether a silence is an outage depends on what the connection did
 //! meanwhile.
 
+use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
@@ -273,6 +274,10 @@ impl NatsPublisher {
 impl Publisher for NatsPublisher {
     fn name(&self) -> &str {
         "nats"
+    }
+
+    fn destination(&self, event: &Event) -> Option<String> {
+        self.subject.destination(event).ok().map(Cow::into_owned)
     }
 
     async fn publish(&self, batch: &[Event]) -> Result<Vec<Outcome>, Unavailable> {

@@ -5,6 +5,7 @@
 //! One file for the entry's shape and the settling of a wave: an error
 //! reply concerns one event, a failed round trip the whole wave.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -277,6 +278,10 @@ impl RedisPublisher {
 impl Publisher for RedisPublisher {
     fn name(&self) -> &str {
         "redis"
+    }
+
+    fn destination(&self, event: &Event) -> Option<String> {
+        self.stream.destination(event).ok().map(Cow::into_owned)
     }
 
     async fn publish(&self, batch: &[Event]) -> Result<Vec<Outcome>, Unavailable> {
