@@ -123,9 +123,7 @@ impl SqsHarness {
 
     /// On a server of its own.
     async fn private(mode: Mode) -> Option<SqsHarness> {
-        let moto = tokio::task::spawn_blocking(Moto::start_or_skip)
-            .await
-            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
+        let moto = Moto::start_or_skip_blocking().await?;
         Some(SqsHarness::on(Arc::new(Mutex::new(moto)), mode).await)
     }
 
