@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{count, fast_config, start_relay, LONG};
+use common::{fast_config, start_relay, wait_for_count, LONG, NOT_DEAD};
 use outbox::{
     Cleanup, CleanupParams, CleanupTarget, DeadLetterFilter, DeadLetters, Schema, Status,
 };
@@ -60,17 +60,11 @@ async fn an_undecodable_row_is_dead_lettered_alone_and_its_aggregate_moves_on() 
         publisher.deliveries().len() >= 2 * UNREADABLE_TIMES.len()
     })
     .await;
-    wait_until(
+    wait_for_count(
+        &ctx.pool,
         "the relay to be idle with nothing pending",
-        LONG,
-        || async {
-            count(
-                &ctx.pool,
-                "SELECT count(*) FROM outbox_events WHERE dead_lettered_at IS NULL",
-            )
-            .await
-                == 0
-        },
+        NOT_DEAD,
+        0,
     )
     .await;
     assert!(!relay.is_finished(), "the relay must keep running");

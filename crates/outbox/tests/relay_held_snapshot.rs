@@ -7,7 +7,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{count, fast_config, start_relay, LONG};
+use common::{count, fast_config, start_relay, wait_for_count, EVENTS};
 use outbox::RelayConfig;
 use outbox_testkit::{wait_until, TestPublisher};
 use rand::Rng;
@@ -43,10 +43,7 @@ async fn produce(pool: &PgPool, n: usize) {
 }
 
 async fn drained(pool: &PgPool) {
-    wait_until("the relay to drain", LONG, || async {
-        count(pool, "SELECT count(*) FROM outbox_events").await == 0
-    })
-    .await;
+    wait_for_count(pool, "the relay to drain", EVENTS, 0).await;
     // Let the relay's backends report their statistics (at most once a
     // second in PostgreSQL 15).
     tokio::time::sleep(Duration::from_millis(2_500)).await;
@@ -157,7 +154,7 @@ async fn late_commits_are_delivered_in_order_across_a_crash_and_a_rebalance() {
     wait_until(
         "every late commit to be delivered",
         Duration::from_secs(15),
-        || async { count(&ctx.pool, "SELECT count(*) FROM outbox_events").await == 0 },
+        || async { count(&ctx.pool, EVENTS).await == 0 },
     )
     .await;
     second.shutdown().await.unwrap();
