@@ -11,24 +11,15 @@ use serde_json::json;
 #[tokio::test]
 async fn rollback_leaves_no_event_and_commit_leads_to_delivery() {
     let ctx = common::setup().await;
-    sqlx::query("CREATE TABLE orders (id BIGINT PRIMARY KEY)")
-        .execute(&ctx.pool)
-        .await
-        .unwrap();
+    common::execute(&ctx.pool, "CREATE TABLE orders (id BIGINT PRIMARY KEY)").await;
 
     let mut tx = ctx.pool.begin().await.unwrap();
-    sqlx::query("INSERT INTO orders VALUES (1)")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    common::execute(&mut *tx, "INSERT INTO orders VALUES (1)").await;
     let rolled_back = ctx.outbox.enqueue(&mut *tx, &event("1", 1)).await.unwrap();
     tx.rollback().await.unwrap();
 
     let mut tx = ctx.pool.begin().await.unwrap();
-    sqlx::query("INSERT INTO orders VALUES (2)")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    common::execute(&mut *tx, "INSERT INTO orders VALUES (2)").await;
     let committed = ctx.outbox.enqueue(&mut *tx, &event("2", 1)).await.unwrap();
     tx.commit().await.unwrap();
     ctx.outbox.wake();

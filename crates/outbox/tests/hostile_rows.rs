@@ -19,16 +19,18 @@ const UNREADABLE_TIMES: &[&str] = &["infinity", "-infinity", "294276-12-31 00:00
 /// dropped for the insert and put back unvalidated, as the migration does.
 async fn insert_legacy(pool: &PgPool, sql: &str) {
     let mut tx = pool.begin().await.unwrap();
-    sqlx::query("ALTER TABLE outbox_events DROP CONSTRAINT outbox_events_finite_times")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    common::execute(
+        &mut *tx,
+        "ALTER TABLE outbox_events DROP CONSTRAINT outbox_events_finite_times",
+    )
+    .await;
     sqlx::raw_sql(sql).execute(&mut *tx).await.unwrap();
     // Re-apply migration 2 itself, so the constraint is exactly the shipped one.
-    sqlx::query("DELETE FROM outbox_schema_migrations WHERE version = 2")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    common::execute(
+        &mut *tx,
+        "DELETE FROM outbox_schema_migrations WHERE version = 2",
+    )
+    .await;
     tx.commit().await.unwrap();
     let mut conn = pool.acquire().await.unwrap();
     let report = outbox::migrate(&mut conn, &Schema::default(), &Default::default())

@@ -76,15 +76,17 @@ async fn list_filters_by_type_aggregate_age_ids_and_limit_in_seq_order() {
             .await
             .unwrap();
     }
-    sqlx::query("UPDATE outbox_events SET dead_lettered_at = NULL WHERE aggregate_id = 'z'")
-        .execute(p)
-        .await
-        .unwrap();
+    common::execute(
+        p,
+        "UPDATE outbox_events SET dead_lettered_at = NULL WHERE aggregate_id = 'z'",
+    )
+    .await;
     // created_at runs against seq: the order must come from seq.
-    sqlx::query("UPDATE outbox_events SET created_at = now() - seq * interval '1 minute'")
-        .execute(p)
-        .await
-        .unwrap();
+    common::execute(
+        p,
+        "UPDATE outbox_events SET created_at = now() - seq * interval '1 minute'",
+    )
+    .await;
 
     let dl = DeadLetters::new(&Schema::default());
     let mut conn = p.acquire().await.unwrap();

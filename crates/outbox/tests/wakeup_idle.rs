@@ -128,10 +128,7 @@ async fn bursts_and_pauses_lose_nothing_and_a_missed_signal_is_covered_by_the_po
     })
     .await;
     let mut tx = ctx.pool.begin().await.unwrap();
-    sqlx::query("SET LOCAL session_replication_role = replica")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    common::execute(&mut *tx, "SET LOCAL session_replication_role = replica").await;
     let silent: Uuid = sqlx::query_scalar(
         "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
          VALUES ('order', 'silent', 'order.created', '{}') RETURNING id",

@@ -69,6 +69,14 @@ pub fn assert_first_deliveries_in_order(deliveries: &[outbox::Event]) {
     }
 }
 
+/// Runs `sql` (no parameters) on `conn`, which must succeed.
+pub async fn execute<'e>(conn: impl sqlx::PgExecutor<'e>, sql: &str) {
+    sqlx::query(sql)
+        .execute(conn)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
 pub async fn count(pool: &PgPool, sql: &str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
 }
