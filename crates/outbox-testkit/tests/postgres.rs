@@ -40,6 +40,14 @@ async fn connect(url: &str) -> PgConnection {
         .unwrap_or_else(|e| panic!("connecting to {url}: {e}"))
 }
 
+/// Runs `sql`, which must succeed.
+async fn execute(conn: &mut PgConnection, sql: &str) {
+    sqlx::query(sql)
+        .execute(conn)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
 /// The one text value `sql` selects.
 async fn text(conn: &mut PgConnection, sql: &str) -> String {
     sqlx::query_scalar(sql)
@@ -136,14 +144,8 @@ async fn stop_and_restart_keep_data() {
     let mut cluster = PgCluster::start().expect("start");
     let port = cluster.port();
     let mut conn = connect(&cluster.url()).await;
-    sqlx::query("CREATE TABLE kept (id int PRIMARY KEY)")
-        .execute(&mut conn)
-        .await
-        .expect("create table");
-    sqlx::query("INSERT INTO kept SELECT generate_series(1, 100)")
-        .execute(&mut conn)
-        .await
-        .expect("insert");
+    execute(&mut conn, "CREATE TABLE kept (id int PRIMARY KEY)").await;
+    execute(&mut conn, "INSERT INTO kept SELECT generate_series(1, 100)").await;
     conn.close().await.expect("close");
 
     cluster.stop().expect("stop");
@@ -182,10 +184,7 @@ async fn kill_and_restart_recover() {
     .expect("start");
     let port = cluster.port();
     let mut conn = connect(&cluster.url()).await;
-    sqlx::query("CREATE TABLE kept (id int PRIMARY KEY)")
-        .execute(&mut conn)
-        .await
-        .expect("create table");
+    execute(&mut conn, "CREATE TABLE kept (id int PRIMARY KEY)").await;
     for id in 1..=20 {
         sqlx::query("INSERT INTO kept VALUES ($1)")
             .bind(id)
