@@ -100,31 +100,14 @@ async fn a_relay_writes_cloudevents_the_sdk_reads() {
 #[tokio::test]
 async fn bench_drain_builds_messages_in_the_format_asked() {
     let db = test_db().await;
-    let out = common::run(
-        &[
-            "bench",
-            "drain",
-            "--events",
-            "2000",
-            "--aggregates",
-            "50",
-            "--format",
-            "cloudevents-binary",
-            "--json",
-        ],
-        Some(&db.url),
-    );
-    let stdout = common::text(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        common::text(&out.stderr)
+    let (v, stdout) = common::bench_json(
+        &db.url,
+        "drain --events 2000 --aggregates 50 --format cloudevents-binary",
     );
     assert!(
         stdout.contains("null publisher, cloudevents-binary messages built"),
         "{stdout}"
     );
-    let v: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
     assert_eq!(v["format"], "cloudevents-binary");
     assert!(v["relay_events_per_sec"].as_f64().unwrap() > 0.0);
 

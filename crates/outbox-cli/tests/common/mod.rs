@@ -34,6 +34,25 @@ pub fn run(args: &[&str], url: Option<&str>) -> Output {
     cmd.output().expect("run outbox")
 }
 
+/// `outbox bench ARGS --json` (`args` split at spaces) on the database at
+/// `url`, which must succeed: its last line of output as JSON, and the
+/// whole output.
+pub fn bench_json(url: &str, args: &str) -> (serde_json::Value, String) {
+    let mut argv: Vec<&str> = std::iter::once("bench").chain(args.split(' ')).collect();
+    argv.push("--json");
+    let out = run(&argv, Some(url));
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "bench failed: {}{}",
+        stdout,
+        text(&out.stderr)
+    );
+    let line = stdout.lines().last().expect("a JSON line");
+    let v = serde_json::from_str(line).unwrap_or_else(|e| panic!("{line:?}: {e}"));
+    (v, stdout)
+}
+
 /// The `--batch-size` of relays started by [`spawn_relay`].
 pub const BATCH_SIZE: usize = 200;
 
