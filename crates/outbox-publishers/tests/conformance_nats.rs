@@ -259,7 +259,7 @@ async fn a_frozen_server_is_an_outage_not_a_hang() {
         .expect_err("nothing can be acknowledged by a frozen server");
     assert!(e.message.contains("timed out"), "{e}");
     eprintln!("publish to the frozen server returned after {took:.2?}: {e}");
-    conformance::deliver_within(&p, &batch, Duration::from_secs(30), "the thaw").await;
+    conformance::deliver_after_thaw(&p, &batch).await;
     let got = h.consume(&scope, 51, Duration::from_secs(10)).await;
     assert_eq!(
         conformance::distinct_events(&got),

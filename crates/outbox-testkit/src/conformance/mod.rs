@@ -65,7 +65,7 @@ pub use cases_faithful::{delivers_every_event_as_stored, HOSTILE_HEADERS, HOSTIL
 pub use cases_outage::{outage_burns_no_attempts, survives_a_broker_restart};
 pub use cases_relay::{drains_a_large_batch, keeps_aggregate_order, rejects_an_oversized_message};
 pub use catalogue::{assert_runs_every_case, CASES};
-pub use deliver::{deliver, deliver_within};
+pub use deliver::{deliver, deliver_after_thaw};
 pub use events::event;
 pub use received::{distinct_events, Collector, Received, EVENT_ID_HEADER};
 pub use relay::relay_config;
