@@ -6,18 +6,6 @@ mod common;
 
 use outbox_testkit::postgres::test_db;
 
-fn last_json(out: &std::process::Output) -> serde_json::Value {
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "bench failed: {}{}",
-        stdout,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let line = stdout.lines().last().expect("a JSON line");
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("{line:?}: {e}"))
-}
-
 /// Processes running `outbox relay` with `DATABASE_URL` set to `url`.
 fn relays_on(url: &str) -> Vec<u32> {
     let has = |hay: &[u8], needle: &str| hay.split(|&b| b == 0).any(|p| p == needle.as_bytes());
@@ -38,19 +26,7 @@ fn relays_on(url: &str) -> Vec<u32> {
 #[tokio::test]
 async fn bench_drain_reports_both_rates_and_memory() {
     let db = test_db().await;
-    let out = common::run(
-        &[
-            "bench",
-            "drain",
-            "--events",
-            "3000",
-            "--aggregates",
-            "100",
-            "--json",
-        ],
-        Some(&db.url),
-    );
-    let v = last_json(&out);
+    let (v, _) = common::bench_json(&db.url, "drain --events 3000 --aggregates 100");
     assert_eq!(v["events"], 3000);
     assert!(v["reference_events_per_sec"].as_f64().unwrap() > 0.0);
     assert!(v["relay_events_per_sec"].as_f64().unwrap() > 0.0);
@@ -61,19 +37,7 @@ async fn bench_drain_reports_both_rates_and_memory() {
 #[tokio::test]
 async fn bench_latency_reports_percentiles_in_order() {
     let db = test_db().await;
-    let out = common::run(
-        &[
-            "bench",
-            "latency",
-            "--rate",
-            "200",
-            "--seconds",
-            "2",
-            "--json",
-        ],
-        Some(&db.url),
-    );
-    let v = last_json(&out);
+    let (v, _) = common::bench_json(&db.url, "latency --rate 200 --seconds 2");
     assert_eq!(v["events"], 400);
     assert_eq!(v["producer"], "library");
     let p = |k: &str| v[k].as_f64().unwrap();
@@ -86,21 +50,7 @@ async fn bench_latency_reports_percentiles_in_order() {
 #[tokio::test]
 async fn bench_latency_sql_times_every_line_of_a_child_relay() {
     let db = test_db().await;
-    let out = common::run(
-        &[
-            "bench",
-            "latency",
-            "--producer",
-            "sql",
-            "--rate",
-            "50",
-            "--seconds",
-            "2",
-            "--json",
-        ],
-        Some(&db.url),
-    );
-    let v = last_json(&out);
+    let (v, stdout) = common::bench_json(&db.url, "latency --producer sql --rate 50 --seconds 2");
     assert_eq!(v["producer"], "sql", "{v}");
     assert_eq!(v["wakeup_trigger"], "idle", "{v}");
     assert_eq!(v["events"], 100, "{v}");
@@ -113,7 +63,6 @@ async fn bench_latency_sql_times_every_line_of_a_child_relay() {
     );
     assert!(p("max_ms").is_finite() && p("max_ms") > 0.0, "{v}");
     // The human summary names the setup.
-    let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains("outbox relay --publisher stdout"),
         "{stdout}"
@@ -147,19 +96,7 @@ fn bench_latency_refuses_an_unknown_wakeup_mode() {
 #[tokio::test]
 async fn bench_produce_reports_four_variants_at_each_producer_count() {
     let db = test_db().await;
-    let out = common::run(
-        &[
-            "bench",
-            "produce",
-            "--producers",
-            "1,2",
-            "--seconds",
-            "1",
-            "--json",
-        ],
-        Some(&db.url),
-    );
-    let v = last_json(&out);
+    let (v, _) = common::bench_json(&db.url, "produce --producers 1,2 --seconds 1");
     assert_eq!(v["producers"], serde_json::json!([1, 2]), "{v}");
     let rows = v["by_producers"].as_array().expect("by_producers");
     assert_eq!(rows.len(), 2, "{v}");
@@ -191,20 +128,10 @@ async fn bench_produce_reports_four_variants_at_each_producer_count() {
 #[tokio::test]
 async fn bench_produce_takes_one_producer_count_and_the_relay_reference() {
     let db = test_db().await;
-    let out = common::run(
-        &[
-            "bench",
-            "produce",
-            "--producers",
-            "2",
-            "--seconds",
-            "1",
-            "--relay-reference",
-            "--json",
-        ],
-        Some(&db.url),
+    let (v, _) = common::bench_json(
+        &db.url,
+        "produce --producers 2 --seconds 1 --relay-reference",
     );
-    let v = last_json(&out);
     assert_eq!(v["producers"], serde_json::json!([2]), "{v}");
     let rows = v["by_producers"].as_array().expect("by_producers");
     assert_eq!(rows.len(), 1, "{v}");
@@ -217,23 +144,10 @@ async fn bench_produce_takes_one_producer_count_and_the_relay_reference() {
 #[tokio::test]
 async fn bench_held_snapshot_samples_both_phases_and_compares_them() {
     let db = test_db().await;
-    let out = common::run(
-        &[
-            "bench",
-            "held-snapshot",
-            "--rate",
-            "200",
-            "--before",
-            "10",
-            "--hold",
-            "10",
-            "--sample-every",
-            "2",
-            "--json",
-        ],
-        Some(&db.url),
+    let (v, _) = common::bench_json(
+        &db.url,
+        "held-snapshot --rate 200 --before 10 --hold 10 --sample-every 2",
     );
-    let v = last_json(&out);
     let samples = v["samples"].as_array().expect("samples");
     assert!(samples.iter().any(|s| s["held"] == false));
     assert!(samples.iter().any(|s| s["held"] == true));

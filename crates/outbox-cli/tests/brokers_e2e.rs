@@ -141,10 +141,7 @@ fn amqp_got(d: &lapin::message::Delivery) -> Got {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_program_delivers_to_rabbitmq_end_to_end() {
-    let Some(rabbit) = tokio::task::spawn_blocking(RabbitMq::start_or_skip)
-        .await
-        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
-    else {
+    let Some(rabbit) = RabbitMq::start_or_skip_blocking().await else {
         return;
     };
     eprintln!("rabbitmq ready in {:.2?}", rabbit.last_start_duration());

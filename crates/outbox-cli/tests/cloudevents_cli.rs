@@ -5,45 +5,32 @@
 
 mod common;
 
-use std::process::Output;
-
 use outbox::{NewEvent, Outbox};
 use outbox_testkit::postgres::{migrated_test_db, test_db};
 use serde_json::Value;
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn check(env: &[(&str, &str)], args: &[&str]) -> Output {
-    let mut cmd = common::bin();
-    cmd.env_remove("OUTBOX_CONFIG").envs(env.iter().copied());
-    cmd.args(["config", "check"]).args(args);
-    cmd.output().unwrap()
-}
-
 #[test]
 fn a_bad_format_or_source_is_refused_naming_the_key() {
-    let out = check(&[], &["--format", "cloudevents"]);
-    let err = text(&out.stderr);
+    let out = common::config_check(&[], &["--format", "cloudevents"]);
+    let err = common::text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert_eq!(
         err.trim(),
         "error: invalid publisher.format = \"cloudevents\" (set by --format): use plain, cloudevents-binary or cloudevents-structured"
     );
-    let out = check(&[("OUTBOX_PUBLISHER_FORMAT", "binary")], &[]);
-    let err = text(&out.stderr);
+    let out = common::config_check(&[("OUTBOX_PUBLISHER_FORMAT", "binary")], &[]);
+    let err = common::text(&out.stderr);
     assert!(
         err.contains("publisher.format = \"binary\"") && err.contains("OUTBOX_PUBLISHER_FORMAT"),
         "{err}"
     );
-    let out = check(&[], &["--cloudevents-source", ""]);
-    let err = text(&out.stderr);
+    let out = common::config_check(&[], &["--cloudevents-source", ""]);
+    let err = common::text(&out.stderr);
     assert!(err.contains("publisher.cloudevents_source"), "{err}");
 
-    let out = check(&[], &["--format", "cloudevents-binary"]);
-    let shown = text(&out.stdout);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = common::config_check(&[], &["--format", "cloudevents-binary"]);
+    let shown = common::text(&out.stdout);
+    assert!(out.status.success(), "{}", common::text(&out.stderr));
     assert!(
         shown.contains("format = \"cloudevents-binary\"")
             && shown.contains("cloudevents_source = \"/outbox/{schema}\""),
@@ -79,14 +66,10 @@ async fn a_relay_writes_cloudevents_the_sdk_reads() {
         ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(out.status.success(), "{}", common::text(&out.stderr));
     let lines = std::fs::read_to_string(&sink).unwrap();
     let lines: Vec<&str> = lines.lines().collect();
     assert_eq!(lines.len(), 5);
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../outbox-publishers/tests/cloudevents/read.py"
-    );
     for line in lines {
         let ce: Value = serde_json::from_str(line).unwrap();
         let e = events
@@ -106,23 +89,8 @@ async fn a_relay_writes_cloudevents_the_sdk_reads() {
             "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
         });
         let input = serde_json::json!({ "body": line, "expect": expect });
-        let mut child = std::process::Command::new("python3")
-            .args([script, "json"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("python3 with the cloudevents package");
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.to_string().as_bytes())
-            .unwrap();
-        let read = child.wait_with_output().unwrap();
-        assert!(read.status.success(), "{}", text(&read.stderr));
-        let read: Value = serde_json::from_slice(&read.stdout).unwrap();
+        let read = outbox_testkit::cloudevents::sdk_read("json", &input)
+            .unwrap_or_else(|e| panic!("the SDK refused {line}: {e}"));
         assert_eq!(read["data"], e.payload);
     }
 }
@@ -132,32 +100,19 @@ async fn a_relay_writes_cloudevents_the_sdk_reads() {
 #[tokio::test]
 async fn bench_drain_builds_messages_in_the_format_asked() {
     let db = test_db().await;
-    let out = common::run(
-        &[
-            "bench",
-            "drain",
-            "--events",
-            "2000",
-            "--aggregates",
-            "50",
-            "--format",
-            "cloudevents-binary",
-            "--json",
-        ],
-        Some(&db.url),
+    let (v, stdout) = common::bench_json(
+        &db.url,
+        "drain --events 2000 --aggregates 50 --format cloudevents-binary",
     );
-    let stdout = text(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     assert!(
         stdout.contains("null publisher, cloudevents-binary messages built"),
         "{stdout}"
     );
-    let v: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
     assert_eq!(v["format"], "cloudevents-binary");
     assert!(v["relay_events_per_sec"].as_f64().unwrap() > 0.0);
 
     let out = common::run(&["bench", "drain", "--format", "xml"], None);
-    let err = text(&out.stderr);
+    let err = common::text(&out.stderr);
     assert!(!out.status.success());
     assert!(
         err.contains("--format")

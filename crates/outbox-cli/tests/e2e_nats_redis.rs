@@ -72,10 +72,7 @@ fn check(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_program_delivers_to_nats_end_to_end() {
-    let Some(server) = tokio::task::spawn_blocking(Nats::start_or_skip)
-        .await
-        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
-    else {
+    let Some(server) = Nats::start_or_skip_blocking().await else {
         return;
     };
     let js = nats::client::context(&server.url()).await;
@@ -119,10 +116,7 @@ async fn relay_program_delivers_to_nats_end_to_end() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_program_delivers_to_redis_end_to_end() {
-    let Some(server) = tokio::task::spawn_blocking(Redis::start_or_skip)
-        .await
-        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
-    else {
+    let Some(server) = Redis::start_or_skip_blocking().await else {
         return;
     };
     let (db, pool) = outbox_testkit::postgres::migrated_test_db().await;
@@ -159,24 +153,10 @@ async fn relay_program_delivers_to_redis_end_to_end() {
     );
 }
 
-/// Runs `outbox config check` (or `relay`, which stops at the same check)
-/// with `spec` and the config file text `file`, if any.
+/// Runs `outbox config check` or `relay` with `spec` and the config file
+/// text `file`, if any.
 fn run(command: &str, spec: &str, file: Option<&str>) -> std::process::Output {
-    let dir = tempfile::tempdir().unwrap();
-    let mut cmd = common::bin();
-    cmd.env("OUTBOX_PUBLISHER", spec);
-    if let Some(text) = file {
-        let path = dir.path().join("outbox.toml");
-        std::fs::write(&path, text).unwrap();
-        cmd.arg("--config").arg(&path);
-    }
-    if command == "relay" {
-        cmd.env("DATABASE_URL", "postgres://app@127.0.0.1:1/app");
-        cmd.arg("relay");
-    } else {
-        cmd.args(["config", "check"]);
-    }
-    cmd.output().expect("run outbox")
+    common::run_settings(command, spec, file, &[])
 }
 
 #[test]
@@ -229,27 +209,7 @@ fn bad_nats_and_redis_settings_are_one_clear_line_and_never_show_secrets() {
             &["wait_timeout_ms = 0"],
         ),
     ];
-    for command in ["config", "relay"] {
-        for (spec, file, words) in cases {
-            let out = run(command, spec, *file);
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            let what = format!("outbox {command} with {spec:?}, file {file:?}");
-            assert!(!out.status.success(), "{what} succeeded: {stderr}");
-            assert!(!stderr.contains("panicked"), "{what} panicked: {stderr}");
-            assert_eq!(
-                stderr.trim().lines().count(),
-                1,
-                "{what}: one line: {stderr}"
-            );
-            for w in *words {
-                assert!(stderr.contains(w), "{what}: {w:?} missing in {stderr}");
-            }
-            assert!(
-                !stderr.contains("hunter2"),
-                "{what} printed a secret: {stderr}"
-            );
-        }
-    }
+    common::assert_bad_settings_fail_in_one_line(cases, "file", &["hunter2"], run);
     // Good ones pass, and config check shows no secret.
     for (spec, file) in [
         (
@@ -265,13 +225,7 @@ fn bad_nats_and_redis_settings_are_one_clear_line_and_never_show_secrets() {
             "[publisher.redis]\nmaxlen = 100000\n",
         ),
     ] {
-        let out = run("config", spec, Some(file));
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{spec}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let stdout = common::assert_config_passes(spec, &run("config", spec, Some(file)));
         assert!(!stdout.contains("hunter2"), "{stdout}");
     }
     let out = common::run(&["relay", "--help"], None);
@@ -302,21 +256,8 @@ fn silent_listener() -> (TcpListener, u16) {
 /// body while the relay runs; checks that no attempt was counted and that neither `/readyz` nor
 /// the relay's output shows `secret`. Returns the `/readyz` body.
 async fn outage_on_readyz(spec: &str, file: Option<&str>, expect: &str, secret: &str) -> String {
-    let (db, pool) = outbox_testkit::postgres::migrated_test_db().await;
-    sqlx::query(
-        "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
-         VALUES ('order', '1', 'order.created', '{\"n\": 1}')",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
+    let (_db, pool, mut cmd, http_port) = common::one_event_relay(spec, "nats-redis-outage").await;
     let dir = tempfile::tempdir().unwrap();
-    let http_port = outbox_testkit::process::free_port();
-    let mut cmd = common::bin();
-    cmd.env("DATABASE_URL", &db.url)
-        .args(["relay", "--publisher", spec])
-        .args(["--http-addr", &format!("127.0.0.1:{http_port}")])
-        .args(["--instance-id", "nats-redis-outage"]);
     if let Some(text) = file {
         let path = dir.path().join("outbox.toml");
         std::fs::write(&path, text).unwrap();

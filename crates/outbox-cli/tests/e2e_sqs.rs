@@ -48,10 +48,7 @@ async fn drain_with(moto: &Moto, url: &str, pool: &PgPool, spec: &str) -> Durati
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_program_delivers_to_a_fifo_queue_once_in_order() {
-    let Some(moto) = tokio::task::spawn_blocking(Moto::start_or_skip)
-        .await
-        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
-    else {
+    let Some(moto) = Moto::start_or_skip_blocking().await else {
         return;
     };
     let sqs = client::sqs(&moto.url());
@@ -133,22 +130,8 @@ async fn relay_program_delivers_to_a_fifo_queue_once_in_order() {
 /// Runs `outbox config check` or `relay` with `spec` and the config file
 /// text `file`, if any.
 fn run(command: &str, spec: &str, file: Option<&str>) -> std::process::Output {
-    let dir = tempfile::tempdir().unwrap();
-    let mut cmd = common::bin();
-    cmd.env("OUTBOX_PUBLISHER", spec)
-        .env("AWS_SECRET_ACCESS_KEY", SECRET);
-    if let Some(text) = file {
-        let path = dir.path().join("outbox.toml");
-        std::fs::write(&path, text).unwrap();
-        cmd.arg("--config").arg(&path);
-    }
-    if command == "relay" {
-        cmd.env("DATABASE_URL", "postgres://app@127.0.0.1:1/app");
-        cmd.arg("relay");
-    } else {
-        cmd.args(["config", "check"]);
-    }
-    cmd.output().expect("run outbox")
+    let secret = [("AWS_SECRET_ACCESS_KEY", Some(SECRET))];
+    common::run_settings(command, spec, file, &secret)
 }
 
 #[test]
@@ -179,27 +162,7 @@ fn bad_sqs_and_sns_settings_are_one_clear_line() {
             &["max_message_bytes"],
         ),
     ];
-    for command in ["config", "relay"] {
-        for (spec, file, words) in cases {
-            let out = run(command, spec, *file);
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            let what = format!("outbox {command} with {spec:?}, file {file:?}");
-            assert!(!out.status.success(), "{what} succeeded: {stderr}");
-            assert!(!stderr.contains("panicked"), "{what} panicked: {stderr}");
-            assert_eq!(
-                stderr.trim().lines().count(),
-                1,
-                "{what}: one line: {stderr}"
-            );
-            for w in *words {
-                assert!(stderr.contains(w), "{what}: {w:?} missing in {stderr}");
-            }
-            assert!(
-                !stderr.contains(SECRET),
-                "{what} printed a secret: {stderr}"
-            );
-        }
-    }
+    common::assert_bad_settings_fail_in_one_line(cases, "file", &[SECRET], run);
     for (spec, file) in [
         (
             "sqs://orders.fifo",
@@ -210,12 +173,7 @@ fn bad_sqs_and_sns_settings_are_one_clear_line() {
             "[publisher.sns]\nregion = \"us-east-1\"\n",
         ),
     ] {
-        let out = run("config", spec, Some(file));
-        assert!(
-            out.status.success(),
-            "{spec}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::assert_config_passes(spec, &run("config", spec, Some(file)));
     }
 }
 
@@ -224,17 +182,8 @@ fn bad_sqs_and_sns_settings_are_one_clear_line() {
 /// not ready with `expect` in its body; checks that no attempt was counted
 /// and that neither `/readyz` nor the relay's output shows the secret.
 async fn outage_on_readyz(spec: &str, env: &[(&str, String)], expect: &str) -> String {
-    let (db, pool) = outbox_testkit::postgres::migrated_test_db().await;
-    sqlx::query(
-        "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
-         VALUES ('order', '1', 'order.created', '{\"n\": 1}')",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
+    let (_db, pool, mut cmd, http_port) = common::one_event_relay(spec, "sqs-outage").await;
     let home = tempfile::tempdir().unwrap();
-    let http_port = outbox_testkit::process::free_port();
-    let mut cmd = common::bin();
     for k in [
         "AWS_ENDPOINT_URL",
         "AWS_REGION",
@@ -259,10 +208,6 @@ async fn outage_on_readyz(spec: &str, env: &[(&str, String)], expect: &str) -> S
     for (k, v) in env {
         cmd.env(k, v);
     }
-    cmd.env("DATABASE_URL", &db.url)
-        .args(["relay", "--publisher", spec])
-        .args(["--http-addr", &format!("127.0.0.1:{http_port}")])
-        .args(["--instance-id", "sqs-outage"]);
     common::assert_outage_on_readyz(
         cmd,
         &pool,
@@ -280,10 +225,7 @@ async fn outage_on_readyz(spec: &str, env: &[(&str, String)], expect: &str) -> S
 /// attempt is counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_queue_missing_region_and_credentials_are_outages_on_readyz() {
-    let Some(moto) = tokio::task::spawn_blocking(Moto::start_or_skip)
-        .await
-        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
-    else {
+    let Some(moto) = Moto::start_or_skip_blocking().await else {
         return;
     };
     let keys = |region: bool| {

@@ -68,20 +68,10 @@ async fn relay_program_delivers_signed_webhooks_end_to_end() {
     );
 }
 
-/// Runs `outbox config check` (or `relay`) with `spec` and `secret`.
+/// Runs `outbox config check` or `relay` with `spec` and the signing
+/// secret `secret` (none: the variable is removed).
 fn run(command: &str, spec: &str, secret: Option<&str>) -> std::process::Output {
-    let mut cmd = common::bin();
-    cmd.env("OUTBOX_PUBLISHER", spec).env_remove(SECRET_ENV);
-    if let Some(s) = secret {
-        cmd.env(SECRET_ENV, s);
-    }
-    if command == "relay" {
-        cmd.env("DATABASE_URL", "postgres://app@127.0.0.1:1/app");
-        cmd.arg("relay");
-    } else {
-        cmd.args(["config", "check"]);
-    }
-    cmd.output().expect("run outbox")
+    common::run_settings(command, spec, None, &[(SECRET_ENV, secret)])
 }
 
 #[test]
@@ -133,41 +123,19 @@ fn bad_webhook_settings_are_one_clear_line_and_never_show_secrets() {
             &["secret", "7 bytes"],
         ),
     ];
-    for command in ["config", "relay"] {
-        for (spec, secret, words) in cases {
-            let out = run(command, spec, *secret);
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            let what = format!("outbox {command} with {spec:?}, secret {secret:?}");
-            assert!(!out.status.success(), "{what} succeeded: {stderr}");
-            assert!(!stderr.contains("panicked"), "{what} panicked: {stderr}");
-            assert_eq!(
-                stderr.trim().lines().count(),
-                1,
-                "{what}: one line: {stderr}"
-            );
-            for w in *words {
-                assert!(stderr.contains(w), "{what}: {w:?} missing in {stderr}");
-            }
-            for secret in ["hunter2", "aHVudGVy", "MfKQ9r8"] {
-                assert!(
-                    !stderr.contains(secret),
-                    "{what} printed a secret: {stderr}"
-                );
-            }
-        }
-    }
+    common::assert_bad_settings_fail_in_one_line(
+        cases,
+        "secret",
+        &["hunter2", "aHVudGVy", "MfKQ9r8"],
+        run,
+    );
     // A good one passes, and config check shows no secret.
     let out = run(
         "config",
         "https://u:hunter2@hooks.example.com/{topic}",
         Some(SECRET),
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = common::assert_config_passes("the good url", &out);
     assert!(stdout.contains("http[s]://HOST[:PORT]/PATH"), "{stdout}");
     assert!(
         !stdout.contains("hunter2") && !stdout.contains("MfKQ9r8"),
@@ -200,22 +168,9 @@ async fn wait_for<T, F: std::future::Future<Output = Option<T>>>(
 async fn an_unreachable_endpoint_is_an_outage_on_readyz_then_delivers() {
     let receiver = Receiver::start(SECRET).await;
     receiver.stop();
-    let (db, pool) = outbox_testkit::postgres::migrated_test_db().await;
-    sqlx::query(
-        "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
-         VALUES ('order', '1', 'order.created', '{\"n\": 1}')",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
-    let http_port = outbox_testkit::process::free_port();
     let spec = format!("http://u:hunter2@127.0.0.1:{}/hook", receiver.port());
-    let mut cmd = common::bin();
-    cmd.env("DATABASE_URL", &db.url)
-        .env(SECRET_ENV, SECRET)
-        .args(["relay", "--publisher", &spec])
-        .args(["--http-addr", &format!("127.0.0.1:{http_port}")])
-        .args(["--instance-id", "webhook-outage"])
+    let (_db, pool, mut cmd, http_port) = common::one_event_relay(&spec, "webhook-outage").await;
+    cmd.env(SECRET_ENV, SECRET)
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     let mut child = tokio::process::Command::from(cmd)

@@ -256,21 +256,23 @@ impl Abuse {
         }
     }
 
-    /// `n` connections that send nothing, each reopened 100 ms after the
-    /// server closes it.
-    fn idle(&self, port: u16, n: usize) {
+    /// `n` connections, each running `session` until the server closes it
+    /// (the session returns) and reopened 100 ms later, until the stop.
+    fn reconnecting<F, Fut>(&self, port: u16, n: usize, session: F)
+    where
+        F: Fn(tokio::net::TcpStream, watch::Receiver<bool>) -> Fut + Clone + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send,
+    {
         for _ in 0..n {
-            let (mut stop, opened) = (self.stop.subscribe(), self.opened.clone());
+            let (stop, opened) = (self.stop.subscribe(), self.opened.clone());
+            let session = session.clone();
             self.rt.spawn(async move {
                 while !*stop.borrow() {
-                    if let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+                    if let Ok(s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
                         opened.fetch_add(1, Ordering::Relaxed);
-                        let mut buf = [0u8; 256];
-                        loop {
-                            tokio::select! {
-                                r = s.read(&mut buf) => if matches!(r, Ok(0) | Err(_)) { break },
-                                _ = stop.changed() => return,
-                            }
+                        session(s, stop.clone()).await;
+                        if *stop.borrow() {
+                            return;
                         }
                     }
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -279,32 +281,37 @@ impl Abuse {
         }
     }
 
+    /// `n` connections that send nothing, each reopened 100 ms after the
+    /// server closes it.
+    fn idle(&self, port: u16, n: usize) {
+        self.reconnecting(port, n, |mut s, mut stop| async move {
+            let mut buf = [0u8; 256];
+            loop {
+                tokio::select! {
+                    r = s.read(&mut buf) => if matches!(r, Ok(0) | Err(_)) { break },
+                    _ = stop.changed() => return,
+                }
+            }
+        });
+    }
+
     /// `n` connections that send a request head one byte every 100 ms,
     /// each reopened 100 ms after the server closes it.
     fn slowloris(&self, port: u16, n: usize) {
-        for _ in 0..n {
-            let (mut stop, opened) = (self.stop.subscribe(), self.opened.clone());
-            self.rt.spawn(async move {
-                while !*stop.borrow() {
-                    if let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
-                        opened.fetch_add(1, Ordering::Relaxed);
-                        let head = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ";
-                        let mut buf = [0u8; 256];
-                        for byte in head.iter().chain(std::iter::repeat(&b'a')) {
-                            if s.write_all(&[*byte]).await.is_err() {
-                                break;
-                            }
-                            tokio::select! {
-                                r = s.read(&mut buf) => if matches!(r, Ok(0) | Err(_)) { break },
-                                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-                                _ = stop.changed() => return,
-                            }
-                        }
-                    }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+        self.reconnecting(port, n, |mut s, mut stop| async move {
+            let head = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ";
+            let mut buf = [0u8; 256];
+            for byte in head.iter().chain(std::iter::repeat(&b'a')) {
+                if s.write_all(&[*byte]).await.is_err() {
+                    break;
                 }
-            });
-        }
+                tokio::select! {
+                    r = s.read(&mut buf) => if matches!(r, Ok(0) | Err(_)) { break },
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                    _ = stop.changed() => return,
+                }
+            }
+        });
     }
 
     /// `n` clients asking for `/metrics` again as soon as answered, each

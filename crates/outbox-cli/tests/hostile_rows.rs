@@ -14,21 +14,17 @@ use outbox_testkit::conformance::{HOSTILE_HEADERS, HOSTILE_PAYLOADS};
 use outbox_testkit::postgres::{test_db, TestDb};
 use sqlx::PgPool;
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
 fn assert_ok(args: &[&str], out: &Output) {
     assert!(
         out.status.success(),
         "outbox {args:?} failed ({:?}): {}",
         out.status.code(),
-        text(&out.stderr)
+        common::text(&out.stderr)
     );
     assert!(
-        !text(&out.stderr).contains("panicked"),
+        !common::text(&out.stderr).contains("panicked"),
         "{}",
-        text(&out.stderr)
+        common::text(&out.stderr)
     );
 }
 
@@ -99,7 +95,7 @@ async fn relay_to_a_file_keeps_every_payload_and_outlives_unreadable_rows() {
     insert_legacy(&pool, &sql).await;
     let migrate = common::run(&["migrate"], Some(&db.url));
     assert_ok(&["migrate"], &migrate);
-    assert!(text(&migrate.stdout).contains("0002_finite_timestamps"));
+    assert!(common::text(&migrate.stdout).contains("0002_finite_timestamps"));
     let rows: Vec<(uuid::Uuid, String, String)> = sqlx::query_as(
         "SELECT id, payload::text, headers::text FROM outbox_events
          WHERE event_type = 'odd' ORDER BY seq",
@@ -148,7 +144,7 @@ async fn relay_to_a_file_keeps_every_payload_and_outlives_unreadable_rows() {
         .await
         .unwrap();
     assert_eq!(dead, 3, "each unreadable row dead-lettered alone");
-    let stderr = text(&out.stderr);
+    let stderr = common::text(&out.stderr);
     assert_eq!(
         stderr.matches("undecodable row").count(),
         3,

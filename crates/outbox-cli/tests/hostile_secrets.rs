@@ -73,6 +73,24 @@ fn toml_str(s: &str) -> String {
     toml::Value::String(s.to_owned()).to_string()
 }
 
+/// How a case hands its secret over: flags, environment variables and a
+/// config file's text.
+type Handed = (Vec<String>, Vec<(String, String)>, Option<String>);
+
+/// `value` handed over `via`: a flag (`--…`) with it, a config file's
+/// `file_key = value` (`file`), or else the environment variable `via`.
+fn handed(via: &str, file_key: &str, value: String) -> Handed {
+    match via {
+        "file" => (
+            vec![],
+            vec![],
+            Some(format!("{file_key} = {}\n", toml_str(&value))),
+        ),
+        flag if flag.starts_with("--") => (vec![flag.into(), value], vec![], None),
+        var => (vec![], vec![(var.into(), value)], None),
+    }
+}
+
 /// Every form, numbered from 1.
 fn forms() -> Forms {
     let dead = free_port();
@@ -80,9 +98,7 @@ fn forms() -> Forms {
     let mut cases = Vec::new();
     let mut add = |name: &str,
                    markers: Vec<String>,
-                   args: Vec<String>,
-                   env: Vec<(String, String)>,
-                   file: Option<String>,
+                   (args, env, file): Handed,
                    has_db: bool,
                    relay_flags: bool| {
         cases.push(Case {
@@ -178,35 +194,13 @@ fn forms() -> Forms {
             let (_, m) = next();
             let url = url(&m, &host);
             let name = format!("database {form} via {via}");
-            match via {
-                "--database-url" => add(
-                    &name,
-                    vec![m],
-                    vec![via.into(), url],
-                    vec![],
-                    None,
-                    true,
-                    false,
-                ),
-                "file" => add(
-                    &name,
-                    vec![m],
-                    vec![],
-                    vec![],
-                    Some(format!("database_url = {}\n", toml_str(&url))),
-                    true,
-                    false,
-                ),
-                var => add(
-                    &name,
-                    vec![m],
-                    vec![],
-                    vec![(var.into(), url)],
-                    None,
-                    true,
-                    false,
-                ),
-            }
+            add(
+                &name,
+                vec![m],
+                handed(via, "database_url", url),
+                true,
+                false,
+            );
         }
     }
 
@@ -242,35 +236,14 @@ fn forms() -> Forms {
             let (_, m) = next();
             let url = url(&m, &host);
             let name = format!("publisher {form} via {via}");
-            match via {
-                "--publisher" => add(
-                    &name,
-                    vec![m],
-                    vec![via.into(), url],
-                    vec![],
-                    None,
-                    false,
-                    true,
-                ),
-                "file" => add(
-                    &name,
-                    vec![m],
-                    vec![],
-                    vec![],
-                    Some(format!("publisher = {}\n", toml_str(&url))),
-                    false,
-                    false,
-                ),
-                var => add(
-                    &name,
-                    vec![m],
-                    vec![],
-                    vec![(var.into(), url)],
-                    None,
-                    false,
-                    false,
-                ),
-            }
+            let relay_flags = via == "--publisher";
+            add(
+                &name,
+                vec![m],
+                handed(via, "publisher", url),
+                false,
+                relay_flags,
+            );
         }
     }
 
@@ -335,61 +308,43 @@ fn forms() -> Forms {
         add(
             &format!("config file: {name}"),
             vec![m.clone(), number.clone()],
-            vec![],
-            vec![],
-            Some(text(&kafka, &amqp, &host, &m, &number)),
+            (
+                vec![],
+                vec![],
+                Some(text(&kafka, &amqp, &host, &m, &number)),
+            ),
             false,
             false,
         );
     }
 
-    // Other variables that happen to hold a password.
-    let (_, m) = next();
-    add(
-        "OUTBOX_RELAY_BATCH_SIZE holding a URL",
-        vec![m.clone()],
-        vec![],
-        vec![(
-            "OUTBOX_RELAY_BATCH_SIZE".into(),
-            format!("postgres://app:{m} {m}@{host}/db"),
-        )],
-        None,
-        false,
-        false,
-    );
-    let (_, m) = next();
-    add(
-        "OUTBOX_LOG_LEVEL holding password=",
-        vec![m.clone()],
-        vec![],
-        vec![("OUTBOX_LOG_LEVEL".into(), format!("password={m}{m}"))],
-        None,
-        false,
-        false,
-    );
-    let (_, m) = next();
-    add(
-        "OUTBOX_SCHEMA holding a URL",
-        vec![m.clone()],
-        vec![],
-        vec![(
-            "OUTBOX_SCHEMA".into(),
-            format!("amqp://u:{m}\n{m}@{host}/%2f"),
-        )],
-        None,
-        false,
-        false,
-    );
-    let (_, m) = next();
-    add(
-        "OUTBOX_HTTP_ADDR holding userinfo",
-        vec![m.clone()],
-        vec![],
-        vec![("OUTBOX_HTTP_ADDR".into(), format!("http://u:{m}{m}@h:1"))],
-        None,
-        false,
-        false,
-    );
+    // Other variables that happen to hold a password: (variable, what it
+    // holds, the value).
+    let env_forms: &[(&str, &str, Form)] = &[
+        ("OUTBOX_RELAY_BATCH_SIZE", "a URL", |m, h| {
+            format!("postgres://app:{m} {m}@{h}/db")
+        }),
+        ("OUTBOX_LOG_LEVEL", "password=", |m, _| {
+            format!("password={m}{m}")
+        }),
+        ("OUTBOX_SCHEMA", "a URL", |m, h| {
+            format!("amqp://u:{m}\n{m}@{h}/%2f")
+        }),
+        ("OUTBOX_HTTP_ADDR", "userinfo", |m, _| {
+            format!("http://u:{m}{m}@h:1")
+        }),
+    ];
+    for (var, what, value) in env_forms {
+        let (_, m) = next();
+        let handed = handed(var, "", value(&m, &host));
+        add(
+            &format!("{var} holding {what}"),
+            vec![m],
+            handed,
+            false,
+            false,
+        );
+    }
     Forms { cases, dead }
 }
 
@@ -571,29 +526,22 @@ fn cut(s: &str) -> String {
     s.chars().take(3_000).collect()
 }
 
-#[test]
-fn status_errors_and_debug_logs_hide_every_secret() {
-    every_case_on(Surface::Status);
+/// One test per output of the program, each over every case.
+macro_rules! every_case_on {
+    ($($test:ident: $surface:ident,)*) => {$(
+        #[test]
+        fn $test() {
+            every_case_on(Surface::$surface);
+        }
+    )*};
 }
 
-#[test]
-fn migrate_errors_and_json_logs_hide_every_secret() {
-    every_case_on(Surface::Migrate);
-}
-
-#[test]
-fn config_check_hides_every_secret() {
-    every_case_on(Surface::ConfigCheck);
-}
-
-#[test]
-fn relay_errors_and_text_debug_logs_hide_every_secret() {
-    every_case_on(Surface::RelayText);
-}
-
-#[test]
-fn relay_errors_and_json_debug_logs_hide_every_secret() {
-    every_case_on(Surface::RelayJson);
+every_case_on! {
+    status_errors_and_debug_logs_hide_every_secret: Status,
+    migrate_errors_and_json_logs_hide_every_secret: Migrate,
+    config_check_hides_every_secret: ConfigCheck,
+    relay_errors_and_text_debug_logs_hide_every_secret: RelayText,
+    relay_errors_and_json_debug_logs_hide_every_secret: RelayJson,
 }
 
 #[test]

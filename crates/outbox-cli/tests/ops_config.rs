@@ -17,18 +17,6 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     path
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// `outbox config check` with `env` and `args`.
-fn check(env: &[(&str, &str)], args: &[&str]) -> Output {
-    let mut cmd = common::bin();
-    cmd.env_remove("OUTBOX_CONFIG").envs(env.iter().copied());
-    cmd.args(["config", "check"]).args(args);
-    cmd.output().unwrap()
-}
-
 /// The value and origin comment of `key = …` in a rendered configuration.
 fn line_of<'a>(rendered: &'a str, key: &str) -> &'a str {
     rendered
@@ -38,7 +26,7 @@ fn line_of<'a>(rendered: &'a str, key: &str) -> &'a str {
 }
 
 fn refused(out: &Output, needles: &[&str]) {
-    let err = text(&out.stderr);
+    let err = common::text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "should fail: {err}");
     assert!(!err.contains("panicked"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "one line: {err:?}");
@@ -61,9 +49,9 @@ fn flags_beat_environment_beat_file_beat_defaults() {
         ("OUTBOX_RELAY_MAX_ATTEMPTS", "4"),
         ("OUTBOX_SCHEMA", "from_env"),
     ];
-    let out = check(&env, &[path, "--batch-size", "30", "--schema", "from_flag"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let shown = text(&out.stdout);
+    let out = common::config_check(&env, &[path, "--batch-size", "30", "--schema", "from_flag"]);
+    assert!(out.status.success(), "{}", common::text(&out.stderr));
+    let shown = common::text(&out.stdout);
     assert!(
         line_of(&shown, "batch_size").contains("= 30")
             && line_of(&shown, "batch_size").contains("--batch-size")
@@ -83,12 +71,12 @@ fn flags_beat_environment_beat_file_beat_defaults() {
     assert!(line_of(&shown, "schema").contains("from_flag"), "{shown}");
 
     // Without the flags the environment wins; without both, the file.
-    let out = check(&env, &[path]);
-    let shown = text(&out.stdout);
+    let out = common::config_check(&env, &[path]);
+    let shown = common::text(&out.stdout);
     assert!(line_of(&shown, "batch_size").contains("= 20"), "{shown}");
     assert!(line_of(&shown, "schema").contains("from_env"), "{shown}");
-    let out = check(&[("OUTBOX_CONFIG", path)], &[]);
-    let shown = text(&out.stdout);
+    let out = common::config_check(&[("OUTBOX_CONFIG", path)], &[]);
+    let shown = common::text(&out.stdout);
     assert!(line_of(&shown, "batch_size").contains("= 10"), "{shown}");
     assert!(line_of(&shown, "schema").contains("from_file"), "{shown}");
 }
@@ -104,8 +92,8 @@ fn config_check_never_connects_and_hides_the_password() {
         "outbox.toml",
         "database_url = \"postgres://app:hunter2@127.0.0.1:1/app\"\n[publisher]\nspec = \"amqp://u:hunter2@127.0.0.1:1/v\"\n[publisher.amqp]\nexchange = \"orders\"\n",
     );
-    let out = check(&[], &[file.to_str().unwrap()]);
-    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    let out = common::config_check(&[], &[file.to_str().unwrap()]);
+    let (stdout, stderr) = (common::text(&out.stdout), common::text(&out.stderr));
     assert!(out.status.success(), "{stderr}");
     assert!(
         !stdout.contains("hunter2") && !stderr.contains("hunter2"),
@@ -118,7 +106,9 @@ fn config_check_never_connects_and_hides_the_password() {
     assert!(stdout.contains("exchange = \"orders\""), "{stdout}");
     // The output is itself a valid config file.
     let again = write(dir.path(), "again.toml", &stdout);
-    assert!(check(&[], &[again.to_str().unwrap()]).status.success());
+    assert!(common::config_check(&[], &[again.to_str().unwrap()])
+        .status
+        .success());
 }
 
 #[test]
@@ -131,26 +121,26 @@ fn unknown_keys_and_wrong_types_in_the_file_name_file_line_and_key() {
     );
     let shown = f.display().to_string();
     refused(
-        &check(&[], &[f.to_str().unwrap()]),
+        &common::config_check(&[], &[f.to_str().unwrap()]),
         &[&format!("{shown}:4"), "[relay]", "batch_sise", "batch_size"],
     );
     let f = write(dir.path(), "b.toml", "[http]\naddr = 9090\n");
     refused(
-        &check(&[], &[f.to_str().unwrap()]),
+        &common::config_check(&[], &[f.to_str().unwrap()]),
         &["b.toml:2", "http.addr", "integer", "string"],
     );
     let f = write(dir.path(), "c.toml", "[relay]\nmax_attempts = \"many\"\n");
     refused(
-        &check(&[], &[f.to_str().unwrap()]),
+        &common::config_check(&[], &[f.to_str().unwrap()]),
         &["c.toml:2", "relay.max_attempts", "many", "whole number"],
     );
     let f = write(dir.path(), "d.toml", "[relay\n");
     refused(
-        &check(&[], &[f.to_str().unwrap()]),
+        &common::config_check(&[], &[f.to_str().unwrap()]),
         &["d.toml:1", "invalid TOML"],
     );
     refused(
-        &check(&[], &[dir.path().join("missing.toml").to_str().unwrap()]),
+        &common::config_check(&[], &[dir.path().join("missing.toml").to_str().unwrap()]),
         &["cannot read config file", "missing.toml"],
     );
     // Every command reads the file, not only `config check`.
@@ -166,11 +156,11 @@ fn out_of_range_values_name_key_value_origin_and_range() {
     let dir = tempfile::tempdir().unwrap();
     let f = write(dir.path(), "r.toml", "[relay]\nlease_ms = 100\n");
     refused(
-        &check(&[], &[f.to_str().unwrap()]),
+        &common::config_check(&[], &[f.to_str().unwrap()]),
         &["relay.lease_ms", "100", "r.toml:2", "500 to 600000"],
     );
     refused(
-        &check(&[("OUTBOX_RELAY_BATCH_SIZE", "0")], &[]),
+        &common::config_check(&[("OUTBOX_RELAY_BATCH_SIZE", "0")], &[]),
         &[
             "relay.batch_size",
             " 0 ",
@@ -179,7 +169,7 @@ fn out_of_range_values_name_key_value_origin_and_range() {
         ],
     );
     refused(
-        &check(&[], &["--shutdown-timeout-secs", "0"]),
+        &common::config_check(&[], &["--shutdown-timeout-secs", "0"]),
         &[
             "shutdown_timeout_secs = 0",
             "--shutdown-timeout-secs",
@@ -187,7 +177,7 @@ fn out_of_range_values_name_key_value_origin_and_range() {
         ],
     );
     refused(
-        &check(&[("OUTBOX_HTTP_REFRESH_MS", "5")], &[]),
+        &common::config_check(&[("OUTBOX_HTTP_REFRESH_MS", "5")], &[]),
         &[
             "http.refresh_ms = 5",
             "OUTBOX_HTTP_REFRESH_MS",
@@ -195,19 +185,19 @@ fn out_of_range_values_name_key_value_origin_and_range() {
         ],
     );
     refused(
-        &check(&[], &["--http-addr", "localhost"]),
+        &common::config_check(&[], &["--http-addr", "localhost"]),
         &["http.addr", "\"localhost\"", "--http-addr", "HOST:PORT"],
     );
     refused(
-        &check(&[("OUTBOX_LOG_LEVEL", "loud")], &[]),
+        &common::config_check(&[("OUTBOX_LOG_LEVEL", "loud")], &[]),
         &["log.level", "loud", "OUTBOX_LOG_LEVEL", "debug"],
     );
     refused(
-        &check(&[("OUTBOX_PUBLISHER", "kafkaa://x")], &[]),
+        &common::config_check(&[("OUTBOX_PUBLISHER", "kafkaa://x")], &[]),
         &["unknown OUTBOX_PUBLISHER", "kafkaa://x", "file:PATH"],
     );
     refused(
-        &check(&[], &["--schema", "Bad-Name"]),
+        &common::config_check(&[], &["--schema", "Bad-Name"]),
         &["invalid schema", "--schema", "Bad-Name"],
     );
 }
@@ -215,26 +205,26 @@ fn out_of_range_values_name_key_value_origin_and_range() {
 #[test]
 fn bad_environment_variables_are_named() {
     refused(
-        &check(&[("OUTBOX_RELAY_MAX_ATTEMPTS", "ten")], &[]),
+        &common::config_check(&[("OUTBOX_RELAY_MAX_ATTEMPTS", "ten")], &[]),
         &["OUTBOX_RELAY_MAX_ATTEMPTS", "\"ten\"", "whole number"],
     );
     refused(
-        &check(&[("OUTBOX_RELAY_RETENTION", "forever")], &[]),
+        &common::config_check(&[("OUTBOX_RELAY_RETENTION", "forever")], &[]),
         &["OUTBOX_RELAY_RETENTION", "forever", "delete", "keep"],
     );
     refused(
-        &check(&[("OUTBOX_RELAY_LISTEN", "maybe")], &[]),
+        &common::config_check(&[("OUTBOX_RELAY_LISTEN", "maybe")], &[]),
         &["OUTBOX_RELAY_LISTEN", "maybe", "true or false"],
     );
     refused(
-        &check(&[("OUTBOX_RELAY_BATCH_SISE", "5")], &[]),
+        &common::config_check(&[("OUTBOX_RELAY_BATCH_SISE", "5")], &[]),
         &[
             "unknown environment variable OUTBOX_RELAY_BATCH_SISE",
             "OUTBOX_RELAY_BATCH_SIZE",
         ],
     );
     refused(
-        &check(&[("OUTBOX_LOG_FORMAT", "xml")], &[]),
+        &common::config_check(&[("OUTBOX_LOG_FORMAT", "xml")], &[]),
         &["OUTBOX_LOG_FORMAT", "xml", "json"],
     );
     refused(
@@ -269,7 +259,7 @@ async fn a_relay_runs_from_the_config_file() {
         .args(["--config", file.to_str().unwrap(), "relay"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(out.status.success(), "{}", common::text(&out.stderr));
     let ids: Vec<_> = events.iter().map(|e| e.id).collect();
     let (lines, dups) = common::check_deliveries(&sink, &ids);
     assert_eq!((lines, dups), (120, 0));

@@ -1,6 +1,7 @@
 //! CloudEvents messages, captured from real brokers, read back by the
-//! official CloudEvents SDK for Python (`tests/cloudevents/read.py`): the
-//! mapping of each protocol binding is checked by code we did not write.
+//! official CloudEvents SDK for Python (`tests/cloudevents/read.py`, run by
+//! `outbox_testkit::cloudevents::sdk_read`): the mapping of each protocol
+//! binding is checked by code we did not write.
 //!
 //! Every test publishes one event in binary and one in structured mode,
 //! reads both back from the broker (librdkafka's mock cluster, RabbitMQ,
@@ -13,8 +14,6 @@
 //! `.ci/run` installs it).
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::process::{Command, Stdio};
 #[allow(unused_imports)]
 use std::time::{Duration, Instant};
 
@@ -84,7 +83,6 @@ struct Captured {
 /// Runs the SDK's reader for `binding` on `m`; with `expect`, it also
 /// checks the attributes. `Ok` is what it read, `Err` why it refused.
 fn sdk(binding: &str, m: &Captured, expect: Option<&Value>) -> Result<Value, String> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cloudevents/read.py");
     let mut input = json!({
         "headers": m.headers,
         "body": String::from_utf8(m.body.clone()).expect("a UTF-8 body"),
@@ -94,30 +92,7 @@ fn sdk(binding: &str, m: &Captured, expect: Option<&Value>) -> Result<Value, Str
     if let Some(expect) = expect {
         input["expect"] = expect.clone();
     }
-    let mut child = Command::new("python3")
-        .arg(script)
-        .arg(binding)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3 (with `pip install 'cloudevents>=2.2,<3'`)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(
-        !stderr.contains("No module named"),
-        "the CloudEvents SDK is missing: pip install 'cloudevents>=2.2,<3'\n{stderr}"
-    );
-    if !out.status.success() {
-        return Err(stderr);
-    }
-    Ok(serde_json::from_slice(&out.stdout).expect("the reader prints JSON"))
+    outbox_testkit::cloudevents::sdk_read(binding, &input)
 }
 
 /// Every format, plain included (shown beside the others, and checked to
@@ -366,10 +341,7 @@ mod amqp {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn amqp_messages_follow_the_amqp_binding() {
-        let Some(rabbit) = tokio::task::spawn_blocking(RabbitMq::start_or_skip)
-            .await
-            .unwrap()
-        else {
+        let Some(rabbit) = RabbitMq::start_or_skip_blocking().await else {
             return;
         };
         let url = rabbit.url();
@@ -428,10 +400,7 @@ mod nats {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn nats_messages_carry_ce_headers() {
-        let Some(nats) = tokio::task::spawn_blocking(Nats::start_or_skip)
-            .await
-            .unwrap()
-        else {
+        let Some(nats) = Nats::start_or_skip_blocking().await else {
             return;
         };
         let js = client::context(&nats.url()).await;
@@ -474,10 +443,7 @@ mod redis {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn redis_entries_carry_ce_fields() {
-        let Some(redis) = tokio::task::spawn_blocking(Redis::start_or_skip)
-            .await
-            .unwrap()
-        else {
+        let Some(redis) = Redis::start_or_skip_blocking().await else {
             return;
         };
         let mut conn = client::connect(&redis.url()).await;

@@ -22,31 +22,27 @@ use outbox_testkit::conformance::{self, Capabilities, Collector, Harness, Receiv
 
 struct AmqpHarness {
     rabbit: Broker<RabbitMqServer>,
-    url: String,
 }
 
 /// The node shared by the cases that do not stop it; `None` if skipped.
 static SHARED: SharedCell<RabbitMqServer> = SharedCell::new();
 
 impl AmqpHarness {
-    fn from(rabbit: Broker<RabbitMqServer>) -> AmqpHarness {
-        let url = rabbit.lock().url();
-        AmqpHarness { rabbit, url }
-    }
-
     /// The shared node.
     async fn shared() -> Option<AmqpHarness> {
-        Broker::shared(&SHARED).await.map(AmqpHarness::from)
+        let rabbit = Broker::shared(&SHARED).await?;
+        Some(AmqpHarness { rabbit })
     }
 
     /// A node of its own.
     async fn private() -> Option<AmqpHarness> {
-        Broker::private().await.map(AmqpHarness::from)
+        let rabbit = Broker::private().await?;
+        Some(AmqpHarness { rabbit })
     }
 
     fn config(&self) -> AmqpConfig {
         AmqpConfig {
-            url: self.url.clone(),
+            url: self.rabbit.url(),
             confirm_timeout_ms: 10_000,
             connect_timeout_ms: 2_000,
             ..AmqpConfig::default()
@@ -54,7 +50,7 @@ impl AmqpHarness {
     }
 
     async fn connect(&self) -> Connection {
-        Connection::connect(&self.url, ConnectionProperties::default())
+        Connection::connect(&self.rabbit.url(), ConnectionProperties::default())
             .await
             .expect("connecting to rabbitmq")
     }
@@ -128,8 +124,7 @@ impl Harness for AmqpHarness {
     }
 
     async fn start_broker(&self) {
-        let took = self.rabbit.start_again().await;
-        eprintln!("rabbitmq restarted in {took:.2?}");
+        self.rabbit.restart().await;
     }
 }
 
@@ -161,10 +156,7 @@ async fn a_frozen_broker_is_an_outage_not_a_hang() {
     })
     .unwrap();
     let warm = conformance::event(&scope, "warm", 0);
-    assert_eq!(
-        p.publish(std::slice::from_ref(&warm)).await.unwrap(),
-        vec![Outcome::Delivered]
-    );
+    conformance::deliver(&p, &warm).await;
 
     // About 20 MB: more than the socket buffers of a frozen peer hold, so
     // sending itself stalls, not only the confirms.
@@ -198,17 +190,7 @@ async fn a_frozen_broker_is_an_outage_not_a_hang() {
     eprintln!("publish to the frozen broker returned after {took:.2?}");
 
     let after = conformance::event(&scope, "after", 0);
-    let started = Instant::now();
-    loop {
-        match p.publish(std::slice::from_ref(&after)).await {
-            Ok(outcomes) if outcomes == vec![Outcome::Delivered] => break,
-            other => assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "no delivery 30 s after the thaw: {other:?}"
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    conformance::deliver_after_thaw(&p, std::slice::from_ref(&after)).await;
 }
 
 /// `message_id`, `type`, `content_type`, persistence and routing key.
@@ -221,10 +203,7 @@ async fn message_properties() {
     h.prepare(&scope).await;
     let event = conformance::event(&scope, "order-1", 0);
     let p = h.publisher().await;
-    assert_eq!(
-        p.publish(std::slice::from_ref(&event)).await.unwrap(),
-        vec![Outcome::Delivered]
-    );
+    conformance::deliver(&p, &event).await;
     let conn = h.connect().await;
     let ch = conn.create_channel().await.unwrap();
     let started = Instant::now();
@@ -357,10 +336,7 @@ async fn channel_is_renewed_after_a_rejection() {
         smalls.push(small.id);
     }
     let next = conformance::event(&scope, "next", 0);
-    assert_eq!(
-        p.publish(std::slice::from_ref(&next)).await.unwrap(),
-        vec![Outcome::Delivered]
-    );
+    conformance::deliver(&p, &next).await;
     let expected = smalls.len() + 1;
     let got = h.consume(&scope, expected, Duration::from_secs(30)).await;
     let ids: Vec<_> = got.iter().filter_map(Received::event_id).collect();
@@ -393,10 +369,7 @@ async fn deleted_exchange_is_an_outage_then_redeclared() {
     })
     .unwrap();
     let first = conformance::event(&scope, "a", 0);
-    assert_eq!(
-        p.publish(std::slice::from_ref(&first)).await.unwrap(),
-        vec![Outcome::Delivered]
-    );
+    conformance::deliver(&p, &first).await;
     let conn = h.connect().await;
     let ch = conn.create_channel().await.unwrap();
     ch.exchange_delete(

@@ -60,9 +60,7 @@ impl KafkaHarness {
     }
 
     async fn tansu() -> Option<KafkaHarness> {
-        let tansu = tokio::task::spawn_blocking(Tansu::start_or_skip)
-            .await
-            .expect("starting tansu")?;
+        let tansu = Tansu::start_or_skip_blocking().await?;
         eprintln!("tansu ready in {:.2?}", tansu.last_start_duration());
         Some(KafkaHarness {
             bootstrap: tansu.bootstrap(),

@@ -18,38 +18,34 @@ use outbox::{Outcome, Publisher};
 use outbox_publishers::nats::{NatsConfig, NatsPublisher, NoStream};
 use outbox_testkit::brokers::nats::client::{self, StoredMessage};
 use outbox_testkit::brokers::nats::{Nats, NatsServer, MAX_PAYLOAD_BYTES};
-use outbox_testkit::brokers::{Broker, SharedCell};
+use outbox_testkit::brokers::{self, Broker, SharedCell};
 use outbox_testkit::conformance::{self, Capabilities, Harness, Received, Scope, EVENT_ID_HEADER};
 
 struct NatsHarness {
     nats: Broker<NatsServer>,
-    url: String,
 }
 
 /// The server shared by the cases that do not stop it; `None` if skipped.
 static SHARED: SharedCell<NatsServer> = SharedCell::new();
 
 impl NatsHarness {
-    fn from(nats: Broker<NatsServer>) -> NatsHarness {
-        let url = nats.lock().url();
-        NatsHarness { nats, url }
-    }
-
     /// The shared server.
     async fn shared() -> Option<NatsHarness> {
-        Broker::shared(&SHARED).await.map(NatsHarness::from)
+        let nats = Broker::shared(&SHARED).await?;
+        Some(NatsHarness { nats })
     }
 
     /// A server of its own.
     async fn private() -> Option<NatsHarness> {
-        Broker::private().await.map(NatsHarness::from)
+        let nats = Broker::private().await?;
+        Some(NatsHarness { nats })
     }
 
     fn config(&self) -> NatsConfig {
         NatsConfig {
             ack_timeout_ms: 5_000,
             connect_timeout_ms: 2_000,
-            ..NatsConfig::from_url(&self.url).expect("test server url")
+            ..NatsConfig::from_url(&self.nats.url()).expect("test server url")
         }
     }
 }
@@ -98,12 +94,12 @@ impl Harness for NatsHarness {
     }
 
     async fn prepare(&self, scope: &Scope) {
-        let js = client::context(&self.url).await;
+        let js = client::context(&self.nats.url()).await;
         client::create_stream(&js, scope.name(), &stream_subjects(scope)).await;
     }
 
     async fn consume(&self, scope: &Scope, expected: usize, deadline: Duration) -> Vec<Received> {
-        let js = client::context(&self.url).await;
+        let js = client::context(&self.nats.url()).await;
         let mut ids = HashSet::new();
         if expected == 0 {
             return Vec::new();
@@ -125,8 +121,7 @@ impl Harness for NatsHarness {
     }
 
     async fn start_broker(&self) {
-        let took = self.nats.start_again().await;
-        eprintln!("nats-server restarted in {took:.2?}");
+        self.nats.restart().await;
     }
 }
 
@@ -153,17 +148,11 @@ async fn a_repeated_event_is_stored_once() {
     let p = h.publisher().await;
     let event = conformance::event(&scope, "a", 0);
     for _ in 0..3 {
-        assert_eq!(
-            p.publish(std::slice::from_ref(&event)).await.unwrap(),
-            vec![Outcome::Delivered]
-        );
+        conformance::deliver(&p, &event).await;
     }
     let later = conformance::event(&scope, "a", 1);
-    assert_eq!(
-        p.publish(std::slice::from_ref(&later)).await.unwrap(),
-        vec![Outcome::Delivered]
-    );
-    let js = client::context(&h.url).await;
+    conformance::deliver(&p, &later).await;
+    let js = client::context(&h.nats.url()).await;
     let stored = client::read_stream(&js, scope.name(), Duration::from_secs(3), |_| false).await;
     assert_eq!(stored.len(), 2, "one message per event: {stored:?}");
     assert_eq!(
@@ -234,10 +223,7 @@ async fn an_oversized_message_is_refused_alone() {
     assert!(why.contains("max_payload (1048576 bytes)"), "{why}");
     assert_eq!(outcomes[1], Outcome::Delivered);
     let again = conformance::event(&scope, "small", 1);
-    assert_eq!(
-        p.publish(std::slice::from_ref(&again)).await.unwrap(),
-        vec![Outcome::Delivered]
-    );
+    conformance::deliver(&p, &again).await;
     let got = h.consume(&scope, 2, Duration::from_secs(10)).await;
     let ids: Vec<_> = got.iter().filter_map(Received::event_id).collect();
     assert_eq!(ids, vec![small.id, again.id]);
@@ -259,10 +245,7 @@ async fn a_frozen_server_is_an_outage_not_a_hang() {
     })
     .unwrap();
     let warm = conformance::event(&scope, "warm", 0);
-    assert_eq!(
-        p.publish(std::slice::from_ref(&warm)).await.unwrap(),
-        vec![Outcome::Delivered]
-    );
+    conformance::deliver(&p, &warm).await;
     let batch: Vec<_> = (0..50)
         .map(|n| conformance::event(&scope, &format!("f{n}"), 0))
         .collect();
@@ -276,17 +259,7 @@ async fn a_frozen_server_is_an_outage_not_a_hang() {
         .expect_err("nothing can be acknowledged by a frozen server");
     assert!(e.message.contains("timed out"), "{e}");
     eprintln!("publish to the frozen server returned after {took:.2?}: {e}");
-    let started = Instant::now();
-    loop {
-        match p.publish(&batch).await {
-            Ok(outcomes) if outcomes.iter().all(|o| *o == Outcome::Delivered) => break,
-            other => assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "no delivery 30 s after the thaw: {other:?}"
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    conformance::deliver_after_thaw(&p, &batch).await;
     let got = h.consume(&scope, 51, Duration::from_secs(10)).await;
     assert_eq!(
         conformance::distinct_events(&got),
@@ -300,15 +273,8 @@ async fn a_frozen_server_is_an_outage_not_a_hang() {
 /// refuses a publisher without one the same way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn credentials_are_used_and_never_shown() {
-    let started = tokio::task::spawn_blocking(|| {
-        if outbox_testkit::brokers::skipped(outbox_testkit::brokers::nats::NAME) {
-            return None;
-        }
-        Some(Nats::start_with_user("relay", "s3cret-pw").unwrap_or_else(|e| panic!("{e}")))
-    })
-    .await
-    .unwrap();
-    let Some(nats) = started else {
+    let start = || Nats::start_with_user("relay", "s3cret-pw");
+    let Some(nats) = brokers::start_blocking_or_skip(brokers::nats::NAME, start).await else {
         return;
     };
     let url = nats.url();
@@ -345,10 +311,7 @@ async fn credentials_are_used_and_never_shown() {
     };
     client::create_stream(&js, scope.name(), &stream_subjects(&scope)).await;
     let p = NatsPublisher::new(authed).unwrap();
-    assert_eq!(
-        p.publish(std::slice::from_ref(&event)).await.unwrap(),
-        vec![Outcome::Delivered]
-    );
+    conformance::deliver(&p, &event).await;
     assert!(!format!("{p:?}").contains("s3cret"));
     p.close().await;
 }

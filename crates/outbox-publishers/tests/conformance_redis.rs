@@ -24,7 +24,7 @@ use outbox::{Outcome, Publisher};
 use outbox_publishers::redis::{RedisConfig, RedisPublisher};
 use outbox_testkit::brokers::redis::client::{self, Entry};
 use outbox_testkit::brokers::redis::{Redis, RedisServer};
-use outbox_testkit::brokers::{Broker, SharedCell};
+use outbox_testkit::brokers::{self, Broker, SharedCell};
 use outbox_testkit::conformance::{self, Capabilities, Harness, Received, Scope};
 
 /// The publisher's entry-size limit in these tests.
@@ -32,31 +32,27 @@ const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
 
 struct RedisHarness {
     redis: Broker<RedisServer>,
-    url: String,
 }
 
 /// The server shared by the cases that do not stop it; `None` if skipped.
 static SHARED: SharedCell<RedisServer> = SharedCell::new();
 
 impl RedisHarness {
-    fn from(redis: Broker<RedisServer>) -> RedisHarness {
-        let url = redis.lock().url();
-        RedisHarness { redis, url }
-    }
-
     /// The shared server.
     async fn shared() -> Option<RedisHarness> {
-        Broker::shared(&SHARED).await.map(RedisHarness::from)
+        let redis = Broker::shared(&SHARED).await?;
+        Some(RedisHarness { redis })
     }
 
     /// A server of its own.
     async fn private() -> Option<RedisHarness> {
-        Broker::private().await.map(RedisHarness::from)
+        let redis = Broker::private().await?;
+        Some(RedisHarness { redis })
     }
 
     fn config(&self) -> RedisConfig {
         RedisConfig {
-            url: self.url.clone(),
+            url: self.redis.url(),
             max_message_bytes: MAX_MESSAGE_BYTES,
             response_timeout_ms: 5_000,
             connect_timeout_ms: 1_000,
@@ -129,7 +125,7 @@ impl Harness for RedisHarness {
 
     async fn consume(&self, scope: &Scope, expected: usize, deadline: Duration) -> Vec<Received> {
         let end = Instant::now() + deadline;
-        let mut conn = client::connect(&self.url).await;
+        let mut conn = client::connect(&self.redis.url()).await;
         loop {
             let mut out = Vec::new();
             for stream in streams(scope) {
@@ -149,8 +145,7 @@ impl Harness for RedisHarness {
     }
 
     async fn start_broker(&self) {
-        let took = self.redis.start_again().await;
-        eprintln!("redis-server restarted in {took:.2?}");
+        self.redis.restart().await;
     }
 }
 
@@ -178,11 +173,8 @@ async fn entry_fields() {
         .headers
         .insert("traceparent".into(), "00-ab-01".into());
     let p = h.publisher().await;
-    assert_eq!(
-        p.publish(std::slice::from_ref(&event)).await.unwrap(),
-        vec![Outcome::Delivered]
-    );
-    let mut conn = client::connect(&h.url).await;
+    conformance::deliver(&p, &event).await;
+    let mut conn = client::connect(&h.redis.url()).await;
     let entries = client::read_stream(&mut conn, &h.default_destination(&scope)).await;
     assert_eq!(entries.len(), 1);
     let e = &entries[0];
@@ -224,7 +216,7 @@ async fn a_key_of_another_type_rejects_only_its_event() {
         return;
     };
     let scope = Scope::new("wrongtype");
-    let mut conn = client::connect(&h.url).await;
+    let mut conn = client::connect(&h.redis.url()).await;
     let taken = format!("{}.string", scope.name());
     let _: () = redis::cmd("SET")
         .arg(&taken)
@@ -263,7 +255,7 @@ async fn maxlen_trims_the_stream() {
         let outcomes = p.publish(&wave).await.unwrap();
         assert!(outcomes.iter().all(|o| *o == Outcome::Delivered));
     }
-    let mut conn = client::connect(&h.url).await;
+    let mut conn = client::connect(&h.redis.url()).await;
     let len: usize = redis::cmd("XLEN")
         .arg(h.default_destination(&scope))
         .query_async(&mut conn)
@@ -305,7 +297,7 @@ async fn out_of_memory_is_retried() {
         return;
     };
     let scope = Scope::new("oom");
-    let mut conn = client::connect(&h.url).await;
+    let mut conn = client::connect(&h.redis.url()).await;
     let set = |v: &'static str| {
         redis::cmd("CONFIG")
             .arg("SET")
@@ -322,10 +314,7 @@ async fn out_of_memory_is_retried() {
     };
     assert!(why.contains("OOM"), "{why}");
     let _: () = set("0").query_async(&mut conn).await.unwrap();
-    assert_eq!(
-        p.publish(std::slice::from_ref(&event)).await.unwrap(),
-        vec![Outcome::Delivered]
-    );
+    conformance::deliver(&p, &event).await;
 }
 
 /// A hung server (frozen with SIGSTOP) answers nothing: the publish is an
@@ -357,32 +346,15 @@ async fn a_frozen_server_is_an_outage_not_a_hang() {
         .expect_err("a frozen server is an outage");
     eprintln!("publish to the frozen server returned after {took:.2?}: {e}");
     let event = conformance::event(&scope, "b", 0);
-    let started = Instant::now();
-    loop {
-        match p.publish(std::slice::from_ref(&event)).await {
-            Ok(outcomes) if outcomes == vec![Outcome::Delivered] => break,
-            other => assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "no delivery 30 s after the thaw: {other:?}"
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    conformance::deliver_after_thaw(&p, std::slice::from_ref(&event)).await;
 }
 
 /// A wrong password is an outage naming the server (never the password);
 /// the right one delivers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn credentials_are_used_and_never_shown() {
-    let started = tokio::task::spawn_blocking(|| {
-        if outbox_testkit::brokers::skipped(outbox_testkit::brokers::redis::NAME) {
-            return None;
-        }
-        Some(Redis::start_with_password("s3cret-pw").unwrap_or_else(|e| panic!("{e}")))
-    })
-    .await
-    .unwrap();
-    let Some(redis) = started else {
+    let start = || Redis::start_with_password("s3cret-pw");
+    let Some(redis) = brokers::start_blocking_or_skip(brokers::redis::NAME, start).await else {
         return;
     };
     let port = redis.port();
@@ -402,10 +374,7 @@ async fn credentials_are_used_and_never_shown() {
         assert!(p.health().await.is_err());
     }
     let p = RedisPublisher::from_url(&redis.url()).unwrap();
-    assert_eq!(
-        p.publish(std::slice::from_ref(&event)).await.unwrap(),
-        vec![Outcome::Delivered]
-    );
+    conformance::deliver(&p, &event).await;
     let ids: HashSet<_> = {
         let mut conn = client::connect(&redis.url()).await;
         client::read_stream(&mut conn, &format!("outbox:{}", scope.aggregate_type()))

@@ -123,9 +123,7 @@ impl SqsHarness {
 
     /// On a server of its own.
     async fn private(mode: Mode) -> Option<SqsHarness> {
-        let moto = tokio::task::spawn_blocking(Moto::start_or_skip)
-            .await
-            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
+        let moto = Moto::start_or_skip_blocking().await?;
         Some(SqsHarness::on(Arc::new(Mutex::new(moto)), mode).await)
     }
 
@@ -425,10 +423,7 @@ async fn fifo_group_and_dedup_ids() {
     event.payload = r#"{"n": 1e400, "big": 123456789012345678901234567890}"#.into();
     let p = h.publisher().await;
     for _ in 0..2 {
-        assert_eq!(
-            p.publish(std::slice::from_ref(&event)).await.unwrap(),
-            vec![Outcome::Delivered]
-        );
+        conformance::deliver(&p, &event).await;
     }
     h.drain(&h.base.clone()).await;
     let read = h.read.lock().unwrap().clone();
@@ -457,10 +452,7 @@ async fn headers_past_ten_attributes_arrive_in_one_json_attribute() {
     }
     event.headers.insert("bad name".into(), "x".into());
     let p = h.publisher().await;
-    assert_eq!(
-        p.publish(std::slice::from_ref(&event)).await.unwrap(),
-        vec![Outcome::Delivered]
-    );
+    conformance::deliver(&p, &event).await;
     h.drain(&h.base.clone()).await;
     let read = h.read.lock().unwrap().clone();
     assert_eq!(read.len(), 1);

@@ -2,6 +2,7 @@
 //! and fails on command, and checks of the guarantees.
 
 pub mod brokers;
+pub mod cloudevents;
 pub mod conformance;
 pub mod order;
 pub mod postgres;

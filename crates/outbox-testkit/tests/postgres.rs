@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use outbox_testkit::postgres::{find_bin_dir, free_port, test_db, PgCluster, PgOptions};
-use sqlx::{Connection, PgConnection, Row};
+use sqlx::{Connection, PgConnection};
 
 /// Polls `condition` until it holds, panicking after `timeout`.
 fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
@@ -38,6 +38,33 @@ async fn connect(url: &str) -> PgConnection {
     PgConnection::connect(url)
         .await
         .unwrap_or_else(|e| panic!("connecting to {url}: {e}"))
+}
+
+/// Runs `sql`, which must succeed.
+async fn execute(conn: &mut PgConnection, sql: &str) {
+    sqlx::query(sql)
+        .execute(conn)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+/// The one text value `sql` selects.
+async fn text(conn: &mut PgConnection, sql: &str) -> String {
+    sqlx::query_scalar(sql)
+        .fetch_one(conn)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// The values of the settings `names`, in that order.
+async fn settings(conn: &mut PgConnection, names: &[&str]) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT current_setting(n) FROM unnest($1::text[]) WITH ORDINALITY AS s(n, i) ORDER BY i",
+    )
+    .bind(names)
+    .fetch_all(conn)
+    .await
+    .expect("settings")
 }
 
 async fn count_rows(conn: &mut PgConnection) -> i64 {
@@ -77,25 +104,25 @@ async fn cluster_starts_and_answers_select_1() {
         .await
         .expect("SELECT 1");
     assert_eq!(one, 1);
-    let row = sqlx::query(
-        "SELECT current_user::text, current_setting('fsync'), \
-         current_setting('synchronous_commit'), current_setting('max_connections')",
-    )
-    .fetch_one(&mut conn)
-    .await
-    .expect("settings");
-    assert_eq!(row.get::<String, _>(0), "postgres");
-    assert_eq!(row.get::<String, _>(1), "off");
-    assert_eq!(row.get::<String, _>(2), "off");
-    assert_eq!(row.get::<String, _>(3), "200");
+    assert_eq!(
+        text(&mut conn, "SELECT current_user::text").await,
+        "postgres"
+    );
+    assert_eq!(
+        settings(
+            &mut conn,
+            &["fsync", "synchronous_commit", "max_connections"]
+        )
+        .await,
+        ["off", "off", "200"]
+    );
     conn.close().await.expect("close");
 
     let mut other = connect(&cluster.url_for("template1")).await;
-    let db: String = sqlx::query_scalar("SELECT current_database()::text")
-        .fetch_one(&mut other)
-        .await
-        .expect("current_database");
-    assert_eq!(db, "template1");
+    assert_eq!(
+        text(&mut other, "SELECT current_database()::text").await,
+        "template1"
+    );
 }
 
 #[tokio::test]
@@ -108,17 +135,8 @@ async fn start_with_applies_options() {
     })
     .expect("start");
     let mut conn = connect(&cluster.url()).await;
-    let row = sqlx::query(
-        "SELECT current_setting('fsync'), current_setting('synchronous_commit'), \
-         current_setting('max_connections'), current_setting('work_mem')",
-    )
-    .fetch_one(&mut conn)
-    .await
-    .expect("settings");
-    assert_eq!(row.get::<String, _>(0), "on");
-    assert_eq!(row.get::<String, _>(1), "on");
-    assert_eq!(row.get::<String, _>(2), "37");
-    assert_eq!(row.get::<String, _>(3), "7MB");
+    let names = ["fsync", "synchronous_commit", "max_connections", "work_mem"];
+    assert_eq!(settings(&mut conn, &names).await, ["on", "on", "37", "7MB"]);
 }
 
 #[tokio::test]
@@ -126,14 +144,8 @@ async fn stop_and_restart_keep_data() {
     let mut cluster = PgCluster::start().expect("start");
     let port = cluster.port();
     let mut conn = connect(&cluster.url()).await;
-    sqlx::query("CREATE TABLE kept (id int PRIMARY KEY)")
-        .execute(&mut conn)
-        .await
-        .expect("create table");
-    sqlx::query("INSERT INTO kept SELECT generate_series(1, 100)")
-        .execute(&mut conn)
-        .await
-        .expect("insert");
+    execute(&mut conn, "CREATE TABLE kept (id int PRIMARY KEY)").await;
+    execute(&mut conn, "INSERT INTO kept SELECT generate_series(1, 100)").await;
     conn.close().await.expect("close");
 
     cluster.stop().expect("stop");
@@ -172,10 +184,7 @@ async fn kill_and_restart_recover() {
     .expect("start");
     let port = cluster.port();
     let mut conn = connect(&cluster.url()).await;
-    sqlx::query("CREATE TABLE kept (id int PRIMARY KEY)")
-        .execute(&mut conn)
-        .await
-        .expect("create table");
+    execute(&mut conn, "CREATE TABLE kept (id int PRIMARY KEY)").await;
     for id in 1..=20 {
         sqlx::query("INSERT INTO kept VALUES ($1)")
             .bind(id)

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{count, event, fast_config, start_relay, LONG};
+use common::{count, event, fast_config, start_relay, EVENTS, LONG};
 use outbox::NewEvent;
 use outbox_testkit::{wait_until, TestPublisher};
 use serde_json::json;
@@ -11,32 +11,20 @@ use serde_json::json;
 #[tokio::test]
 async fn rollback_leaves_no_event_and_commit_leads_to_delivery() {
     let ctx = common::setup().await;
-    sqlx::query("CREATE TABLE orders (id BIGINT PRIMARY KEY)")
-        .execute(&ctx.pool)
-        .await
-        .unwrap();
+    common::execute(&ctx.pool, "CREATE TABLE orders (id BIGINT PRIMARY KEY)").await;
 
     let mut tx = ctx.pool.begin().await.unwrap();
-    sqlx::query("INSERT INTO orders VALUES (1)")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    common::execute(&mut *tx, "INSERT INTO orders VALUES (1)").await;
     let rolled_back = ctx.outbox.enqueue(&mut *tx, &event("1", 1)).await.unwrap();
     tx.rollback().await.unwrap();
 
     let mut tx = ctx.pool.begin().await.unwrap();
-    sqlx::query("INSERT INTO orders VALUES (2)")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    common::execute(&mut *tx, "INSERT INTO orders VALUES (2)").await;
     let committed = ctx.outbox.enqueue(&mut *tx, &event("2", 1)).await.unwrap();
     tx.commit().await.unwrap();
     ctx.outbox.wake();
 
-    assert_eq!(
-        count(&ctx.pool, "SELECT count(*) FROM outbox_events").await,
-        1
-    );
+    assert_eq!(count(&ctx.pool, EVENTS).await, 1);
     let publisher = TestPublisher::new();
     let relay = start_relay(&ctx, &publisher, fast_config("r1")).await;
     wait_until("the committed event to be delivered", LONG, || async {
@@ -49,10 +37,7 @@ async fn rollback_leaves_no_event_and_commit_leads_to_delivery() {
     assert_eq!(ids, vec![committed]);
     assert!(!ids.contains(&rolled_back));
     assert_eq!(stats.delivered, 1);
-    assert_eq!(
-        count(&ctx.pool, "SELECT count(*) FROM outbox_events").await,
-        0
-    );
+    assert_eq!(count(&ctx.pool, EVENTS).await, 0);
     assert_eq!(count(&ctx.pool, "SELECT count(*) FROM orders").await, 1);
 }
 
@@ -193,8 +178,5 @@ async fn bad_input_is_refused_before_anything_is_written() {
     // The transaction is still usable: nothing was sent to the server.
     ctx.outbox.enqueue(&mut *tx, &event("ok", 1)).await.unwrap();
     tx.commit().await.unwrap();
-    assert_eq!(
-        count(&ctx.pool, "SELECT count(*) FROM outbox_events").await,
-        1
-    );
+    assert_eq!(count(&ctx.pool, EVENTS).await, 1);
 }

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{count, fast_config, start_relay, LONG};
+use common::{fast_config, start_relay, wait_for_count, LONG, NOT_DEAD};
 use outbox::{
     Cleanup, CleanupParams, CleanupTarget, DeadLetterFilter, DeadLetters, Schema, Status,
 };
@@ -19,16 +19,18 @@ const UNREADABLE_TIMES: &[&str] = &["infinity", "-infinity", "294276-12-31 00:00
 /// dropped for the insert and put back unvalidated, as the migration does.
 async fn insert_legacy(pool: &PgPool, sql: &str) {
     let mut tx = pool.begin().await.unwrap();
-    sqlx::query("ALTER TABLE outbox_events DROP CONSTRAINT outbox_events_finite_times")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    common::execute(
+        &mut *tx,
+        "ALTER TABLE outbox_events DROP CONSTRAINT outbox_events_finite_times",
+    )
+    .await;
     sqlx::raw_sql(sql).execute(&mut *tx).await.unwrap();
     // Re-apply migration 2 itself, so the constraint is exactly the shipped one.
-    sqlx::query("DELETE FROM outbox_schema_migrations WHERE version = 2")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    common::execute(
+        &mut *tx,
+        "DELETE FROM outbox_schema_migrations WHERE version = 2",
+    )
+    .await;
     tx.commit().await.unwrap();
     let mut conn = pool.acquire().await.unwrap();
     let report = outbox::migrate(&mut conn, &Schema::default(), &Default::default())
@@ -60,17 +62,11 @@ async fn an_undecodable_row_is_dead_lettered_alone_and_its_aggregate_moves_on() 
         publisher.deliveries().len() >= 2 * UNREADABLE_TIMES.len()
     })
     .await;
-    wait_until(
+    wait_for_count(
+        &ctx.pool,
         "the relay to be idle with nothing pending",
-        LONG,
-        || async {
-            count(
-                &ctx.pool,
-                "SELECT count(*) FROM outbox_events WHERE dead_lettered_at IS NULL",
-            )
-            .await
-                == 0
-        },
+        NOT_DEAD,
+        0,
     )
     .await;
     assert!(!relay.is_finished(), "the relay must keep running");

@@ -25,19 +25,17 @@ async fn duplicates_are_skipped_per_consumer() {
 #[tokio::test]
 async fn a_rolled_back_consumer_transaction_leaves_the_event_to_process_again() {
     let ctx = common::setup().await;
-    sqlx::query("CREATE TABLE balances (customer TEXT PRIMARY KEY, cents BIGINT NOT NULL)")
-        .execute(&ctx.pool)
-        .await
-        .unwrap();
+    common::execute(
+        &ctx.pool,
+        "CREATE TABLE balances (customer TEXT PRIMARY KEY, cents BIGINT NOT NULL)",
+    )
+    .await;
     let inbox = Inbox::new();
     let id = Uuid::new_v4();
 
     let mut tx = ctx.pool.begin().await.unwrap();
     assert!(inbox.process_once(&mut tx, "billing", id).await.unwrap());
-    sqlx::query("INSERT INTO balances VALUES ('c1', 100)")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    common::execute(&mut *tx, "INSERT INTO balances VALUES ('c1', 100)").await;
     tx.rollback().await.unwrap(); // the handler failed after marking
 
     let mut tx = ctx.pool.begin().await.unwrap();
@@ -45,10 +43,7 @@ async fn a_rolled_back_consumer_transaction_leaves_the_event_to_process_again() 
         inbox.process_once(&mut tx, "billing", id).await.unwrap(),
         "must be processed again"
     );
-    sqlx::query("INSERT INTO balances VALUES ('c1', 100)")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    common::execute(&mut *tx, "INSERT INTO balances VALUES ('c1', 100)").await;
     tx.commit().await.unwrap();
     assert_eq!(
         common::count(&ctx.pool, "SELECT count(*) FROM processed_events").await,
@@ -59,10 +54,7 @@ async fn a_rolled_back_consumer_transaction_leaves_the_event_to_process_again() 
 #[tokio::test]
 async fn concurrent_consumers_of_one_event_apply_it_once() {
     let ctx = common::setup().await;
-    sqlx::query("CREATE TABLE effects (event_id UUID)")
-        .execute(&ctx.pool)
-        .await
-        .unwrap();
+    common::execute(&ctx.pool, "CREATE TABLE effects (event_id UUID)").await;
     let id = Uuid::new_v4();
     let mut tasks = Vec::new();
     for _ in 0..8 {

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{count, LONG};
+use common::{count, wait_for_count, EVENTS, LONG};
 use outbox::{Cleaner, CleanerConfig, Cleanup, CleanupParams, CleanupTarget, Schema};
 use outbox_testkit::wait_until;
 use sqlx::PgPool;
@@ -205,10 +205,7 @@ async fn inbox_cleanup_deletes_only_marks_older_than_the_period() {
         marks(&ctx.pool).await,
         [("billing".into(), 4), ("shipping".into(), 1)]
     );
-    assert_eq!(
-        count(&ctx.pool, "SELECT count(*) FROM outbox_events").await,
-        32
-    );
+    assert_eq!(count(&ctx.pool, EVENTS).await, 32);
 }
 
 #[tokio::test]
@@ -287,15 +284,7 @@ async fn rows_kept_by_a_relay_in_retention_mode_are_cleaned_up() {
         ..common::fast_config("r1")
     };
     let relay = common::start_relay(&ctx, &publisher, config).await;
-    wait_until("every event processed or dead-lettered", LONG, || async {
-        count(
-            &ctx.pool,
-            "SELECT count(*) FROM outbox_events WHERE processed_at IS NULL AND dead_lettered_at IS NULL",
-        )
-        .await
-            == 0
-    })
-    .await;
+    wait_for_count(&ctx.pool, "every event processed or dead-lettered", "SELECT count(*) FROM outbox_events WHERE processed_at IS NULL AND dead_lettered_at IS NULL", 0).await;
     relay.shutdown().await.unwrap();
     let processed = "SELECT count(*) FROM outbox_events WHERE processed_at IS NOT NULL";
     assert_eq!(count(&ctx.pool, processed).await, 9);

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{count, event, fast_config, position, start_relay, LONG};
+use common::{count, event, fast_config, position, start_relay, wait_for_count, EVENTS, LONG};
 use outbox::{DeadLetterFilter, DeadLetters, Error, RelayConfig, Schema, Selector};
 use outbox_testkit::{wait_until, Fail, Match, TestPublisher};
 use sqlx::PgPool;
@@ -76,15 +76,17 @@ async fn list_filters_by_type_aggregate_age_ids_and_limit_in_seq_order() {
             .await
             .unwrap();
     }
-    sqlx::query("UPDATE outbox_events SET dead_lettered_at = NULL WHERE aggregate_id = 'z'")
-        .execute(p)
-        .await
-        .unwrap();
+    common::execute(
+        p,
+        "UPDATE outbox_events SET dead_lettered_at = NULL WHERE aggregate_id = 'z'",
+    )
+    .await;
     // created_at runs against seq: the order must come from seq.
-    sqlx::query("UPDATE outbox_events SET created_at = now() - seq * interval '1 minute'")
-        .execute(p)
-        .await
-        .unwrap();
+    common::execute(
+        p,
+        "UPDATE outbox_events SET created_at = now() - seq * interval '1 minute'",
+    )
+    .await;
 
     let dl = DeadLetters::new(&Schema::default());
     let mut conn = p.acquire().await.unwrap();
@@ -246,9 +248,12 @@ async fn retried_dead_letters_are_delivered_in_their_original_order() {
         .await
         .unwrap();
     let relay = start_relay(&ctx, &publisher, fast_config("r1")).await;
-    wait_until("all of aggregate a to be dead-lettered", LONG, || async {
-        count(&ctx.pool, "SELECT count(*) FROM outbox_dead_letters").await == 5
-    })
+    wait_for_count(
+        &ctx.pool,
+        "all of aggregate a to be dead-lettered",
+        "SELECT count(*) FROM outbox_dead_letters",
+        5,
+    )
     .await;
     assert!(publisher.deliveries().iter().all(|e| e.aggregate_id == "b"));
 
@@ -261,10 +266,7 @@ async fn retried_dead_letters_are_delivered_in_their_original_order() {
         .await
         .unwrap();
     assert_eq!(n, 5);
-    wait_until("the retried events to be delivered", LONG, || async {
-        count(&ctx.pool, "SELECT count(*) FROM outbox_events").await == 0
-    })
-    .await;
+    wait_for_count(&ctx.pool, "the retried events to be delivered", EVENTS, 0).await;
     relay.shutdown().await.unwrap();
 
     let a: Vec<i64> = publisher
@@ -332,7 +334,7 @@ async fn discard_needs_a_selector_and_deletes_only_selected_dead_letters() {
             other => panic!("expected an invalid selector, got {other:?}"),
         }
     }
-    assert_eq!(count(p, "SELECT count(*) FROM outbox_events").await, 4);
+    assert_eq!(count(p, EVENTS).await, 4);
 
     let n = dl
         .discard(&mut conn, &Selector::ids([a1, pending]))

@@ -240,21 +240,19 @@ async fn upgrading_a_first_release_schema_keeps_pending_events_and_their_order()
     );
     assert_eq!(report.partitions, 32);
     assert_eq!(
-        common::count(&ctx.pool, "SELECT count(*) FROM outbox_events").await,
+        common::count(&ctx.pool, common::EVENTS).await,
         201,
         "the upgrade kept every row"
     );
 
     let publisher = outbox_testkit::TestPublisher::new();
     let relay = common::start_relay(&ctx, &publisher, common::fast_config("upgraded")).await;
-    outbox_testkit::wait_until("the pending events delivered", common::LONG, || async {
-        common::count(
-            &ctx.pool,
-            "SELECT count(*) FROM outbox_events WHERE dead_lettered_at IS NULL",
-        )
-        .await
-            == 0
-    })
+    common::wait_for_count(
+        &ctx.pool,
+        "the pending events delivered",
+        common::NOT_DEAD,
+        0,
+    )
     .await;
     relay.shutdown().await.unwrap();
     let delivered = publisher.deliveries();

@@ -7,7 +7,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{count, fast_config, start_relay, LONG};
+use common::{count, fast_config, start_relay, wait_for_count, EVENTS};
 use outbox::{RelayConfig, Retention};
 use outbox_testkit::{wait_until, TestPublisher};
 use rand::Rng;
@@ -43,14 +43,12 @@ async fn produce(pool: &PgPool, n: usize) {
 }
 
 async fn drained(pool: &PgPool) {
-    wait_until("the relay to drain", LONG, || async {
-        count(
-            pool,
-            "SELECT count(*) FROM outbox_events WHERE processed_at IS NULL",
-        )
-        .await
-            == 0
-    })
+    wait_for_count(
+        pool,
+        "the relay to drain",
+        "SELECT count(*) FROM outbox_events WHERE processed_at IS NULL",
+        0,
+    )
     .await;
     // Let the relay's backends report their statistics (at most once a
     // second in PostgreSQL 15).
@@ -238,7 +236,7 @@ async fn late_commits_are_delivered_in_order_across_a_crash_and_a_rebalance() {
     wait_until(
         "every late commit to be delivered",
         Duration::from_secs(15),
-        || async { count(&ctx.pool, "SELECT count(*) FROM outbox_events").await == 0 },
+        || async { count(&ctx.pool, EVENTS).await == 0 },
     )
     .await;
     second.shutdown().await.unwrap();

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{count, event, fast_config, position, start_relay, LONG};
+use common::{event, fast_config, position, start_relay, wait_for_count, EVENTS, LONG};
 use outbox::NewEvent;
 use outbox_testkit::{wait_until, Fail, Match, TestPublisher};
 
@@ -76,10 +76,7 @@ async fn order_holds_across_two_relays_a_crash_and_a_join() {
     );
 
     let total = (aggs as i64) * per_agg;
-    wait_until("every event to be delivered", LONG, || async {
-        count(&ctx.pool, "SELECT count(*) FROM outbox_events").await == 0
-    })
-    .await;
+    wait_for_count(&ctx.pool, "every event to be delivered", EVENTS, 0).await;
     b.shutdown().await.unwrap();
     c.shutdown().await.unwrap();
 
@@ -106,10 +103,7 @@ async fn a_retrying_event_holds_back_later_events_of_its_aggregate_only() {
     }
     ctx.outbox.enqueue_many(&ctx.pool, &events).await.unwrap();
     let relay = start_relay(&ctx, &publisher, fast_config("r1")).await;
-    wait_until("all delivered", LONG, || async {
-        count(&ctx.pool, "SELECT count(*) FROM outbox_events").await == 0
-    })
-    .await;
+    wait_for_count(&ctx.pool, "all delivered", EVENTS, 0).await;
     relay.shutdown().await.unwrap();
     let deliveries = publisher.deliveries();
     let slow: Vec<i64> = deliveries
@@ -172,10 +166,7 @@ async fn failures_with_successors_in_the_next_batches_keep_order() {
         },
     )
     .await;
-    wait_until("all delivered", LONG, || async {
-        count(&ctx.pool, "SELECT count(*) FROM outbox_events").await == 0
-    })
-    .await;
+    wait_for_count(&ctx.pool, "all delivered", EVENTS, 0).await;
     relay.shutdown().await.unwrap();
     let deliveries = publisher.deliveries();
     common::assert_first_deliveries_in_order(&deliveries);

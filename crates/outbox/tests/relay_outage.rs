@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{count, event, fast_config, start_relay, LONG};
+use common::{count, event, fast_config, start_relay, wait_for_count, EVENTS, LONG};
 use outbox::RelayConfig;
 use outbox_testkit::{wait_until, TestPublisher};
 
@@ -41,10 +41,7 @@ async fn an_outage_burns_no_attempts_and_delivery_resumes() {
     assert_eq!(publisher.delivered_count(), 0);
 
     publisher.set_down(false);
-    wait_until("delivery to resume", LONG, || async {
-        count(&ctx.pool, "SELECT count(*) FROM outbox_events").await == 0
-    })
-    .await;
+    wait_for_count(&ctx.pool, "delivery to resume", EVENTS, 0).await;
     let stats = relay.shutdown().await.unwrap();
     assert_eq!(stats.dead_lettered, 0);
     assert_eq!(stats.retried, 0);
@@ -75,14 +72,12 @@ async fn a_transport_failure_mid_batch_keeps_deliveries_and_burns_no_attempts() 
         ..fast_config("r1")
     };
     let relay = start_relay(&ctx, &publisher, config).await;
-    wait_until("everything processed", LONG, || async {
-        count(
-            &ctx.pool,
-            "SELECT count(*) FROM outbox_events WHERE processed_at IS NULL",
-        )
-        .await
-            == 0
-    })
+    wait_for_count(
+        &ctx.pool,
+        "everything processed",
+        "SELECT count(*) FROM outbox_events WHERE processed_at IS NULL",
+        0,
+    )
     .await;
     let stats = relay.shutdown().await.unwrap();
     assert_eq!(

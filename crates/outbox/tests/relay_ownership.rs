@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{count, event, fast_config, start_relay, LONG};
+use common::{count, event, fast_config, start_relay, wait_for_count, LONG};
 use outbox::{RelayConfig, Retention};
 use outbox_testkit::{wait_until, TestPublisher};
 
@@ -118,14 +118,12 @@ async fn retention_mode_keeps_processed_rows_with_processed_at() {
     })
     .await;
     // Acknowledged while running, not only by the final flush at shutdown.
-    wait_until("processed_at set on every row", LONG, || async {
-        count(
-            &ctx.pool,
-            "SELECT count(*) FROM outbox_events WHERE processed_at IS NOT NULL",
-        )
-        .await
-            == 10
-    })
+    wait_for_count(
+        &ctx.pool,
+        "processed_at set on every row",
+        "SELECT count(*) FROM outbox_events WHERE processed_at IS NOT NULL",
+        10,
+    )
     .await;
     relay.shutdown().await.unwrap();
     assert_eq!(

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{count, event, fast_config, position, start_relay, LONG};
+use common::{count, event, fast_config, position, start_relay, wait_for_count, LONG, NOT_DEAD};
 use outbox::RelayConfig;
 use outbox_testkit::{wait_until, Fail, Match, TestPublisher};
 
@@ -100,15 +100,7 @@ async fn a_rejected_event_is_dead_lettered_at_once_and_its_aggregate_moves_on() 
         .await
         .unwrap();
     let relay = start_relay(&ctx, &publisher, fast_config("r1")).await;
-    wait_until("the rest delivered", LONG, || async {
-        count(
-            &ctx.pool,
-            "SELECT count(*) FROM outbox_events WHERE dead_lettered_at IS NULL",
-        )
-        .await
-            == 0
-    })
-    .await;
+    wait_for_count(&ctx.pool, "the rest delivered", NOT_DEAD, 0).await;
     let stats = relay.shutdown().await.unwrap();
     assert_eq!(stats.dead_lettered, 1);
     let (attempts, error): (i32, String) =

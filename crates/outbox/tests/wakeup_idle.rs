@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{count, fast_config, start_relay, LONG};
+use common::{count, fast_config, start_relay, wait_for_count, EVENTS, LONG};
 use outbox::{MigrateOptions, RelayConfig, Schema, WakeupTrigger};
 use outbox_testkit::{wait_until, TestPublisher};
 use sqlx::PgPool;
@@ -116,10 +116,7 @@ async fn bursts_and_pauses_lose_nothing_and_a_missed_signal_is_covered_by_the_po
         }
         tokio::time::sleep(Duration::from_millis(150 + 131 * burst)).await;
     }
-    wait_until("every burst to be delivered", LONG, || async {
-        count(&ctx.pool, "SELECT count(*) FROM outbox_events").await == 0
-    })
-    .await;
+    wait_for_count(&ctx.pool, "every burst to be delivered", EVENTS, 0).await;
     let delivered: std::collections::HashSet<Uuid> =
         publisher.deliveries().iter().map(|e| e.id).collect();
     assert!(ids.iter().all(|id| delivered.contains(id)), "nothing lost");
@@ -131,10 +128,7 @@ async fn bursts_and_pauses_lose_nothing_and_a_missed_signal_is_covered_by_the_po
     })
     .await;
     let mut tx = ctx.pool.begin().await.unwrap();
-    sqlx::query("SET LOCAL session_replication_role = replica")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    common::execute(&mut *tx, "SET LOCAL session_replication_role = replica").await;
     let silent: Uuid = sqlx::query_scalar(
         "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
          VALUES ('order', 'silent', 'order.created', '{}') RETURNING id",

@@ -12,6 +12,19 @@ pub fn bin() -> Command {
     cmd
 }
 
+/// Bytes a child printed, as text.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `outbox config check` with `env` and `args` (and no `OUTBOX_CONFIG`).
+pub fn config_check(env: &[(&str, &str)], args: &[&str]) -> Output {
+    let mut cmd = bin();
+    cmd.env_remove("OUTBOX_CONFIG").envs(env.iter().copied());
+    cmd.args(["config", "check"]).args(args);
+    cmd.output().unwrap()
+}
+
 pub fn run(args: &[&str], url: Option<&str>) -> Output {
     let mut cmd = bin();
     cmd.args(args);
@@ -19,6 +32,25 @@ pub fn run(args: &[&str], url: Option<&str>) -> Output {
         cmd.env("DATABASE_URL", url);
     }
     cmd.output().expect("run outbox")
+}
+
+/// `outbox bench ARGS --json` (`args` split at spaces) on the database at
+/// `url`, which must succeed: its last line of output as JSON, and the
+/// whole output.
+pub fn bench_json(url: &str, args: &str) -> (serde_json::Value, String) {
+    let mut argv: Vec<&str> = std::iter::once("bench").chain(args.split(' ')).collect();
+    argv.push("--json");
+    let out = run(&argv, Some(url));
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "bench failed: {}{}",
+        stdout,
+        text(&out.stderr)
+    );
+    let line = stdout.lines().last().expect("a JSON line");
+    let v = serde_json::from_str(line).unwrap_or_else(|e| panic!("{line:?}: {e}"));
+    (v, stdout)
 }
 
 /// The `--batch-size` of relays started by [`spawn_relay`].
@@ -194,6 +226,30 @@ pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
+/// A migrated test database holding one pending event, and the command
+/// `outbox relay --publisher spec --instance-id instance` on it, serving
+/// HTTP on the free port returned: what an outage test starts from.
+pub async fn one_event_relay(
+    spec: &str,
+    instance: &str,
+) -> (outbox_testkit::postgres::TestDb, sqlx::PgPool, Command, u16) {
+    let (db, pool) = outbox_testkit::postgres::migrated_test_db().await;
+    sqlx::query(
+        "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+         VALUES ('order', '1', 'order.created', '{\"n\": 1}')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let http_port = outbox_testkit::process::free_port();
+    let mut cmd = bin();
+    cmd.env("DATABASE_URL", &db.url)
+        .args(["relay", "--publisher", spec])
+        .args(["--http-addr", &format!("127.0.0.1:{http_port}")])
+        .args(["--instance-id", instance]);
+    (db, pool, cmd, http_port)
+}
+
 /// Runs `cmd` (an `outbox relay --publisher SPEC --http-addr
 /// 127.0.0.1:HTTP_PORT` on a database holding one pending event, `pool`)
 /// until `/readyz` answers 503 with a body `outage` accepts (the panic
@@ -258,4 +314,88 @@ pub async fn assert_outage_on_readyz(
     assert!(!stderr.contains(secret), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
     body
+}
+
+/// Runs `outbox config check` (`command` = `"config"`) or `outbox relay`
+/// (which stops at the same check) with `OUTBOX_PUBLISHER=spec`, the config
+/// file text `file` if any, and `env` (a `None` value removes the
+/// variable). The database named for `relay` refuses connections.
+pub fn run_settings(
+    command: &str,
+    spec: &str,
+    file: Option<&str>,
+    env: &[(&str, Option<&str>)],
+) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = bin();
+    cmd.env("OUTBOX_PUBLISHER", spec);
+    for (k, v) in env {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    if let Some(text) = file {
+        let path = dir.path().join("outbox.toml");
+        std::fs::write(&path, text).unwrap();
+        cmd.arg("--config").arg(&path);
+    }
+    if command == "relay" {
+        cmd.env("DATABASE_URL", "postgres://app@127.0.0.1:1/app");
+        cmd.arg("relay");
+    } else {
+        cmd.args(["config", "check"]);
+    }
+    cmd.output().expect("run outbox")
+}
+
+/// Bad publisher settings, as `(spec, extra, words)`: `extra` is what
+/// `run` takes beside the spec (a config file's text, a secret), `words`
+/// what the error must say.
+pub type BadSettings<'a> = &'a [(&'a str, Option<&'a str>, &'a [&'a str])];
+
+/// Runs each case of `cases` with `run(command, spec, extra)` for both
+/// `outbox config check` and `outbox relay`, and checks that each fails
+/// without a panic, in exactly one line on stderr that holds every one of
+/// its words and none of `secrets`. A failure names the command, the spec
+/// and the extra (as `extra_name`).
+pub fn assert_bad_settings_fail_in_one_line(
+    cases: BadSettings<'_>,
+    extra_name: &str,
+    secrets: &[&str],
+    run: impl Fn(&str, &str, Option<&str>) -> Output,
+) {
+    for command in ["config", "relay"] {
+        for (spec, extra, words) in cases {
+            let out = run(command, spec, *extra);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let what = format!("outbox {command} with {spec:?}, {extra_name} {extra:?}");
+            assert!(!out.status.success(), "{what} succeeded: {stderr}");
+            assert!(!stderr.contains("panicked"), "{what} panicked: {stderr}");
+            assert_eq!(
+                stderr.trim().lines().count(),
+                1,
+                "{what}: one line: {stderr}"
+            );
+            for w in *words {
+                assert!(stderr.contains(w), "{what}: {w:?} missing in {stderr}");
+            }
+            for secret in secrets {
+                assert!(
+                    !stderr.contains(secret),
+                    "{what} printed a secret: {stderr}"
+                );
+            }
+        }
+    }
+}
+
+/// Checks that a `config check` run of `spec` passed; returns its stdout.
+pub fn assert_config_passes(spec: &str, out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "{spec}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }

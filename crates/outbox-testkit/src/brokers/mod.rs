@@ -31,7 +31,7 @@ pub mod redis;
 pub mod server;
 mod shared;
 
-pub use shared::{Broker, SharedCell};
+pub use shared::{Address, Broker, SharedCell};
 
 use std::io;
 use std::path::Path;
@@ -140,4 +140,19 @@ pub(crate) fn start_or_skip<T>(
         Ok(b) => Some(b),
         Err(e) => panic!("{e}"),
     }
+}
+
+/// Runs `start` on a blocking thread unless [`SKIP_ENV`] names `broker`:
+/// for a test that starts a broker with options of its own (a password).
+///
+/// # Panics
+///
+/// If the broker cannot be started (the message says what is missing).
+pub async fn start_blocking_or_skip<T: Send + 'static>(
+    broker: &'static str,
+    start: impl FnOnce() -> Result<T, BrokerError> + Send + 'static,
+) -> Option<T> {
+    tokio::task::spawn_blocking(move || start_or_skip(broker, start))
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
 }

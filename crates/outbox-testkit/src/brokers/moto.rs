@@ -107,6 +107,15 @@ impl Moto {
         super::start_or_skip(NAME, Moto::start)
     }
 
+    /// [`Moto::start_or_skip`] on a blocking thread, for async tests.
+    ///
+    /// # Panics
+    ///
+    /// As [`Moto::start_or_skip`].
+    pub async fn start_or_skip_blocking() -> Option<Moto> {
+        super::start_blocking_or_skip(NAME, Moto::start).await
+    }
+
     /// `http://127.0.0.1:PORT`: the endpoint of every service.
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::process::Command;
 
 use super::server::{Launch, Program, Server};
-use super::BrokerError;
+use super::{Address, BrokerError};
 use crate::process::connect_local;
 
 /// The name [`super::skipped`] knows this broker by.
@@ -79,11 +79,13 @@ impl Nats {
             auth: Some((user.to_owned(), password.to_owned())),
         })
     }
+}
 
+impl Address for NatsServer {
     /// `nats://127.0.0.1:PORT` (no credentials, even if the server wants
     /// some).
-    pub fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port())
+    fn url(server: &Nats) -> String {
+        format!("nats://127.0.0.1:{}", server.port())
     }
 }
 

@@ -17,7 +17,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::server::{ask, Launch, Program, Server};
-use super::BrokerError;
+use super::{Address, BrokerError};
 use crate::process::{connect_local, find_program, free_port, Group, Watchdog};
 
 /// The name [`super::skipped`] knows this broker by.
@@ -167,10 +167,10 @@ impl RabbitMqServer {
     }
 }
 
-impl RabbitMq {
+impl Address for RabbitMqServer {
     /// `amqp://guest:guest@127.0.0.1:PORT/%2f`.
-    pub fn url(&self) -> String {
-        format!("amqp://guest:guest@127.0.0.1:{}/%2f", self.port())
+    fn url(server: &RabbitMq) -> String {
+        format!("amqp://guest:guest@127.0.0.1:{}/%2f", server.port())
     }
 }
 

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::process::Command;
 
 use super::server::{ask, Launch, Program, Server};
-use super::BrokerError;
+use super::{Address, BrokerError};
 
 /// The name [`super::skipped`] knows this broker by.
 pub const NAME: &str = "redis";
@@ -73,12 +73,14 @@ impl Redis {
             password: Some(password.to_owned()),
         })
     }
+}
 
+impl Address for RedisServer {
     /// `redis://127.0.0.1:PORT` (with `:PASSWORD@` if the server wants one).
-    pub fn url(&self) -> String {
-        match &self.launcher().password {
-            Some(p) => format!("redis://:{p}@127.0.0.1:{}", self.port()),
-            None => format!("redis://127.0.0.1:{}", self.port()),
+    fn url(server: &Redis) -> String {
+        match &server.launcher().password {
+            Some(p) => format!("redis://:{p}@127.0.0.1:{}", server.port()),
+            None => format!("redis://127.0.0.1:{}", server.port()),
         }
     }
 }

@@ -168,6 +168,17 @@ impl<L: Launch + Default> Server<L> {
     }
 }
 
+impl<L: Launch + Default + Send + 'static> Server<L> {
+    /// [`Server::start_or_skip`] on a blocking thread, for async tests.
+    ///
+    /// # Panics
+    ///
+    /// As [`Server::start_or_skip`].
+    pub async fn start_or_skip_blocking() -> Option<Self> {
+        super::start_blocking_or_skip(L::NAME, Self::start).await
+    }
+}
+
 impl<L: Launch> Server<L> {
     /// Finds the program, starts the broker as `launch` says on a free port
     /// and waits until it is ready. A port found free can be taken by

@@ -19,6 +19,12 @@ impl<L: Launch> Clone for Broker<L> {
     }
 }
 
+/// How clients reach a broker: the URL its tests connect with.
+pub trait Address: Launch + Sized {
+    /// The URL of `server`, as its clients take it.
+    fn url(server: &Server<Self>) -> String;
+}
+
 /// Where a test binary keeps its shared broker: `None` once the broker was
 /// skipped ([`super::SKIP_ENV`]).
 pub type SharedCell<L> = OnceLock<Option<Broker<L>>>;
@@ -85,6 +91,28 @@ impl<L: Launch + Send + 'static> Broker<L> {
         })
         .await
         .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+    }
+
+    /// [`Broker::start_again`], saying on stderr how long it took: what a
+    /// harness's `start_broker` does.
+    pub async fn restart(&self) {
+        let took = self.start_again().await;
+        eprintln!("{} restarted in {took:.2?}", L::NAME);
+    }
+}
+
+impl<L: Address + Send + 'static> Broker<L> {
+    /// The URL clients connect with ([`Address::url`]); it stays the same
+    /// across [`Broker::restart`].
+    pub fn url(&self) -> String {
+        L::url(&self.lock())
+    }
+}
+
+impl<L: Address> Server<L> {
+    /// The URL clients connect with ([`Address::url`]).
+    pub fn url(&self) -> String {
+        L::url(self)
     }
 }
 

@@ -1,7 +1,7 @@
 //! The cases that need only the publisher and its broker: a batch
 //! published directly, read back from the broker.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use outbox::{Event, Outcome, Publisher};
 use uuid::Uuid;
@@ -9,20 +9,21 @@ use uuid::Uuid;
 use super::events::event;
 use super::received::Received;
 use super::scope::Scope;
-use super::verify::done;
+use super::verify::Run;
 use super::Harness;
 
 /// Publishes 20 events of 20 aggregates in one call: every outcome must be
 /// [`Outcome::Delivered`], and exactly those 20 messages, byte for byte,
 /// must be on the broker.
 pub async fn delivers_a_batch<H: Harness>(h: &H) {
-    let (name, case, started) = (h.name(), "delivers_a_batch", Instant::now());
+    let run = Run::start(h, "delivers_a_batch");
+    let (name, case) = (&run.name, run.case);
     let scope = Scope::new("batch");
     h.prepare(&scope).await;
     let batch: Vec<Event> = (0..20)
         .map(|a| event(&scope, &format!("agg{a}"), 0))
         .collect();
-    let (publisher, outcomes) = publish_directly(h, &name, case, &batch).await;
+    let (publisher, outcomes) = publish_directly(h, name, case, &batch).await;
     assert_eq!(
         outcomes,
         vec![Outcome::Delivered; batch.len()],
@@ -38,21 +39,22 @@ pub async fn delivers_a_batch<H: Harness>(h: &H) {
         "{name} / {case}: one message per event on the broker, no more, no less"
     );
     for e in &batch {
-        let r = message_of(&received, e.id, &name, case);
+        let r = message_of(&received, e.id, name, case);
         assert_eq!(
             r.payload,
             e.payload.as_bytes(),
             "{name} / {case}: the message body must be the payload's JSON bytes"
         );
     }
-    done(&name, case, started, "");
+    run.done("");
 }
 
 /// Checks the message mapping: the four `outbox-*` headers, the producer's
 /// headers (`traceparent`, a custom one), the key (= aggregate id) where
 /// the broker has keys, the default destination and the topic override.
 pub async fn maps_headers_key_and_destination<H: Harness>(h: &H) {
-    let (name, case, started) = (h.name(), "maps_headers_key_and_destination", Instant::now());
+    let run = Run::start(h, "maps_headers_key_and_destination");
+    let (name, case) = (&run.name, run.case);
     let scope = Scope::new("headers");
     h.prepare(&scope).await;
     let mut plain = event(&scope, "order-42", 0);
@@ -65,7 +67,7 @@ pub async fn maps_headers_key_and_destination<H: Harness>(h: &H) {
     routed.topic = Some(scope.override_destination());
     routed.headers.insert("x-tenant".into(), "globex".into());
     let batch = vec![plain, routed];
-    let (publisher, outcomes) = publish_directly(h, &name, case, &batch).await;
+    let (publisher, outcomes) = publish_directly(h, name, case, &batch).await;
     assert_eq!(outcomes, vec![Outcome::Delivered; 2], "{name} / {case}");
     publisher.close().await;
     let received = h.consume(&scope, 2, Duration::from_secs(30)).await;
@@ -75,7 +77,7 @@ pub async fn maps_headers_key_and_destination<H: Harness>(h: &H) {
         "{name} / {case}: both messages on the broker"
     );
     for e in &batch {
-        let r = message_of(&received, e.id, &name, case);
+        let r = message_of(&received, e.id, name, case);
         for (k, v) in e.message_headers() {
             assert_eq!(
                 r.headers.get(&k),
@@ -102,7 +104,7 @@ pub async fn maps_headers_key_and_destination<H: Harness>(h: &H) {
             e.id
         );
     }
-    done(&name, case, started, "");
+    run.done("");
 }
 
 /// Publishes `batch` with a new publisher of the harness (a publish error

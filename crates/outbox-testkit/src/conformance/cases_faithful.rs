@@ -2,13 +2,13 @@
 //! write, and checks that what reaches the broker is the event as stored.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sqlx::{PgPool, Row};
 use uuid::Uuid;
 
 use super::relay::{dead_letters, drain_and_stop, migrated_scope, spawn_relay};
-use super::verify::done;
+use super::verify::Run;
 use super::Harness;
 
 /// Payload classes that a JSON library built on `f64`, a recursion limit or
@@ -88,7 +88,8 @@ pub async fn delivers_every_event_as_stored<H: Harness>(
     pool: &PgPool,
     big_bytes: Option<usize>,
 ) {
-    let (name, case, started) = (h.name(), "delivers_every_event_as_stored", Instant::now());
+    let run = Run::start(h, "delivers_every_event_as_stored");
+    let (name, case) = (&run.name, run.case);
     let scope = migrated_scope(h, pool, "faithful").await;
     let insert = |aggregate: String, payload: &str, headers: &str| {
         format!(
@@ -176,10 +177,8 @@ pub async fn delivers_every_event_as_stored<H: Harness>(
             );
         }
     }
-    done(
-        &name,
-        case,
-        started,
-        &format!("{} events, every body and header as stored", expected.len()),
-    );
+    run.done(&format!(
+        "{} events, every body and header as stored",
+        expected.len()
+    ));
 }

@@ -12,7 +12,7 @@ use sqlx::PgPool;
 use super::events::{enqueue, enqueue_interleaved, event, new_event};
 use super::relay::{dead_letters, drain_and_stop, migrated_scope, spawn_relay};
 use super::scope::Scope;
-use super::verify::{check_delivered, done, read_back};
+use super::verify::{check_delivered, read_back, Run};
 use super::Harness;
 use crate::wait::wait_until;
 
@@ -21,7 +21,8 @@ use crate::wait::wait_until;
 /// attempts or dead-lettering anything, and delivers everything once the
 /// broker is back.
 pub async fn outage_burns_no_attempts<H: Harness>(h: &H, pool: &PgPool) {
-    let (name, case, started) = (h.name(), "outage_burns_no_attempts", Instant::now());
+    let run = Run::start(h, "outage_burns_no_attempts");
+    let (name, case) = (&run.name, run.case);
     if !h.capabilities().stop_start {
         eprintln!("conformance {name}: {case} not applicable (cannot stop the broker)");
         return;
@@ -99,32 +100,19 @@ pub async fn outage_burns_no_attempts<H: Harness>(h: &H, pool: &PgPool) {
         Duration::from_secs(180),
     )
     .await;
-    check_delivered(
-        h,
-        pool,
-        &name,
-        case,
-        &scope,
-        &expected,
-        Duration::from_secs(60),
-    )
-    .await;
-    done(
-        &name,
-        case,
-        started,
-        &format!(
-            "{} outages while down for {down_for:.2?}, {} retried",
-            stats.outages, stats.retried
-        ),
-    );
+    check_delivered(h, pool, &run, &scope, &expected, Duration::from_secs(60)).await;
+    run.done(&format!(
+        "{} outages while down for {down_for:.2?}, {} retried",
+        stats.outages, stats.retried
+    ));
 }
 
 /// A producer keeps writing while the relay publishes; the broker is killed
 /// in the middle and started again. Nothing is lost, nothing is
 /// dead-lettered, and first deliveries stay in order per aggregate.
 pub async fn survives_a_broker_restart<H: Harness>(h: &H, pool: &PgPool) {
-    let (name, case, started) = (h.name(), "survives_a_broker_restart", Instant::now());
+    let run = Run::start(h, "survives_a_broker_restart");
+    let (name, case) = (&run.name, run.case);
     if !h.capabilities().keeps_data_across_restart {
         eprintln!(
             "conformance {name}: {case} not applicable (the broker loses its data on restart)"
@@ -198,18 +186,13 @@ pub async fn survives_a_broker_restart<H: Harness>(h: &H, pool: &PgPool) {
         dead.is_empty(),
         "{name} / {case}: a broker restart dead-lettered events: {dead:?}"
     );
-    let received = read_back(h, &name, case, &scope, &expected, Duration::from_secs(120)).await;
-    done(
-        &name,
-        case,
-        started,
-        &format!(
-            "{} events, {} messages read back ({} duplicates), {} outages, {} retried",
-            expected.len(),
-            received.len(),
-            received.len() - expected.len(),
-            stats.outages,
-            stats.retried
-        ),
-    );
+    let received = read_back(h, &run, &scope, &expected, Duration::from_secs(120)).await;
+    run.done(&format!(
+        "{} events, {} messages read back ({} duplicates), {} outages, {} retried",
+        expected.len(),
+        received.len(),
+        received.len() - expected.len(),
+        stats.outages,
+        stats.retried
+    ));
 }

@@ -8,14 +8,15 @@ use sqlx::PgPool;
 
 use super::events::{enqueue, enqueue_interleaved, interleaved, new_event};
 use super::relay::{dead_letters, drain_and_stop, migrated_scope, spawn_relay, wait_drained};
-use super::verify::{check_delivered, done, read_back};
+use super::verify::{check_delivered, read_back, Run};
 use super::Harness;
 
 /// 40 aggregates × 25 events, interleaved, through a relay with batches of
 /// 100: every event on the broker, and for each aggregate the first
 /// deliveries in enqueue order.
 pub async fn keeps_aggregate_order<H: Harness>(h: &H, pool: &PgPool) {
-    let (name, case, started) = (h.name(), "keeps_aggregate_order", Instant::now());
+    let run = Run::start(h, "keeps_aggregate_order");
+    let name = &run.name;
     let scope = migrated_scope(h, pool, "order").await;
     let expected = enqueue_interleaved(pool, &scope, "agg", 40, 25).await;
     let relay = spawn_relay(h, pool, 100).await;
@@ -26,23 +27,15 @@ pub async fn keeps_aggregate_order<H: Harness>(h: &H, pool: &PgPool) {
         Duration::from_secs(120),
     )
     .await;
-    check_delivered(
-        h,
-        pool,
-        &name,
-        case,
-        &scope,
-        &expected,
-        Duration::from_secs(60),
-    )
-    .await;
-    done(&name, case, started, &format!("{} batches", stats.batches));
+    check_delivered(h, pool, &run, &scope, &expected, Duration::from_secs(60)).await;
+    run.done(&format!("{} batches", stats.batches));
 }
 
 /// `n` events (250 aggregates) through a relay with batches of 500: all on
 /// the broker, in order per aggregate. Reports the throughput.
 pub async fn drains_a_large_batch<H: Harness>(h: &H, pool: &PgPool, n: usize) {
-    let (name, case, started) = (h.name(), "drains_a_large_batch", Instant::now());
+    let run = Run::start(h, "drains_a_large_batch");
+    let name = &run.name;
     let scope = migrated_scope(h, pool, "large").await;
     let aggregates = 250.min(n.max(1));
     let expected =
@@ -57,26 +50,12 @@ pub async fn drains_a_large_batch<H: Harness>(h: &H, pool: &PgPool, n: usize) {
     .await;
     let drained = relay_started.elapsed();
     relay.shutdown().await.expect("relay shutdown");
-    check_delivered(
-        h,
-        pool,
-        &name,
-        case,
-        &scope,
-        &expected,
-        Duration::from_secs(120),
-    )
-    .await;
-    done(
-        &name,
-        case,
-        started,
-        &format!(
-            "{} events drained in {drained:.2?} ({:.0} events/s)",
-            expected.len(),
-            expected.len() as f64 / drained.as_secs_f64()
-        ),
-    );
+    check_delivered(h, pool, &run, &scope, &expected, Duration::from_secs(120)).await;
+    run.done(&format!(
+        "{} events drained in {drained:.2?} ({:.0} events/s)",
+        expected.len(),
+        expected.len() as f64 / drained.as_secs_f64()
+    ));
 }
 
 /// An event above the broker's size limit is rejected at once: it is
@@ -84,7 +63,8 @@ pub async fn drains_a_large_batch<H: Harness>(h: &H, pool: &PgPool, n: usize) {
 /// broker, and every other event (its own aggregate's next one included)
 /// is delivered.
 pub async fn rejects_an_oversized_message<H: Harness>(h: &H, pool: &PgPool) {
-    let (name, case, started) = (h.name(), "rejects_an_oversized_message", Instant::now());
+    let run = Run::start(h, "rejects_an_oversized_message");
+    let (name, case) = (&run.name, run.case);
     let Some(bytes) = h.capabilities().oversized_payload_bytes else {
         eprintln!("conformance {name}: {case} not applicable (no size limit)");
         return;
@@ -135,11 +115,6 @@ pub async fn rejects_an_oversized_message<H: Harness>(h: &H, pool: &PgPool) {
         stats.retried, 0,
         "{name} / {case}: a rejection is not a retry ({stats:?})"
     );
-    read_back(h, &name, case, &scope, &expected, Duration::from_secs(60)).await;
-    done(
-        &name,
-        case,
-        started,
-        &format!("error: {}", error.as_deref().unwrap_or("")),
-    );
+    read_back(h, &run, &scope, &expected, Duration::from_secs(60)).await;
+    run.done(&format!("error: {}", error.as_deref().unwrap_or("")));
 }

@@ -64,14 +64,13 @@ pub(super) fn verify(
 /// expected event) and [`verify`]s them.
 pub(super) async fn read_back<H: Harness>(
     h: &H,
-    harness: &str,
-    case: &str,
+    run: &Run,
     scope: &Scope,
     expected: &HashMap<Uuid, Expected>,
     deadline: Duration,
 ) -> Vec<Received> {
     let received = h.consume(scope, expected.len(), deadline).await;
-    verify(harness, case, expected, &received);
+    verify(&run.name, run.case, expected, &received);
     received
 }
 
@@ -80,17 +79,42 @@ pub(super) async fn read_back<H: Harness>(
 pub(super) async fn check_delivered<H: Harness>(
     h: &H,
     pool: &PgPool,
-    harness: &str,
-    case: &str,
+    run: &Run,
     scope: &Scope,
     expected: &HashMap<Uuid, Expected>,
     deadline: Duration,
 ) {
     assert!(
         dead_letters(pool).await.is_empty(),
-        "{harness} / {case}: nothing dead-lettered"
+        "{} / {}: nothing dead-lettered",
+        run.name,
+        run.case
     );
-    read_back(h, harness, case, scope, expected, deadline).await;
+    read_back(h, run, scope, expected, deadline).await;
+}
+
+/// A case being run: the harness's name and the case's (for messages),
+/// and when it started (for the report).
+pub(super) struct Run {
+    pub(super) name: String,
+    pub(super) case: &'static str,
+    started: Instant,
+}
+
+impl Run {
+    /// Starts the clock of `case` on `h`.
+    pub(super) fn start<H: Harness>(h: &H, case: &'static str) -> Run {
+        Run {
+            name: h.name(),
+            case,
+            started: Instant::now(),
+        }
+    }
+
+    /// Reports the case passed, with how long it took and `detail`.
+    pub(super) fn done(&self, detail: &str) {
+        done(&self.name, self.case, self.started, detail);
+    }
 }
 
 /// Reports a passed case, with how long it took and `detail`.

@@ -69,8 +69,29 @@ pub fn assert_first_deliveries_in_order(deliveries: &[outbox::Event]) {
     }
 }
 
+/// Runs `sql` (no parameters) on `conn`, which must succeed.
+pub async fn execute<'e>(conn: impl sqlx::PgExecutor<'e>, sql: &str) {
+    sqlx::query(sql)
+        .execute(conn)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
 pub async fn count(pool: &PgPool, sql: &str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
 }
 
 pub const LONG: Duration = Duration::from_secs(60);
+
+/// Every row of the outbox: with the default retention (rows deleted on
+/// acknowledgement), the pending events and the dead letters.
+pub const EVENTS: &str = "SELECT count(*) FROM outbox_events";
+
+/// The rows not dead-lettered: with the default retention, the events not
+/// yet delivered.
+pub const NOT_DEAD: &str = "SELECT count(*) FROM outbox_events WHERE dead_lettered_at IS NULL";
+
+/// Waits up to [`LONG`] for `what`: the count `sql` selects to be `n`.
+pub async fn wait_for_count(pool: &PgPool, what: &str, sql: &str, n: i64) {
+    outbox_testkit::wait_until(what, LONG, || async { count(pool, sql).await == n }).await;
+}
