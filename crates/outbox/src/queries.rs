@@ -37,8 +37,14 @@
 /// entries instead (migration 5), and `seq + 0` keeps it from sorting by
 /// walking that index either. The last
 /// columns, computed once per statement, tell the cursor how far it may
-/// move: the snapshot's xmin and xmax, the last seq drawn, and the lowest
-/// fresh pending seq of the partitions from the cursor on.
+/// move: the snapshot's xmin in this database ([`SNAPSHOT_XMIN_HERE`]),
+/// the claim's own transaction id, the last seq
+/// drawn, and the lowest fresh pending seq of the partitions from the
+/// cursor on. The own id, not the snapshot's `xmax`: `xmax` is one past the
+/// last id that *ended*, so a writer that took its id earlier and is still
+/// running can be at or above it; an id assigned now is above every id
+/// assigned before. It is assigned only when rows come back (the column is
+/// evaluated with the first row), and its commit is not flushed.
 pub const EVENT_ACK_AND_CLAIM: &str = "
 WITH acked AS ({ack}),
 blocked AS (
@@ -50,8 +56,9 @@ SELECT id, seq, aggregate_type, aggregate_id, event_type, payload::text, headers
        partition, row_ctid::text,
        CASE WHEN isfinite(created_at) AND created_at < '100000-01-01' THEN NULL
             ELSE created_at::text END,
-       (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint),
-       (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint),
+       {xmin},
+       (SELECT pg_current_xact_id()::text::bigint
+        FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed),
        (SELECT pg_sequence_last_value(pg_get_serial_sequence('{schema}.outbox_events', 'seq'))),
        (SELECT min(seq) FROM {schema}.outbox_events
         WHERE processed_at IS NULL AND dead_lettered_at IS NULL AND next_attempt_at IS NULL
@@ -156,19 +163,45 @@ ORDER BY instance_id";
 ///
 /// Not flushed to disk (`synchronous_commit` off for this statement): a
 /// lost announcement only leaves pick-ups to the poll, and producers'
-/// commits do not wait behind the relay's. Returns the snapshot's `xmax`:
-/// once every transaction below it has ended, every insert that could not
-/// see the announcement has committed, and one more look finds it.
+/// commits do not wait behind the relay's. Returns the announcement's own
+/// transaction id: once every transaction below it has ended, every insert
+/// that could not see the announcement has committed, and one more look
+/// finds it. (Not the snapshot's `xmax`: a writer that took its id before
+/// the announcement and is still running can be at or above `xmax`.)
 pub const INSTANCE_IDLE_ANNOUNCE: &str = "
 INSERT INTO {schema}.outbox_relay_idle (instance_id, idle_until)
 SELECT $1, now() + $2 * interval '1 millisecond'
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed
 ON CONFLICT (instance_id) DO UPDATE SET idle_until = EXCLUDED.idle_until
-RETURNING (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint)";
+RETURNING pg_current_xact_id()::text::bigint";
 
-/// Whether every transaction below `$1` has ended.
-pub const TRANSACTIONS_ENDED_BELOW: &str =
-    "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint >= $1";
+/// Whether every transaction of this database below `$1` has ended
+/// (see [`SNAPSHOT_XMIN_HERE`]).
+pub const TRANSACTIONS_ENDED_BELOW: &str = "SELECT {xmin} >= $1";
+
+/// The `{xmin}` of [`EVENT_ACK_AND_CLAIM`] and [`TRANSACTIONS_ENDED_BELOW`]:
+/// the oldest transaction id of *this database* that was running when the
+/// statement's snapshot was taken, or the snapshot's `xmax` if none was.
+/// Every transaction of this database with a lower id had ended before the
+/// snapshot, so its rows are visible to the statement (or gone).
+///
+/// It is the snapshot's `xmin` without the transactions that are known to
+/// run in another database: they cannot write to this outbox, and a long
+/// one there (a report, a migration, another service's batch on the same
+/// cluster) must not hold this relay's claim cursor back. The snapshot's
+/// running ids are matched (by their low 32 bits) with `pg_stat_activity`
+/// and `pg_prepared_xacts`, read after the snapshot; an id found in neither
+/// (it ended meanwhile) still counts, which can only hold the cursor back a
+/// claim longer, never let it pass a row.
+pub const SNAPSHOT_XMIN_HERE: &str = "(SELECT coalesce(
+    (SELECT min(x::text::bigint) FROM pg_snapshot_xip(pg_current_snapshot()) AS x
+     WHERE x::text::bigint % 4294967296 NOT IN (
+         SELECT backend_xid::text::bigint FROM pg_stat_activity
+         WHERE backend_xid IS NOT NULL AND datname IS DISTINCT FROM current_database()
+         UNION ALL
+         SELECT transaction::text::bigint FROM pg_prepared_xacts
+         WHERE database <> current_database())),
+    pg_snapshot_xmax(pg_current_snapshot())::text::bigint))";
 
 /// Whether the schema's idle wake-up trigger is installed (a relay announces
 /// itself idle only then).

@@ -60,8 +60,15 @@ async fn drained(pool: &PgPool) {
 /// (or 40 per event).
 /// With `analyze`, statistics are gathered after the 20,000 (as autovacuum
 /// does while the snapshot is held), so the relay's statements are planned
-/// again from statistics in which almost no row is pending.
-async fn dead_rows_are_not_walked_again(instance: &str, retention: Retention, analyze: bool) {
+/// again from statistics in which almost no row is pending. With
+/// `writer_elsewhere`, a transaction that took an id stays open for the
+/// whole test in another database of the same server.
+async fn dead_rows_are_not_walked_again(
+    instance: &str,
+    retention: Retention,
+    analyze: bool,
+    writer_elsewhere: bool,
+) {
     let ctx = common::setup().await;
     let publisher = TestPublisher::new();
     let config = RelayConfig {
@@ -69,6 +76,19 @@ async fn dead_rows_are_not_walked_again(instance: &str, retention: Retention, an
         ..fast_config(instance)
     };
     let relay = start_relay(&ctx, &publisher, config).await;
+
+    let elsewhere = match writer_elsewhere {
+        true => {
+            let other = outbox_testkit::postgres::test_db().await.pool().await;
+            let mut writer = other.acquire().await.unwrap();
+            sqlx::raw_sql("BEGIN; SELECT pg_current_xact_id();")
+                .execute(&mut *writer)
+                .await
+                .unwrap();
+            Some((other, writer))
+        }
+        false => None,
+    };
 
     // An old snapshot, held for the whole test: nothing deleted from now on
     // can be vacuumed.
@@ -111,22 +131,34 @@ async fn dead_rows_are_not_walked_again(instance: &str, retention: Retention, an
         "claims must not walk the held dead rows again: {first} entries read for the first 2,000 events, {last} for the last 2,000"
     );
     sqlx::raw_sql("COMMIT").execute(&mut *holder).await.unwrap();
+    if let Some((_, mut writer)) = elsewhere {
+        sqlx::raw_sql("COMMIT").execute(&mut *writer).await.unwrap();
+    }
     relay.shutdown().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_do_not_walk_the_dead_rows_of_a_held_snapshot_again() {
-    dead_rows_are_not_walked_again("held", Retention::Delete, false).await;
+    dead_rows_are_not_walked_again("held", Retention::Delete, false, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_do_not_walk_held_dead_rows_after_statistics_say_nothing_is_pending() {
-    dead_rows_are_not_walked_again("held-analyzed", Retention::Delete, true).await;
+    dead_rows_are_not_walked_again("held-analyzed", Retention::Delete, true, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_claims_do_not_walk_processed_rows_after_statistics_say_nothing_is_pending() {
-    dead_rows_are_not_walked_again("held-kept", Retention::Keep, true).await;
+    dead_rows_are_not_walked_again("held-kept", Retention::Keep, true, false).await;
+}
+
+/// A transaction open in another database cannot write to this outbox, so
+/// it must not hold the claim cursor back (it did: the late-commit test's
+/// writers, in their own database, made this test's claims walk the dead
+/// rows again when the two ran side by side).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_open_in_another_database_does_not_hold_the_claims_back() {
+    dead_rows_are_not_walked_again("held-elsewhere", Retention::Delete, false, true).await;
 }
 
 /// Rows read by sequential scans of the outbox table so far.

@@ -10,10 +10,11 @@
 //!
 //! * **Late commits.** A row's transaction takes its transaction id before
 //!   the row draws its `seq` (migration 4's statement trigger). Claim *k*
-//!   reads the sequence's last value *H*; the next claim's snapshot has
-//!   `xmax` *X*, taken after claim *k* finished, so every transaction that
-//!   drew a `seq ≤ H` has an id below *X*. Once a later claim sees
-//!   `xmin ≥ X`, all of them have ended: every row with `seq ≤ H` is
+//!   reads the sequence's last value *H*; the next claim takes its own
+//!   transaction id *X* after claim *k* finished, so every transaction that
+//!   drew a `seq ≤ H` has an id below *X* (ids are handed out in
+//!   increasing order). Once a later claim sees `xmin ≥ X`, all of them
+//!   have ended: every row with `seq ≤ H` is
 //!   committed (and visible) or gone. Only then may the cursor pass them,
 //!   and only up to the lowest fresh pending row that claim saw.
 //! * **Rows pending below the cursor that are not due retries**: partitions
@@ -44,8 +45,11 @@ const MAX_CHECKPOINTS: usize = 1_024;
 pub(crate) struct ClaimMeta {
     /// `xmin` of the claim's snapshot: every transaction id below it ended.
     pub xmin: i64,
-    /// `xmax` of the claim's snapshot: every id assigned so far is below.
-    pub xmax: i64,
+    /// The claim's own transaction id, assigned while it ran: every id
+    /// assigned before the claim is below. (Not the snapshot's `xmax`,
+    /// which only bounds the ids that have *ended*: a writer still running
+    /// can hold an id at or above it.)
+    pub xid: i64,
     /// The last `seq` drawn so far (`None` before the first).
     pub seq_high: Option<i64>,
     /// The lowest fresh pending `seq >= cursor` in the claimed partitions.
@@ -57,7 +61,7 @@ pub(crate) struct ClaimMeta {
 pub(crate) struct Cursor {
     at: i64,
     partitions: Vec<i32>,
-    /// `(seq_high of claim k, xmax of claim k + 1)`, oldest first.
+    /// `(seq_high of claim k, own id of claim k + 1)`, oldest first.
     checkpoints: VecDeque<(i64, Option<i64>)>,
     last_rescan: Option<Instant>,
 }
@@ -89,11 +93,11 @@ impl Cursor {
     /// Learns from a claim of `partitions` that started at `from`.
     pub fn observe(&mut self, partitions: &[i32], from: i64, meta: ClaimMeta) {
         if let Some(last) = self.checkpoints.back_mut() {
-            last.1.get_or_insert(meta.xmax);
+            last.1.get_or_insert(meta.xid);
         }
         let mut stable = None;
-        while let Some(&(high, Some(xmax))) = self.checkpoints.front() {
-            if xmax > meta.xmin {
+        while let Some(&(high, Some(xid))) = self.checkpoints.front() {
+            if xid > meta.xmin {
                 break;
             }
             stable = Some(high);
@@ -126,10 +130,10 @@ mod tests {
 
     const P: &[i32] = &[0, 1];
 
-    fn meta(xmin: i64, xmax: i64, seq_high: i64, lowest_fresh: Option<i64>) -> ClaimMeta {
+    fn meta(xmin: i64, xid: i64, seq_high: i64, lowest_fresh: Option<i64>) -> ClaimMeta {
         ClaimMeta {
             xmin,
-            xmax,
+            xid,
             seq_high: Some(seq_high),
             lowest_fresh,
         }
@@ -144,7 +148,7 @@ mod tests {
         // claim 1: seqs up to 100 drawn; nothing stable yet
         c.observe(P, from, meta(500, 510, 100, Some(90)));
         assert_eq!(c.at(), 0);
-        // claim 2: xmax 520 pairs with seq_high 100, but a writer below 520
+        // claim 2: its id 520 pairs with seq_high 100, but a writer below 520
         // is still running (xmin 515): not stable
         let from = c.start(P, now);
         c.observe(P, from, meta(515, 520, 150, Some(95)));
@@ -175,7 +179,7 @@ mod tests {
         c.observe(P, 0, meta(10, 11, 100, None));
         c.observe(P, 0, meta(12, 13, 200, None));
         c.observe(P, 0, meta(14, 15, 300, None));
-        // only seq_high 100 is stable (its pairing xmax 13 <= xmin 14)
+        // only seq_high 100 is stable (its pairing id 13 <= xmin 14)
         assert_eq!(c.at(), 101);
         // 200 becomes stable; the lowest fresh row 150 is below 201
         c.observe(P, 101, meta(16, 17, 300, Some(150)));

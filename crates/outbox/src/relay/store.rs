@@ -68,6 +68,7 @@ pub struct Store {
     idle_announce: String,
     idle_retract: String,
     idle_trigger: String,
+    ended_below: String,
     live: String,
     remove: String,
     renew: String,
@@ -83,7 +84,9 @@ impl Store {
         let ack = if keep { q::ACK_KEEP } else { q::ACK_DELETE };
         Store {
             pool,
-            ack_and_claim: Replanned::new(r(&q::EVENT_ACK_AND_CLAIM.replace("{ack}", ack))),
+            ack_and_claim: Replanned::new(r(&q::EVENT_ACK_AND_CLAIM
+                .replace("{ack}", ack)
+                .replace("{xmin}", q::SNAPSHOT_XMIN_HERE))),
             next_retry: Replanned::new(r(q::EVENT_NEXT_RETRY_MS)),
             delete_delivered: r(q::EVENT_DELETE_DELIVERED),
             mark_processed: r(q::EVENT_MARK_PROCESSED),
@@ -92,6 +95,7 @@ impl Store {
             idle_announce: r(q::INSTANCE_IDLE_ANNOUNCE),
             idle_retract: r(q::INSTANCE_IDLE_RETRACT),
             idle_trigger: r(q::IDLE_TRIGGER_INSTALLED),
+            ended_below: q::TRANSACTIONS_ENDED_BELOW.replace("{xmin}", q::SNAPSHOT_XMIN_HERE),
             live: r(q::INSTANCE_LIVE),
             remove: r(q::INSTANCE_REMOVE),
             renew: r(q::PARTITION_LEASE_RENEW),
@@ -214,7 +218,8 @@ impl Store {
     }
 
     /// Announces that this instance sleeps, for `ttl`; returns the
-    /// announcement's snapshot `xmax` (see [`Store::transactions_ended_below`]).
+    /// announcement's own transaction id (see
+    /// [`Store::transactions_ended_below`]).
     pub async fn instance_idle_announce(&self, me: &str, ttl: Duration) -> Result<i64> {
         sqlx::query_scalar(&self.idle_announce)
             .bind(me)
@@ -224,9 +229,10 @@ impl Store {
             .map_err(Error::db("announcing that the relay is idle"))
     }
 
-    /// Whether every transaction with an id below `xid` has ended.
+    /// Whether every transaction of this database with an id below `xid`
+    /// has ended.
     pub async fn transactions_ended_below(&self, xid: i64) -> Result<bool> {
-        sqlx::query_scalar(q::TRANSACTIONS_ENDED_BELOW)
+        sqlx::query_scalar(&self.ended_below)
             .bind(xid)
             .fetch_one(&self.pool)
             .await
@@ -351,7 +357,7 @@ fn claim_meta(row: &sqlx::postgres::PgRow) -> std::result::Result<ClaimMeta, sql
     use sqlx::Row;
     Ok(ClaimMeta {
         xmin: row.try_get(13)?,
-        xmax: row.try_get(14)?,
+        xid: row.try_get(14)?,
         seq_high: row.try_get(15)?,
         lowest_fresh: row.try_get(16)?,
     })

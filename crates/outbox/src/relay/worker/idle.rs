@@ -47,7 +47,7 @@ impl Worker {
     }
 
     /// Tells producers' wake-up trigger that this instance sleeps, for
-    /// `ttl`. Returns the announcement's snapshot `xmax`, or `None` if it
+    /// `ttl`. Returns the announcement's transaction id, or `None` if it
     /// failed (the poll still finds every row).
     pub(super) async fn announce_idle(&mut self, ttl: Duration) -> Option<i64> {
         if let Some(retracting) = self.retracting.take() {
@@ -59,9 +59,9 @@ impl Worker {
             .instance_idle_announce(self.deps.ownership.me(), ttl)
             .await
         {
-            Ok(xmax) => {
+            Ok(xid) => {
                 self.idle_announced = Some(Instant::now());
-                Some(xmax)
+                Some(xid)
             }
             Err(e) => {
                 tracing::debug!(error = %e.with_causes(), "could not announce that the relay is idle; polling");

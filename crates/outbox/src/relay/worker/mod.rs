@@ -181,9 +181,9 @@ impl Worker {
         let first = self.idle_announced.is_none();
         let due = self.idle_announced.is_none_or(|at| at.elapsed() > ttl / 2);
         if self.deps.config.listen && due && self.idle_trigger().await {
-            if let Some(xmax) = self.announce_idle(ttl).await {
+            if let Some(xid) = self.announce_idle(ttl).await {
                 if first {
-                    self.wait_for_transactions_below(xmax).await;
+                    self.wait_for_transactions_below(xid).await;
                     return Phase::Claim(claim);
                 }
             }
