@@ -34,6 +34,36 @@ async fn bench_drain_reports_both_rates_and_memory() {
     assert!(v["relay_peak_rss_mib"].as_f64().unwrap() > 1.0);
 }
 
+/// `bench drain --destination` fills in the template for every event (the
+/// relay still drains all of them), reports what building the destinations
+/// alone took beside the plain replacing, and refuses a template with an
+/// unknown placeholder by name.
+#[tokio::test]
+async fn bench_drain_renders_the_destination_template_asked() {
+    let db = test_db().await;
+    let (v, stdout) = common::bench_json(
+        &db.url,
+        "drain --events 2000 --aggregates 50 --destination {aggregate_type}.{event_type}",
+    );
+    assert!(
+        stdout.contains("destination {aggregate_type}.{event_type}")
+            && stdout.contains("by plain replacing"),
+        "{stdout}"
+    );
+    assert_eq!(v["destination"], "{aggregate_type}.{event_type}");
+    assert!(v["relay_events_per_sec"].as_f64().unwrap() > 0.0);
+    assert!(v["build_only_secs"].as_f64().unwrap() > 0.0);
+    assert!(v["replacing_only_secs"].as_f64().unwrap() > 0.0);
+
+    let out = common::run(&["bench", "drain", "--destination", "{aggregate}"], None);
+    let err = common::text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("--destination") && err.contains("{aggregate}"),
+        "{err}"
+    );
+}
+
 #[tokio::test]
 async fn bench_latency_reports_percentiles_in_order() {
     let db = test_db().await;

@@ -8,13 +8,14 @@ use async_trait::async_trait;
 use outbox::{Event, Outcome, Publisher, Unavailable};
 
 use crate::cloudevents::{self, Format};
-use crate::Envelope;
+use crate::{Envelope, Template};
 
 /// Reports every event delivered without sending it anywhere.
 #[derive(Debug, Default)]
 pub struct NullPublisher {
     delivered: AtomicU64,
     render: Option<Envelope>,
+    destination: Option<Template>,
 }
 
 impl NullPublisher {
@@ -26,7 +27,16 @@ impl NullPublisher {
         NullPublisher {
             delivered: AtomicU64::new(0),
             render: Some(envelope),
+            destination: None,
         }
+    }
+
+    /// Also fills in `template` for each event (its topic override when
+    /// set), as a templated broker publisher does before sending; an event
+    /// missing a header the template names is rejected, as there.
+    pub fn with_destination(mut self, template: Template) -> Self {
+        self.destination = Some(template);
+        self
     }
 
     /// Events "delivered" so far.
@@ -78,6 +88,17 @@ impl Publisher for NullPublisher {
     }
 
     async fn publish(&self, batch: &[Event]) -> Result<Vec<Outcome>, Unavailable> {
+        let mut outcomes = vec![Outcome::Delivered; batch.len()];
+        if let Some(template) = &self.destination {
+            for (event, outcome) in batch.iter().zip(&mut outcomes) {
+                match template.destination(black_box(event)) {
+                    Ok(destination) => {
+                        black_box(&destination);
+                    }
+                    Err(missing) => *outcome = Outcome::Rejected(missing.to_string()),
+                }
+            }
+        }
         if let Some(envelope) = &self.render {
             let mut buffer = Vec::with_capacity(1024);
             for event in batch {
@@ -85,8 +106,38 @@ impl Publisher for NullPublisher {
                 black_box(&buffer);
             }
         }
+        let delivered = outcomes
+            .iter()
+            .filter(|o| matches!(o, Outcome::Delivered))
+            .count();
         self.delivered
-            .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        Ok(vec![Outcome::Delivered; batch.len()])
+            .fetch_add(delivered as u64, Ordering::Relaxed);
+        Ok(outcomes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::event;
+
+    #[tokio::test]
+    async fn an_event_missing_a_templated_header_is_rejected_alone() {
+        let template = Template::parse("destination", "orders.{header.tenant}").unwrap();
+        let publisher = NullPublisher::default().with_destination(template);
+        let batch = [
+            event("a", &[("tenant", "acme")]),
+            event("b", &[]),
+            event("c", &[("tenant", "globex")]),
+        ];
+        let outcomes = publisher.publish(&batch).await.unwrap();
+        assert_eq!(outcomes[0], Outcome::Delivered);
+        assert!(
+            matches!(&outcomes[1], Outcome::Rejected(why) if why.contains("tenant")),
+            "{:?}",
+            outcomes[1]
+        );
+        assert_eq!(outcomes[2], Outcome::Delivered);
+        assert_eq!(publisher.delivered(), 2);
     }
 }

@@ -8,7 +8,7 @@ use anyhow::{ensure, Result};
 use clap::Args;
 use outbox::{Event, Publisher, Relay, RelayConfig, Schema, WakeupTrigger};
 use outbox_publishers::stream::NullPublisher;
-use outbox_publishers::{Envelope, Format};
+use outbox_publishers::{Envelope, Format, Template};
 use serde_json::json;
 use sqlx::PgPool;
 
@@ -41,10 +41,21 @@ pub struct DrainArgs {
     /// nothing.
     #[arg(long, value_name = "FORMAT", value_parser = parse_format)]
     pub format: Option<Format>,
+    /// Also fill in this destination template for each event, as a
+    /// templated broker publisher does (e.g. `{aggregate_type}.{event_type}`;
+    /// the syntax of docs/publishers.md): what rendering destinations costs
+    /// the relay. The building-alone figure then also shows the same
+    /// destinations made by `Event::destination`'s plain replacing.
+    #[arg(long, value_name = "TEMPLATE", value_parser = parse_destination)]
+    pub destination: Option<Template>,
 }
 
 fn parse_format(s: &str) -> Result<Format, String> {
     s.parse()
+}
+
+fn parse_destination(s: &str) -> Result<Template, String> {
+    Template::parse("--destination", s).map_err(|e| e.to_string())
 }
 
 /// Inserts `n` events of ~200-byte payloads over `aggregates` aggregates in
@@ -104,15 +115,11 @@ async fn relay(
     n: u64,
     batch: usize,
     format: Option<Format>,
+    destination: Option<&Template>,
 ) -> Result<(u64, Duration, Option<u64>, Option<f64>)> {
     let rss_reset = reset_peak_rss();
     let cpu_before = cpu_secs();
-    let publisher = Arc::new(match format {
-        Some(format) => {
-            NullPublisher::rendering(Envelope::new(format, format!("/outbox/{}", schema.name())))
-        }
-        None => NullPublisher::default(),
-    });
+    let publisher = Arc::new(null_publisher(schema, format, destination));
     let started = Instant::now();
     let handle = Relay::builder(pool.clone(), publisher.clone())
         .schema(schema.clone())
@@ -143,10 +150,43 @@ async fn relay(
     Ok((stats.delivered, elapsed, rss, cpu))
 }
 
-/// Builds `n` messages in `format` (events like the preloaded ones, in
-/// batches of 1,000, through the same null publisher) with nothing else
-/// running: the format's own cost, apart from the database's.
-async fn build_only(format: Format, schema: &Schema, n: u64) -> Result<Duration> {
+/// The bench's null publisher: building messages in `format` and filling in
+/// `destination` when given, else doing nothing.
+fn null_publisher(
+    schema: &Schema,
+    format: Option<Format>,
+    destination: Option<&Template>,
+) -> NullPublisher {
+    let publisher = match format {
+        Some(format) => {
+            NullPublisher::rendering(Envelope::new(format, format!("/outbox/{}", schema.name())))
+        }
+        None => NullPublisher::default(),
+    };
+    match destination {
+        Some(template) => publisher.with_destination(template.clone()),
+        None => publisher,
+    }
+}
+
+/// What building the messages alone took (see [`build_only`]).
+struct Built {
+    /// Through the bench's null publisher.
+    publisher: Duration,
+    /// The same destinations made by `Event::destination` (plain replacing
+    /// of `{aggregate_type}` and `{event_type}`), when a template was given.
+    replacing: Option<Duration>,
+}
+
+/// Builds `n` messages (events like the preloaded ones, in batches of
+/// 1,000, through the same null publisher) with nothing else running: the
+/// format's and the destination's own cost, apart from the database's.
+async fn build_only(
+    format: Option<Format>,
+    destination: Option<&Template>,
+    schema: &Schema,
+    n: u64,
+) -> Result<Built> {
     let batch: Vec<Event> = (0..1_000)
         .map(|i: i64| {
             let payload = json!({
@@ -169,8 +209,7 @@ async fn build_only(format: Format, schema: &Schema, n: u64) -> Result<Duration>
             }
         })
         .collect();
-    let publisher =
-        NullPublisher::rendering(Envelope::new(format, format!("/outbox/{}", schema.name())));
+    let publisher = null_publisher(schema, format, destination);
     let started = Instant::now();
     for _ in 0..n.div_ceil(1_000) {
         publisher
@@ -178,7 +217,20 @@ async fn build_only(format: Format, schema: &Schema, n: u64) -> Result<Duration>
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
     }
-    Ok(started.elapsed())
+    let publisher = started.elapsed();
+    let replacing = destination.map(|template| {
+        let started = Instant::now();
+        for _ in 0..n.div_ceil(1_000) {
+            for event in &batch {
+                std::hint::black_box(event.destination(template.as_str()));
+            }
+        }
+        started.elapsed()
+    });
+    Ok(Built {
+        publisher,
+        replacing,
+    })
 }
 
 pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::Value> {
@@ -195,8 +247,15 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::
     eprintln!("bench drain: preloading {n} events for the relay");
     let relay_schema = fresh_schema(&pool, "bench_relay", WakeupTrigger::Off).await?;
     preload(&pool, &relay_schema, n, args.aggregates).await?;
-    let (relay_n, relay_t, rss, cpu) =
-        relay(&pool, &relay_schema, n, args.batch_size, args.format).await?;
+    let (relay_n, relay_t, rss, cpu) = relay(
+        &pool,
+        &relay_schema,
+        n,
+        args.batch_size,
+        args.format,
+        args.destination.as_ref(),
+    )
+    .await?;
     let left: i64 = sqlx::query_scalar(&format!(
         "SELECT count(*) FROM {}.outbox_events",
         relay_schema.name()
@@ -208,9 +267,11 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::
         "relay left {left} rows, delivered {relay_n} of {n}"
     );
 
-    let built = match args.format {
-        Some(format) => Some(build_only(format, &relay_schema, n).await?),
-        None => None,
+    let built = match (args.format, &args.destination) {
+        (None, None) => None,
+        (format, destination) => {
+            Some(build_only(format, destination.as_ref(), &relay_schema, n).await?)
+        }
     };
 
     let ref_rate = n as f64 / ref_t.as_secs_f64();
@@ -223,9 +284,13 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::
         ref_rate,
         ref_t.as_secs_f64()
     );
-    let publisher = match args.format {
-        Some(f) => format!("null publisher, {f} messages built):"),
-        None => "null publisher):             ".to_owned(),
+    let publisher = match (args.format, &args.destination) {
+        (Some(f), None) => format!("null publisher, {f} messages built):"),
+        (None, None) => "null publisher):             ".to_owned(),
+        (f, Some(t)) => format!(
+            "null publisher, {} messages built, destination {t}):",
+            f.map_or("no", Format::name)
+        ),
     };
     println!(
         "  relay (batch {}, {publisher} {:>9.0} events/s ({:.2} s)",
@@ -237,12 +302,20 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::
     if let Some(kib) = rss {
         println!("  relay process peak RSS: {:.1} MiB", kib as f64 / 1024.0);
     }
-    if let Some(built) = built {
+    if let Some(built) = &built {
+        let per_event = |d: Duration| d.as_secs_f64() * 1e6 / n as f64;
         println!(
             "  building the {n} messages alone: {:.3} s ({:.2} µs per event)",
-            built.as_secs_f64(),
-            built.as_secs_f64() * 1e6 / n as f64
+            built.publisher.as_secs_f64(),
+            per_event(built.publisher)
         );
+        if let Some(replacing) = built.replacing {
+            println!(
+                "  the same destinations by plain replacing (Event::destination): {:.3} s ({:.2} µs per event)",
+                replacing.as_secs_f64(),
+                per_event(replacing)
+            );
+        }
     }
     if let Some(cpu) = cpu {
         println!(
@@ -265,6 +338,8 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::
         "format": args.format.map(Format::name),
         "relay_peak_rss_mib": rss.map(|k| k as f64 / 1024.0),
         "relay_cpu_secs": cpu,
-        "build_only_secs": built.map(|d| d.as_secs_f64()),
+        "destination": args.destination.as_ref().map(Template::as_str),
+        "build_only_secs": built.as_ref().map(|b| b.publisher.as_secs_f64()),
+        "replacing_only_secs": built.as_ref().and_then(|b| b.replacing).map(|d| d.as_secs_f64()),
     }))
 }
