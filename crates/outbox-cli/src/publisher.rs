@@ -363,8 +363,7 @@ fn sqs(spec: &str, table: Option<&toml::Table>) -> Result<Build> {
     let mut config: SqsConfig = settings("sqs", table)?;
     config.apply_spec(spec)?;
     Ok(Box::new(|envelope: Envelope| {
-        plain_only("sqs", &envelope)?;
-        Ok(Arc::new(SqsPublisher::new(config)?) as Arc<dyn Publisher>)
+        Ok(Arc::new(SqsPublisher::new(config)?.with_envelope(envelope)) as Arc<dyn Publisher>)
     }))
 }
 
@@ -379,22 +378,8 @@ fn sns(spec: &str, table: Option<&toml::Table>) -> Result<Build> {
     let mut config: SnsConfig = settings("sns", table)?;
     config.apply_spec(spec)?;
     Ok(Box::new(|envelope: Envelope| {
-        plain_only("sns", &envelope)?;
-        Ok(Arc::new(SnsPublisher::new(config)?) as Arc<dyn Publisher>)
+        Ok(Arc::new(SnsPublisher::new(config)?.with_envelope(envelope)) as Arc<dyn Publisher>)
     }))
-}
-
-/// Refuses a CloudEvents format for a publisher that only sends plain
-/// messages (SQS and SNS have no CloudEvents binding here yet).
-#[cfg(feature = "sqs")]
-fn plain_only(name: &str, envelope: &Envelope) -> Result<()> {
-    if envelope.is_plain() {
-        return Ok(());
-    }
-    bail!(
-        "invalid publisher.format = \"{}\" for the {name} publisher: it sends plain messages only; use format = \"plain\"",
-        envelope.format()
-    )
 }
 
 /// SNS is built with the `sqs` feature.

@@ -514,3 +514,83 @@ mod http {
         receiver.assert_all_signed();
     }
 }
+
+// ---- SQS and SNS ----
+
+/// SQS and SNS have no CloudEvents binding: both CloudEvents formats send
+/// one structured CloudEvent as the body, which the SDK's JSON format
+/// reads; the producer's headers stay message attributes.
+#[cfg(feature = "sqs")]
+mod sqs {
+    use super::*;
+    use outbox_publishers::sqs::{SnsConfig, SnsPublisher, SqsConfig, SqsPublisher};
+    use outbox_testkit::brokers::moto::{client, Moto, ACCOUNT, REGION};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqs_and_sns_messages_are_structured_cloudevents_in_either_format() {
+        let Some(moto) = Moto::start_or_skip_blocking().await else {
+            return;
+        };
+        // The SDK's chain reads credentials from the environment (moto
+        // takes any); no other test here reads these variables.
+        for (name, value) in moto.env() {
+            std::env::set_var(name, value);
+        }
+        let endpoint = moto.url();
+        let sqs = client::sqs(&endpoint);
+        let sns = client::sns(&endpoint);
+        for service in ["sqs", "sns"] {
+            for format in FORMATS {
+                let name = format!("ce-{service}-{}.fifo", format.name());
+                let url = client::create_queue(&sqs, &name).await;
+                let p: Box<dyn Publisher> = match service {
+                    "sqs" => Box::new(
+                        SqsPublisher::new(SqsConfig {
+                            queue: name.clone(),
+                            region: Some(REGION.into()),
+                            endpoint_url: Some(endpoint.clone()),
+                            ..SqsConfig::default()
+                        })
+                        .unwrap()
+                        .with_envelope(envelope(format)),
+                    ),
+                    _ => {
+                        let arn = client::create_topic(&sns, &name).await;
+                        assert_eq!(arn, format!("arn:aws:sns:{REGION}:{ACCOUNT}:{name}"));
+                        client::subscribe_queue(&sns, &sqs, &arn, &url).await;
+                        Box::new(
+                            SnsPublisher::new(SnsConfig {
+                                topic_arn: arn,
+                                region: Some(REGION.into()),
+                                endpoint_url: Some(endpoint.clone()),
+                                ..SnsConfig::default()
+                            })
+                            .unwrap()
+                            .with_envelope(envelope(format)),
+                        )
+                    }
+                };
+                let mut e = event("order-42", "t");
+                e.topic = None;
+                all_delivered(p.publish(std::slice::from_ref(&e)).await.unwrap());
+                let got =
+                    client::receive(&sqs, &url, Duration::from_secs(30), |m| !m.is_empty()).await;
+                assert_eq!(got.len(), 1, "{service} {format}: {got:?}");
+                let m = Captured {
+                    headers: got[0].headers(),
+                    body: got[0].body.clone().into_bytes(),
+                    ..Captured::default()
+                };
+                assert_eq!(m.headers["x-tenant"], "acme", "the producer's header");
+                assert_eq!(got[0].group_id.as_deref(), Some("order-42"));
+                if format == Format::Plain {
+                    check(service, format, &e, &m);
+                } else {
+                    assert_eq!(m.headers["content-type"], "application/cloudevents+json");
+                    check("json", Format::CloudEventsStructured, &e, &m);
+                }
+                show(service, format, &m, None);
+            }
+        }
+    }
+}

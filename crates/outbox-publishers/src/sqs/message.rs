@@ -5,6 +5,9 @@ use std::collections::BTreeMap;
 
 use outbox::Event;
 
+use crate::cloudevents;
+use crate::Envelope;
+
 /// The most message attributes the services carry on one message.
 pub const MAX_ATTRIBUTES: usize = 10;
 
@@ -83,20 +86,55 @@ pub(super) fn group_id(aggregate_id: &str) -> Option<String> {
     (id.len() <= 128).then_some(id)
 }
 
-/// The message for `event`, or why it can never be sent.
+/// The attributes beside the body, before the limits: in plain format the
+/// identity headers and the producer's; with a CloudEvents envelope (always
+/// structured: the services have no CloudEvents binding) `content-type`
+/// and the producer's headers (`traceparent` among them, which tracing
+/// instrumentations read from the message attributes) but those that could
+/// pass for CloudEvents headers (`ce-…`, `ce_…`, any case).
+fn headers(event: &Event, envelope: &Envelope) -> Vec<(String, String)> {
+    if envelope.is_plain() {
+        return event.message_headers();
+    }
+    let mut out = vec![(
+        "content-type".to_owned(),
+        cloudevents::STRUCTURED_CONTENT_TYPE.to_owned(),
+    )];
+    for (name, value) in &event.headers {
+        if Envelope::forwards(&cloudevents::HTTP, name)
+            && Envelope::forwards(&cloudevents::KAFKA, name)
+        {
+            out.push((name.clone(), value.clone()));
+        }
+    }
+    out
+}
+
+/// The message for `event` in `envelope`'s format, or why it can never be
+/// sent.
 ///
-/// Attributes: the identity headers and the producer's headers (in that
-/// order, an identity header winning over a producer header of the same
-/// name), each its own `String` attribute while there are at most
-/// [`MAX_ATTRIBUTES`] of them and the service accepts each name and value.
-/// Otherwise the first nine that it accepts are attributes of their own and
-/// all the others go, as one JSON object, into [`OVERFLOW_ATTRIBUTE`]:
-/// nothing is dropped.
-pub(super) fn message(event: &Event, fifo: bool, max_bytes: usize) -> Result<Message, String> {
+/// Attributes ([`headers`]; the identity headers come first and win over a
+/// producer header of the same name), each its own `String` attribute
+/// while there are at most [`MAX_ATTRIBUTES`] of them and the service
+/// accepts each name and value. Otherwise the first nine that it accepts
+/// are attributes of their own and all the others go, as one JSON object,
+/// into [`OVERFLOW_ATTRIBUTE`]: nothing is dropped.
+pub(super) fn message(
+    event: &Event,
+    envelope: &Envelope,
+    fifo: bool,
+    max_bytes: usize,
+) -> Result<Message, String> {
+    let body = if envelope.is_plain() {
+        event.payload.clone()
+    } else {
+        // Strings and valid JSON: always UTF-8.
+        String::from_utf8(envelope.structured(event)).expect("a CloudEvent is UTF-8")
+    };
     let mut seen = std::collections::HashSet::new();
     let mut fit: Vec<(String, String)> = Vec::new();
     let mut rest: BTreeMap<String, String> = BTreeMap::new();
-    for (name, value) in event.message_headers() {
+    for (name, value) in headers(event, envelope) {
         if !seen.insert(name.clone()) {
             continue;
         }
@@ -117,7 +155,7 @@ pub(super) fn message(event: &Event, fifo: bool, max_bytes: usize) -> Result<Mes
         own.push((OVERFLOW_ATTRIBUTE.to_owned(), json));
         own
     };
-    let size = event.payload.len()
+    let size = body.len()
         + attributes
             .iter()
             .map(|(n, v)| n.len() + STRING.len() + v.len())
@@ -143,7 +181,7 @@ pub(super) fn message(event: &Event, fifo: bool, max_bytes: usize) -> Result<Mes
         (None, None)
     };
     Ok(Message {
-        body: event.payload.clone(),
+        body,
         attributes,
         group_id,
         dedup_id,
@@ -162,7 +200,7 @@ mod tests {
     #[test]
     fn identity_and_producer_headers_are_attributes_and_the_body_is_as_stored() {
         let e = event(&[("traceparent", "00-ab-01"), ("x-tenant", "acme")]);
-        let m = message(&e, true, 262_144).unwrap();
+        let m = message(&e, &Envelope::plain(), true, 262_144).unwrap();
         assert_eq!(m.body, r#"{"n": 1e400}"#);
         let names: Vec<&str> = m.attributes.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(
@@ -178,7 +216,7 @@ mod tests {
         );
         assert_eq!(m.group_id.as_deref(), Some("order-1"));
         assert_eq!(m.dedup_id, Some(e.id.to_string()));
-        let m = message(&e, false, 262_144).unwrap();
+        let m = message(&e, &Envelope::plain(), false, 262_144).unwrap();
         assert_eq!((m.group_id, m.dedup_id), (None, None));
     }
 
@@ -191,7 +229,7 @@ mod tests {
         pairs.push(("bad name", "x"));
         pairs.push(("empty", ""));
         pairs.push(("AWS.trace", "t"));
-        let m = message(&event(&pairs), false, 262_144).unwrap();
+        let m = message(&event(&pairs), &Envelope::plain(), false, 262_144).unwrap();
         assert_eq!(m.attributes.len(), MAX_ATTRIBUTES);
         let (last, json) = m.attributes.last().unwrap();
         assert_eq!(last, OVERFLOW_ATTRIBUTE);
@@ -205,7 +243,7 @@ mod tests {
         let six: Vec<(String, String)> =
             (0..6).map(|i| (format!("h{i}"), "v".to_owned())).collect();
         let pairs: Vec<(&str, &str)> = six.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        let m = message(&event(&pairs), false, 262_144).unwrap();
+        let m = message(&event(&pairs), &Envelope::plain(), false, 262_144).unwrap();
         assert_eq!(m.attributes.len(), 10);
         assert!(m.attributes.iter().all(|(n, _)| n != OVERFLOW_ATTRIBUTE));
     }
@@ -214,16 +252,62 @@ mod tests {
     fn too_large_and_unusable_group_ids_are_refused() {
         let mut e = event(&[]);
         e.payload = format!("\"{}\"", "x".repeat(2_000));
-        let why = message(&e, false, 1_024).unwrap_err();
+        let why = message(&e, &Envelope::plain(), false, 1_024).unwrap_err();
         assert!(why.contains("max_message_bytes (1024)"), "{why}");
         assert_eq!(group_id("order 7%").as_deref(), Some("order%207%25"));
         assert_eq!(group_id("é").as_deref(), Some("%C3%A9"));
         assert_eq!(group_id(&"é".repeat(30)), None);
         let mut e = event(&[]);
         e.aggregate_id = "é".repeat(30);
-        assert!(message(&e, true, 262_144)
+        assert!(message(&e, &Envelope::plain(), true, 262_144)
             .unwrap_err()
             .contains("MessageGroupId"));
-        assert!(message(&e, false, 262_144).is_ok());
+        assert!(message(&e, &Envelope::plain(), false, 262_144).is_ok());
+    }
+
+    #[test]
+    fn cloudevents_formats_send_one_structured_cloudevent_with_the_producers_other_headers() {
+        use crate::Format;
+        let e = event(&[
+            (
+                "traceparent",
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            ),
+            ("x-tenant", "acme"),
+            ("ce-type", "forged"),
+            ("CE_id", "forged"),
+        ]);
+        for format in [Format::CloudEventsBinary, Format::CloudEventsStructured] {
+            let envelope = Envelope::new(format, "/outbox/public");
+            let m = message(&e, &envelope, true, 262_144).unwrap();
+            assert_eq!(m.body.as_bytes(), envelope.structured(&e).as_slice());
+            // The payload (`1e400`) embedded as stored, never re-parsed.
+            assert!(
+                m.body.contains(&format!("\"id\":\"{}\"", e.id)),
+                "{}",
+                m.body
+            );
+            assert!(m.body.ends_with(r#""data":{"n": 1e400}}"#), "{}", m.body);
+            assert_eq!(
+                m.attributes,
+                [
+                    (
+                        "content-type".to_owned(),
+                        "application/cloudevents+json".to_owned()
+                    ),
+                    ("traceparent".to_owned(), e.headers["traceparent"].clone()),
+                    ("x-tenant".to_owned(), "acme".to_owned()),
+                ]
+            );
+            assert_eq!(
+                m.size,
+                m.body.len()
+                    + m.attributes
+                        .iter()
+                        .map(|(n, v)| n.len() + STRING.len() + v.len())
+                        .sum::<usize>()
+            );
+            assert_eq!(m.group_id.as_deref(), Some("order-1"));
+        }
     }
 }

@@ -24,7 +24,7 @@ use super::config::{
     MAX_BATCH_ENTRIES,
 };
 use super::message::{message, Message, STRING};
-use crate::Error;
+use crate::{Envelope, Error};
 
 /// The service's client.
 #[derive(Debug, Clone)]
@@ -69,6 +69,8 @@ struct Core {
     destination: String,
     common: Common,
     service: OnceCell<Service>,
+    /// The message format.
+    envelope: Envelope,
     /// Queue names resolved with `GetQueueUrl`.
     urls: std::sync::Mutex<HashMap<String, String>>,
 }
@@ -140,6 +142,7 @@ impl Core {
             destination,
             common,
             service: OnceCell::new(),
+            envelope: Envelope::plain(),
             urls: std::sync::Mutex::new(HashMap::new()),
         }
     }
@@ -416,7 +419,12 @@ impl Core {
             };
             let mut entries = Vec::with_capacity(indices.len());
             for i in indices {
-                match message(&batch[i], target.fifo, self.common.max_message_bytes) {
+                match message(
+                    &batch[i],
+                    &self.envelope,
+                    target.fifo,
+                    self.common.max_message_bytes,
+                ) {
                     Ok(m) => entries.push((i, m)),
                     Err(why) => {
                         outcomes[i] = Some(Outcome::Rejected(format!("{}: {why}", target.shown)))
@@ -526,6 +534,15 @@ macro_rules! aws_publisher {
                 Self::new($config::from_spec(spec)?)
             }
 
+            /// Sends messages in `envelope`'s format. SQS and SNS have no
+            /// CloudEvents binding: both CloudEvents formats send structured
+            /// mode (one `application/cloudevents+json` body), as the
+            /// stdout and file publishers do.
+            pub fn with_envelope(mut self, envelope: Envelope) -> Self {
+                self.core.envelope = envelope;
+                self
+            }
+
             /// The settings in use.
             pub fn config(&self) -> &$config {
                 &self.config
@@ -560,7 +577,12 @@ aws_publisher! {
     ///   headers; past the service's 10 attributes (or for a name or value it
     ///   does not accept) the rest go as one JSON object in `outbox-headers`;
     /// * FIFO queues (name ending in `.fifo`): `MessageGroupId` = the aggregate
-    ///   id, `MessageDeduplicationId` = the event id.
+    ///   id, `MessageDeduplicationId` = the event id;
+    /// * with a CloudEvents [`Envelope`] ([`SqsPublisher::with_envelope`];
+    ///   either CloudEvents format): the body is the structured-mode
+    ///   CloudEvent, the attributes `content-type`
+    ///   (`application/cloudevents+json`) and the producer's headers but
+    ///   any named like a CloudEvents header (`ce-…`, `ce_…`).
     ///
     /// An event's topic override names another queue (name or URL). Nothing
     /// is called until the first publish or health check.
