@@ -35,17 +35,31 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "retry_index",
         include_str!("../migrations/0005_retry_index.sql"),
     ),
+    (
+        6,
+        "one_wakeup_trigger",
+        include_str!("../migrations/0006_one_wakeup_trigger.sql"),
+    ),
 ];
 
 const TRIGGER_ON: &str = include_str!("../migrations/notify_trigger_on.sql");
 const TRIGGER_OFF: &str = include_str!("../migrations/notify_trigger_off.sql");
+/// The idle wake-up trigger, which also takes the transaction id before any
+/// row draws its seq (migration 6), in place of `outbox_xid_first`.
 const IDLE_TRIGGER_ON: &str = "
 DROP TRIGGER IF EXISTS outbox_wake_idle_relay ON {schema}.outbox_events;
 CREATE TRIGGER outbox_wake_idle_relay
-AFTER INSERT ON {schema}.outbox_events
-FOR EACH STATEMENT EXECUTE FUNCTION {schema}.outbox_wake_idle_relay();";
-const IDLE_TRIGGER_OFF: &str =
-    "DROP TRIGGER IF EXISTS outbox_wake_idle_relay ON {schema}.outbox_events;";
+BEFORE INSERT ON {schema}.outbox_events
+FOR EACH STATEMENT EXECUTE FUNCTION {schema}.outbox_wake_idle_relay();
+DROP TRIGGER IF EXISTS outbox_xid_first ON {schema}.outbox_events;";
+/// No idle wake-up trigger; `outbox_xid_first` (migration 4) takes the
+/// transaction id first instead.
+const IDLE_TRIGGER_OFF: &str = "
+DROP TRIGGER IF EXISTS outbox_wake_idle_relay ON {schema}.outbox_events;
+DROP TRIGGER IF EXISTS outbox_xid_first ON {schema}.outbox_events;
+CREATE TRIGGER outbox_xid_first
+BEFORE INSERT ON {schema}.outbox_events
+FOR EACH STATEMENT EXECUTE FUNCTION {schema}.outbox_xid_first();";
 
 /// How rows inserted by plain SQL wake a relay in another process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

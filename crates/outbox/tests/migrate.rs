@@ -20,7 +20,8 @@ async fn migrating_twice_is_a_no_op() {
             "0002_finite_timestamps".to_owned(),
             "0003_idle_wakeup".to_owned(),
             "0004_xid_first".to_owned(),
-            "0005_retry_index".to_owned()
+            "0005_retry_index".to_owned(),
+            "0006_one_wakeup_trigger".to_owned()
         ]
     );
     assert_eq!(first.partitions, 32);
@@ -235,7 +236,8 @@ async fn upgrading_a_first_release_schema_keeps_pending_events_and_their_order()
             "0002_finite_timestamps",
             "0003_idle_wakeup",
             "0004_xid_first",
-            "0005_retry_index"
+            "0005_retry_index",
+            "0006_one_wakeup_trigger"
         ]
     );
     assert_eq!(report.partitions, 32);
@@ -262,5 +264,73 @@ async fn upgrading_a_first_release_schema_keeps_pending_events_and_their_order()
         common::count(&ctx.pool, "SELECT count(*) FROM outbox_dead_letters").await,
         1,
         "the dead letter stays a dead letter"
+    );
+}
+
+/// The claim cursor needs every inserting transaction to have its id before
+/// a row draws its seq (migrations 4 and 6), in every wake-up mode and after
+/// switching between them. A row trigger added here sees whether the id was
+/// there once the row was formed (its seq drawn); without the statement
+/// trigger it mostly is not (the sequence assigns one only every 32 values).
+#[tokio::test]
+async fn every_wakeup_mode_gives_an_inserting_transaction_its_id_before_its_seq() {
+    use outbox::WakeupTrigger;
+    let ctx = common::setup().await;
+    sqlx::raw_sql(
+        "CREATE TABLE xid_seen (mode text, had_id bool);
+         CREATE FUNCTION record_xid() RETURNS trigger AS $$
+         BEGIN
+             INSERT INTO xid_seen VALUES (current_setting('test.mode'),
+                                          pg_current_xact_id_if_assigned() IS NOT NULL);
+             RETURN NEW;
+         END $$ LANGUAGE plpgsql;
+         CREATE TRIGGER a_record_xid BEFORE INSERT ON outbox_events
+         FOR EACH ROW EXECUTE FUNCTION record_xid();",
+    )
+    .execute(&ctx.pool)
+    .await
+    .unwrap();
+    for mode in [
+        WakeupTrigger::Off,
+        WakeupTrigger::EveryInsert,
+        WakeupTrigger::Idle,
+        WakeupTrigger::Off,
+        WakeupTrigger::Idle,
+    ] {
+        let mut conn = ctx.pool.acquire().await.unwrap();
+        let options = MigrateOptions {
+            wakeup: Some(mode),
+            ..Default::default()
+        };
+        let report = outbox::migrate(&mut conn, &Schema::default(), &options)
+            .await
+            .unwrap();
+        assert_eq!(report.wakeup, mode);
+        for _ in 0..8 {
+            sqlx::raw_sql(&format!(
+                "BEGIN; SET LOCAL test.mode = '{}';
+                 INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+                 VALUES ('order', '1', 'order.created', '{{}}');
+                 COMMIT;",
+                mode.name()
+            ))
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        }
+    }
+    let without: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT mode, count(*) FROM xid_seen WHERE NOT had_id GROUP BY mode ORDER BY mode",
+    )
+    .fetch_all(&ctx.pool)
+    .await
+    .unwrap();
+    assert!(
+        without.is_empty(),
+        "rows that drew a seq before their transaction had an id: {without:?}"
+    );
+    assert_eq!(
+        common::count(&ctx.pool, "SELECT count(*) FROM xid_seen").await,
+        40
     );
 }

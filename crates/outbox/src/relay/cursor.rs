@@ -9,7 +9,8 @@
 //! row can be skipped for good:
 //!
 //! * **Late commits.** A row's transaction takes its transaction id before
-//!   the row draws its `seq` (migration 4's statement trigger). Claim *k*
+//!   the row draws its `seq` (a statement trigger: migration 4's, or the
+//!   wake-up trigger of migration 6). Claim *k*
 //!   reads the sequence's last value *H*; the next claim takes its own
 //!   transaction id *X* after claim *k* finished, so every transaction that
 //!   drew a `seq ≤ H` has an id below *X* (ids are handed out in
