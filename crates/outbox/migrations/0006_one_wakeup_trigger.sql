@@ -1,8 +1,8 @@
 -- One trigger call per INSERT statement where there were two, and a BEFORE
 -- trigger where there was an AFTER one: what producers pay for the default
 -- wake-up. Measured per INSERT statement (a loop of single-row inserts in
--- one backend): the two triggers added 23 µs to an insert of 24 µs, the
--- AFTER trigger's queue and second call most of it; this one adds 11 µs.
+-- one backend, docs/performance.md): the two triggers added 23-24 µs to an
+-- insert of 24-25 µs; this one adds 11-14 µs.
 --
 -- In the default (idle) mode, the wake-up trigger now also takes the
 -- transaction id before any row draws its seq (migration 4's invariant,
