@@ -13,7 +13,11 @@
 //! Each test has queues (and topics) of its own on one shared server; the
 //! outage case has a server of its own. moto keeps everything in memory, so
 //! after a restart the harness creates the queues again, and
-//! `survives_a_broker_restart` does not apply (its data is gone).
+//! `survives_a_broker_restart` does not apply (its data is gone). In the
+//! outage case the publisher reaches moto through a [`Gate`] that stays shut
+//! until they exist again: an SNS topic created but not yet subscribed
+//! accepts messages and drops them, which the real service, whose state
+//! survives, never does.
 //!
 //! SQS queue and SNS topic names cannot hold the dot of the suite's
 //! override destination (`<scope>.override`): the harness's publisher
@@ -27,6 +31,7 @@
 #![cfg(feature = "sqs")]
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -75,9 +80,58 @@ fn test_credentials() {
     });
 }
 
+/// A TCP forwarder in front of moto: while shut, it drops every new
+/// connection at once (as a server that is down would refuse it); open, it
+/// passes connections through. Connections already passed through end
+/// when moto stops.
+struct Gate {
+    url: String,
+    open: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Gate {
+    /// An open gate to moto on `port`.
+    async fn to(port: u16) -> Gate {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let open = Arc::new(AtomicBool::new(true));
+        let gate = open.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if !gate.load(Ordering::SeqCst) {
+                    continue;
+                }
+                tokio::spawn(async move {
+                    if let Ok(mut outbound) =
+                        tokio::net::TcpStream::connect(("127.0.0.1", port)).await
+                    {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+        });
+        Gate { url, open, task }
+    }
+
+    fn set_open(&self, open: bool) {
+        self.open.store(open, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 struct SqsHarness {
     moto: Arc<Mutex<Moto>>,
+    /// Where the publisher sends: moto, or the gate in front of it.
     endpoint: String,
+    /// Where the harness itself creates queues and reads messages: moto.
+    direct: String,
+    gate: Option<Gate>,
     mode: Mode,
     /// The base name of this harness's queues and topics.
     base: String,
@@ -89,12 +143,17 @@ struct SqsHarness {
 }
 
 impl SqsHarness {
-    async fn on(moto: Arc<Mutex<Moto>>, mode: Mode) -> SqsHarness {
+    async fn on(moto: Arc<Mutex<Moto>>, mode: Mode, gate: Option<Gate>) -> SqsHarness {
         test_credentials();
-        let endpoint = moto.lock().unwrap().url();
+        let direct = moto.lock().unwrap().url();
+        let endpoint = gate
+            .as_ref()
+            .map_or_else(|| direct.clone(), |g| g.url.clone());
         let h = SqsHarness {
             moto,
             endpoint,
+            direct,
+            gate,
             mode,
             base: format!("t{:08x}", rand::random::<u32>()),
             overrides: Mutex::new(Vec::new()),
@@ -118,21 +177,22 @@ impl SqsHarness {
         })
         .await
         .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
-        Some(SqsHarness::on(moto, mode).await)
+        Some(SqsHarness::on(moto, mode, None).await)
     }
 
-    /// On a server of its own.
+    /// On a server of its own, behind a gate.
     async fn private(mode: Mode) -> Option<SqsHarness> {
         let moto = Moto::start_or_skip_blocking().await?;
-        Some(SqsHarness::on(Arc::new(Mutex::new(moto)), mode).await)
+        let gate = Gate::to(moto.port()).await;
+        Some(SqsHarness::on(Arc::new(Mutex::new(moto)), mode, Some(gate)).await)
     }
 
     /// The queue (and for SNS the topic subscribed to it) named `name`.
     async fn create(&self, name: &str) {
-        let sqs = client::sqs(&self.endpoint);
+        let sqs = client::sqs(&self.direct);
         let url = client::create_queue(&sqs, &self.mode.queue(name)).await;
         if self.mode == Mode::SnsFifo {
-            let sns = client::sns(&self.endpoint);
+            let sns = client::sns(&self.direct);
             let arn = client::create_topic(&sns, &self.mode.queue(name)).await;
             client::subscribe_queue(&sns, &sqs, &arn, &url).await;
         }
@@ -175,10 +235,10 @@ impl SqsHarness {
 
     /// Reads whatever is in the queue of the suite's destination `name`.
     async fn drain(&self, name: &str) {
-        let sqs = client::sqs(&self.endpoint);
+        let sqs = client::sqs(&self.direct);
         let url = format!(
             "{}/{ACCOUNT}/{}",
-            self.endpoint,
+            self.direct,
             self.mode.queue(&name.replace('.', "-"))
         );
         let got = client::receive(&sqs, &url, Duration::ZERO, |_| false).await;
@@ -296,6 +356,9 @@ impl Harness for SqsHarness {
     }
 
     async fn stop_broker(&self) {
+        if let Some(gate) = &self.gate {
+            gate.set_open(false);
+        }
         let m = self.moto.clone();
         tokio::task::spawn_blocking(move || m.lock().unwrap().stop())
             .await
@@ -316,6 +379,9 @@ impl Harness for SqsHarness {
         let overrides = self.overrides.lock().unwrap().clone();
         for name in overrides {
             self.create(&name.replace('.', "-")).await;
+        }
+        if let Some(gate) = &self.gate {
+            gate.set_open(true);
         }
     }
 }
