@@ -41,6 +41,17 @@ pub(crate) const RESCAN_EVERY: Duration = Duration::from_secs(30);
 /// wrongly).
 const MAX_CHECKPOINTS: usize = 1_024;
 
+/// Where a claim starts, and what it needs to know to move the cursor on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Start {
+    /// The lowest seq of fresh rows to read.
+    pub from: i64,
+    /// The transaction id the oldest checkpoint waits for: the claim's
+    /// xmin only needs the costlier, per-database reading when the
+    /// snapshot's own is below it (`i64::MIN`: nothing to wait for).
+    pub waiting_for: i64,
+}
+
 /// What a claim statement saw, besides its rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ClaimMeta {
@@ -89,6 +100,16 @@ impl Cursor {
             self.last_rescan = Some(now);
         }
         self.at
+    }
+
+    /// [`Cursor::start`] with what the claim needs to know besides.
+    pub fn start_claim(&mut self, partitions: &[i32], now: Instant) -> Start {
+        let from = self.start(partitions, now);
+        let waiting_for = match self.checkpoints.front() {
+            Some(&(_, Some(xid))) => xid,
+            _ => i64::MIN,
+        };
+        Start { from, waiting_for }
     }
 
     /// Learns from a claim of `partitions` that started at `from`.
@@ -216,5 +237,22 @@ mod tests {
         // and one from a stale start teaches nothing either
         c.observe(P, 7, meta(16, 17, 100, None));
         assert_eq!(c.at(), 0);
+    }
+
+    #[test]
+    fn a_claim_asks_for_the_per_database_xmin_only_while_a_checkpoint_waits() {
+        let now = Instant::now();
+        let mut c = Cursor::new();
+        // nothing drawn yet: nothing to wait for
+        assert_eq!(c.start_claim(P, now).waiting_for, i64::MIN);
+        // seq_high 100 drawn; its checkpoint is paired by the next claim's id
+        c.observe(P, 0, meta(10, 11, 100, None));
+        assert_eq!(c.start_claim(P, now).waiting_for, i64::MIN);
+        c.observe(P, 0, meta(10, 12, 200, None));
+        let start = c.start_claim(P, now);
+        assert_eq!((start.from, start.waiting_for), (0, 12));
+        // once xmin passes 12 the checkpoint is gone; the next waits for 13
+        c.observe(P, 0, meta(12, 13, 300, None));
+        assert_eq!(c.start_claim(P, now).waiting_for, 13);
     }
 }

@@ -11,7 +11,7 @@ use uuid::Uuid;
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::queries as q;
-use crate::relay::cursor::ClaimMeta;
+use crate::relay::cursor::{ClaimMeta, Start};
 use crate::relay::decode;
 use crate::relay::replan::Replanned;
 use crate::schema::Schema;
@@ -107,7 +107,7 @@ impl Store {
 
     /// Marks `acked` done and claims up to `limit` deliverable events of
     /// `partitions`, in seq order, other than `exclude` (which must contain
-    /// the acknowledged ids), fresh ones from seq `from` on, in one
+    /// the acknowledged ids), fresh ones from `start`'s seq on, in one
     /// statement.
     pub async fn event_ack_and_claim(
         &self,
@@ -115,7 +115,7 @@ impl Store {
         limit: usize,
         acked: &RowRefs,
         exclude: &[Uuid],
-        from: i64,
+        start: Start,
     ) -> Result<Claimed> {
         let sql = self.ack_and_claim.sql();
         let rows = sqlx::query(&sql)
@@ -124,7 +124,8 @@ impl Store {
             .bind(&acked.ctids)
             .bind(&acked.ids)
             .bind(exclude)
-            .bind(from)
+            .bind(start.from)
+            .bind(start.waiting_for)
             .fetch_all(&self.pool)
             .await
             .map_err(Error::db("acknowledging and claiming a batch"))?;

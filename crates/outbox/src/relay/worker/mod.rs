@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::publisher::Publisher;
 use crate::relay::backoff::DoublingDelay;
 use crate::relay::config::{RelayConfig, OUTAGE_BACKOFF_MIN_MS};
-use crate::relay::cursor::Cursor;
+use crate::relay::cursor::{Cursor, Start};
 use crate::relay::observe::{OutageKind, RelayObserver, RelayStats};
 use crate::relay::ownership::{Claimable, Ownership};
 use crate::relay::store::{Claimed, Store};
@@ -143,7 +143,7 @@ impl Worker {
 
     async fn claim(&mut self, claim: Claimable) -> Phase {
         let acked = self.unacked_refs();
-        let from = self.cursor_start(&claim.partitions);
+        let start = self.cursor_start(&claim.partitions);
         let claimed = self
             .deps
             .store
@@ -152,13 +152,13 @@ impl Worker {
                 self.deps.config.batch_size,
                 &acked,
                 &acked.ids,
-                from,
+                start,
             )
             .await;
         match claimed {
             Ok(batch) => {
                 if let Some(meta) = batch.meta {
-                    self.cursor.observe(&claim.partitions, from, meta);
+                    self.cursor.observe(&claim.partitions, start.from, meta);
                 }
                 self.unacked_acknowledged();
                 if batch.events.is_empty() {
@@ -218,13 +218,13 @@ impl Worker {
         let acked = self.unacked_refs();
         let mut exclude = acked.ids.clone();
         exclude.extend(batch.events.iter().map(|e| e.id));
-        let from = self.cursor_start(&claim.partitions);
+        let start = self.cursor_start(&claim.partitions);
         let prefetch = {
             let (store, partitions) = (self.deps.store.clone(), claim.partitions.clone());
             let limit = self.deps.config.batch_size;
             tokio::spawn(async move {
                 store
-                    .event_ack_and_claim(&partitions, limit, &acked, &exclude, from)
+                    .event_ack_and_claim(&partitions, limit, &acked, &exclude, start)
                     .await
             })
         };
@@ -236,7 +236,7 @@ impl Worker {
         match next {
             Ok(next) => {
                 if let Some(meta) = next.meta {
-                    self.cursor.observe(&claim.partitions, from, meta);
+                    self.cursor.observe(&claim.partitions, start.from, meta);
                 }
                 self.unacked_acknowledged();
                 // The next batch was claimed before this one's outcome was
@@ -319,8 +319,8 @@ impl Worker {
     }
 
     /// Where a claim of `partitions` starts reading fresh rows now.
-    fn cursor_start(&mut self, partitions: &[i32]) -> i64 {
-        self.cursor.start(partitions, Instant::now())
+    fn cursor_start(&mut self, partitions: &[i32]) -> Start {
+        self.cursor.start_claim(partitions, Instant::now())
     }
 
     /// Waits for a wake-up, `delay`, or shutdown.
