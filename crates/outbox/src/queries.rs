@@ -37,13 +37,9 @@
 /// entries instead (migration 5), and `seq + 0` keeps it from sorting by
 /// walking that index either. The last
 /// columns, computed once per statement, tell the cursor how far it may
-/// move: the snapshot's xmin, or when that is below the transaction id the
-/// cursor waits for (`$7`) its xmin in this database
-/// ([`SNAPSHOT_XMIN_HERE`], which reads `pg_stat_activity`: 70-120 µs a
-/// claim, so only when it can matter), the claim's own transaction id, the
-/// last seq
-/// drawn, and the lowest fresh pending seq of the partitions from the
-/// cursor on. The own id, not the snapshot's `xmax`: `xmax` is one past the
+/// move: its xmin ([`SNAPSHOT_XMIN_HERE`], waiting for `$7`), the claim's
+/// own transaction id, the last seq drawn, and the lowest fresh pending seq
+/// of the partitions from the cursor on. The own id, not the snapshot's `xmax`: `xmax` is one past the
 /// last id that *ended*, so a writer that took its id earlier and is still
 /// running can be at or above it; an id assigned now is above every id
 /// assigned before. It is assigned only when rows come back (the column is
@@ -59,8 +55,7 @@ SELECT id, seq, aggregate_type, aggregate_id, event_type, payload::text, headers
        partition, row_ctid::text,
        CASE WHEN isfinite(created_at) AND created_at < '100000-01-01' THEN NULL
             ELSE created_at::text END,
-       (SELECT CASE WHEN plain.xmin >= $7 THEN plain.xmin ELSE {xmin} END
-        FROM (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin) AS plain),
+       {xmin},
        (SELECT pg_current_xact_id()::text::bigint
         FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed),
        (SELECT pg_sequence_last_value(pg_get_serial_sequence('{schema}.outbox_events', 'seq'))),
@@ -179,35 +174,38 @@ FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed
 ON CONFLICT (instance_id) DO UPDATE SET idle_until = EXCLUDED.idle_until
 RETURNING pg_current_xact_id()::text::bigint";
 
-/// Whether every transaction of this database below `$1` has ended: the
-/// snapshot's xmin says so, or else [`SNAPSHOT_XMIN_HERE`] does.
-pub const TRANSACTIONS_ENDED_BELOW: &str = "
-SELECT CASE WHEN pg_snapshot_xmin(pg_current_snapshot())::text::bigint >= $1 THEN true
-            ELSE {xmin} >= $1 END";
+/// Whether every transaction of this database below `$1` has ended (see
+/// [`SNAPSHOT_XMIN_HERE`], waiting for `$1`).
+pub const TRANSACTIONS_ENDED_BELOW: &str = "SELECT {xmin} >= $1";
 
 /// The `{xmin}` of [`EVENT_ACK_AND_CLAIM`] and [`TRANSACTIONS_ENDED_BELOW`]:
-/// the oldest transaction id of *this database* that was running when the
-/// statement's snapshot was taken, or the snapshot's `xmax` if none was.
-/// Every transaction of this database with a lower id had ended before the
-/// snapshot, so its rows are visible to the statement (or gone).
+/// a transaction id below which every transaction of *this database* had
+/// ended when the statement's snapshot was taken, so their rows are visible
+/// to the statement (or gone). `{waiting_for}` is the parameter holding the
+/// id the caller needs it to reach.
 ///
-/// It is the snapshot's `xmin` without the transactions that are known to
-/// run in another database: they cannot write to this outbox, and a long
-/// one there (a report, a migration, another service's batch on the same
-/// cluster) must not hold this relay's claim cursor back. The snapshot's
-/// running ids are matched (by their low 32 bits) with `pg_stat_activity`
-/// and `pg_prepared_xacts`, read after the snapshot; an id found in neither
-/// (it ended meanwhile) still counts, which can only hold the cursor back a
-/// claim longer, never let it pass a row.
-pub const SNAPSHOT_XMIN_HERE: &str = "(SELECT coalesce(
-    (SELECT min(x::text::bigint) FROM pg_snapshot_xip(pg_current_snapshot()) AS x
-     WHERE x::text::bigint % 4294967296 NOT IN (
-         SELECT backend_xid::text::bigint FROM pg_stat_activity
-         WHERE backend_xid IS NOT NULL AND datname IS DISTINCT FROM current_database()
-         UNION ALL
-         SELECT transaction::text::bigint FROM pg_prepared_xacts
-         WHERE database <> current_database())),
-    pg_snapshot_xmax(pg_current_snapshot())::text::bigint))";
+/// The snapshot's own `xmin` when that reaches `{waiting_for}` (the common
+/// case, and cheap). Otherwise the oldest running id of the snapshot that
+/// is not known to run in another database, or the snapshot's `xmax` if
+/// none is: a transaction elsewhere (a report, a migration, another
+/// service's batch on the same cluster) cannot write to this outbox and
+/// must not hold the relay's claim cursor back. The running ids are matched
+/// (by their low 32 bits) with `pg_stat_activity` and `pg_prepared_xacts`,
+/// read after the snapshot; an id found in neither (it ended meanwhile)
+/// still counts, which can only hold the cursor back a claim longer, never
+/// let it pass a row. Reading those views costs 70-120 µs, hence the cheap
+/// case first.
+pub const SNAPSHOT_XMIN_HERE: &str = "(SELECT CASE WHEN plain.xmin >= {waiting_for} THEN plain.xmin
+    ELSE (SELECT coalesce(
+        (SELECT min(x::text::bigint) FROM pg_snapshot_xip(pg_current_snapshot()) AS x
+         WHERE x::text::bigint % 4294967296 NOT IN (
+             SELECT backend_xid::text::bigint FROM pg_stat_activity
+             WHERE backend_xid IS NOT NULL AND datname IS DISTINCT FROM current_database()
+             UNION ALL
+             SELECT transaction::text::bigint FROM pg_prepared_xacts
+             WHERE database <> current_database())),
+        pg_snapshot_xmax(pg_current_snapshot())::text::bigint)) END
+  FROM (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin) AS plain)";
 
 /// Whether the schema's idle wake-up trigger is installed (a relay announces
 /// itself idle only then).

@@ -86,7 +86,7 @@ impl Store {
             pool,
             ack_and_claim: Replanned::new(r(&q::EVENT_ACK_AND_CLAIM
                 .replace("{ack}", ack)
-                .replace("{xmin}", q::SNAPSHOT_XMIN_HERE))),
+                .replace("{xmin}", &xmin_reaching("$7")))),
             next_retry: Replanned::new(r(q::EVENT_NEXT_RETRY_MS)),
             delete_delivered: r(q::EVENT_DELETE_DELIVERED),
             mark_processed: r(q::EVENT_MARK_PROCESSED),
@@ -95,7 +95,7 @@ impl Store {
             idle_announce: r(q::INSTANCE_IDLE_ANNOUNCE),
             idle_retract: r(q::INSTANCE_IDLE_RETRACT),
             idle_trigger: r(q::IDLE_TRIGGER_INSTALLED),
-            ended_below: q::TRANSACTIONS_ENDED_BELOW.replace("{xmin}", q::SNAPSHOT_XMIN_HERE),
+            ended_below: q::TRANSACTIONS_ENDED_BELOW.replace("{xmin}", &xmin_reaching("$1")),
             live: r(q::INSTANCE_LIVE),
             remove: r(q::INSTANCE_REMOVE),
             renew: r(q::PARTITION_LEASE_RENEW),
@@ -354,6 +354,11 @@ impl Store {
 }
 
 /// The last columns of a claim row: the same on every row.
+/// [`q::SNAPSHOT_XMIN_HERE`] waiting for the id in parameter `param`.
+fn xmin_reaching(param: &str) -> String {
+    q::SNAPSHOT_XMIN_HERE.replace("{waiting_for}", param)
+}
+
 fn claim_meta(row: &sqlx::postgres::PgRow) -> std::result::Result<ClaimMeta, sqlx::Error> {
     use sqlx::Row;
     Ok(ClaimMeta {
