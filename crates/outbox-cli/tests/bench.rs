@@ -62,6 +62,16 @@ async fn bench_drain_renders_the_destination_template_asked() {
         err.contains("--destination") && err.contains("{aggregate}"),
         "{err}"
     );
+
+    // A header the preloaded events lack would reject them all: refused
+    // before anything starts, naming the fix.
+    let out = common::run(
+        &["bench", "drain", "--destination", "t.{header.tenant}"],
+        None,
+    );
+    let err = common::text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("tenant") && err.contains(":-DEFAULT"), "{err}");
 }
 
 #[tokio::test]

@@ -169,6 +169,28 @@ fn null_publisher(
     }
 }
 
+/// Event `i` as [`preload`] writes it (no headers, no topic override).
+fn event_like_preloaded(i: i64) -> Event {
+    let payload = json!({
+        "order_id": i, "customer_id": i % 977, "total_cents": (i * 7919) % 100_000,
+        "currency": "EUR", "lines": [{"sku": format!("SKU-{}", i % 50), "qty": 1 + i % 3}],
+        "note": "x".repeat(60),
+    });
+    Event {
+        id: uuid::Uuid::now_v7(),
+        seq: i,
+        aggregate_type: "order".into(),
+        aggregate_id: format!("order-{}", i % 10_000),
+        event_type: "order.created".into(),
+        payload: payload.to_string(),
+        headers: Default::default(),
+        topic: None,
+        attempts: 0,
+        created_at: chrono::Utc::now(),
+        partition: 0,
+    }
+}
+
 /// What building the messages alone took (see [`build_only`]).
 struct Built {
     /// Through the bench's null publisher.
@@ -187,28 +209,7 @@ async fn build_only(
     schema: &Schema,
     n: u64,
 ) -> Result<Built> {
-    let batch: Vec<Event> = (0..1_000)
-        .map(|i: i64| {
-            let payload = json!({
-                "order_id": i, "customer_id": i % 977, "total_cents": (i * 7919) % 100_000,
-                "currency": "EUR", "lines": [{"sku": format!("SKU-{}", i % 50), "qty": 1 + i % 3}],
-                "note": "x".repeat(60),
-            });
-            Event {
-                id: uuid::Uuid::now_v7(),
-                seq: i,
-                aggregate_type: "order".into(),
-                aggregate_id: format!("order-{}", i % 10_000),
-                event_type: "order.created".into(),
-                payload: payload.to_string(),
-                headers: Default::default(),
-                topic: None,
-                attempts: 0,
-                created_at: chrono::Utc::now(),
-                partition: 0,
-            }
-        })
-        .collect();
+    let batch: Vec<Event> = (0..1_000).map(event_like_preloaded).collect();
     let publisher = null_publisher(schema, format, destination);
     let started = Instant::now();
     for _ in 0..n.div_ceil(1_000) {
@@ -234,6 +235,15 @@ async fn build_only(
 }
 
 pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::Value> {
+    // The preloaded events carry no headers: a template that needs one
+    // would reject every event, and the relay would never drain.
+    if let Some(template) = &args.destination {
+        if let Err(missing) = template.render(&event_like_preloaded(0)) {
+            anyhow::bail!(
+                "bench drain: the preloaded events have no headers, so every one would be rejected: {missing}"
+            );
+        }
+    }
     let server = Server::start(ctx, fsync).await?;
     let pool = server.pool(8).await?;
     let n = args.events;
