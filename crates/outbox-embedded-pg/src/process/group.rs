@@ -10,6 +10,38 @@ use super::{Signal, Watchdog};
 /// How often [`Group::wait_exit`] looks.
 const EXIT_POLL: Duration = Duration::from_millis(20);
 
+/// How often [`Group::freeze`] looks.
+const STOP_POLL: Duration = Duration::from_millis(1);
+
+/// Whether every thread of every process in group `pgid` is stopped (`T`
+/// in `/proc/PID/task/TID/stat`); `true` also where `/proc` is not there
+/// to tell, since the signal was sent.
+fn stopped(pgid: u32) -> bool {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    // After the command in parentheses: state, ppid, pgrp, …
+    let fields = |path: &std::path::Path| -> Option<(char, u32)> {
+        let stat = std::fs::read_to_string(path).ok()?;
+        let mut rest = stat.rsplit_once(") ")?.1.split(' ');
+        let state = rest.next()?.chars().next()?;
+        let pgrp = rest.nth(1)?.parse().ok()?;
+        Some((state, pgrp))
+    };
+    procs.flatten().all(|p| {
+        let member = fields(&p.path().join("stat")).is_some_and(|(_, pgrp)| pgrp == pgid);
+        !member
+            || std::fs::read_dir(p.path().join("task")).is_ok_and(|tasks| {
+                tasks.flatten().all(|t| {
+                    // A thread gone between the listing and the read is no
+                    // answer either way.
+                    fields(&t.path().join("stat"))
+                        .is_none_or(|(state, _)| matches!(state, 'T' | 't'))
+                })
+            })
+    })
+}
+
 /// Why a group's program did not become ready.
 #[derive(Debug)]
 pub enum NotReady {
@@ -61,6 +93,26 @@ impl Group {
     pub fn signal(&self, signal: Signal) {
         // Failure means the group is gone already.
         signal.send_group(self.id());
+    }
+
+    /// Stops the group (`SIGSTOP`) and waits up to `timeout` until every
+    /// thread of the leader is seen stopped; `true` if they were.
+    ///
+    /// `killpg` only queues the signal: a thread running on another core
+    /// can still read a request and answer it before it stops, which makes
+    /// a test of a hung server see an answer it should not.
+    pub fn freeze(&self, timeout: Duration) -> bool {
+        self.signal(Signal::Stop);
+        let deadline = Instant::now() + timeout;
+        loop {
+            if stopped(self.id()) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(STOP_POLL);
+        }
     }
 
     /// Waits up to `timeout` for the leader to exit; `true` if it did.
@@ -187,5 +239,32 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert!(!runs(leader) && !runs(watchdog));
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_frozen_group_is_stopped_in_every_member_until_thawed() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let pid_file = dir.path().join("member");
+        let mut cmd = sh("sleep 30 & echo $! > member; wait");
+        cmd.current_dir(dir.path());
+        let group = Group::spawn(cmd, &Watchdog::kill_group()).expect("spawn");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !pid_file.exists() {
+            assert!(Instant::now() < deadline, "the member never started");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(!stopped(group.id()), "a running group is not stopped");
+        assert!(group.freeze(Duration::from_secs(10)));
+        assert!(stopped(group.id()));
+        group.signal(Signal::Cont);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while stopped(group.id()) {
+            assert!(
+                Instant::now() < deadline,
+                "the group stayed stopped after SIGCONT"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }

@@ -20,6 +20,9 @@ const PORT_RETRIES: usize = 3;
 /// How many lines of the log a [`BrokerError::Start`] carries.
 const TAIL_LINES: usize = 30;
 
+/// How long [`Server::freeze`] waits for the broker's threads to stop.
+const FREEZE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Where a broker's program is looked for, in this order: the file
 /// [`env`](Program::env) names, [`path`](Program::path), then
 /// [`binary`](Program::binary) on `PATH`.
@@ -244,10 +247,20 @@ impl<L: Launch> Server<L> {
     }
 
     /// Freezes the broker (`SIGSTOP` to its processes): connections stay
-    /// open but nothing is read or answered, as with a hung host.
+    /// open but nothing is read or answered, as with a hung host. Returns
+    /// once every thread of the broker is stopped, so nothing sent after
+    /// it is answered.
+    ///
+    /// # Panics
+    ///
+    /// If the broker's threads are not all stopped within five seconds.
     pub fn freeze(&self) {
         if let Some(g) = &self.broker {
-            g.signal(Signal::Stop);
+            assert!(
+                g.freeze(FREEZE_TIMEOUT),
+                "{}: not every thread stopped within {FREEZE_TIMEOUT:?} of SIGSTOP",
+                L::NAME
+            );
         }
     }
 
