@@ -40,26 +40,37 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "one_wakeup_trigger",
         include_str!("../migrations/0006_one_wakeup_trigger.sql"),
     ),
+    (
+        7,
+        "idle_flag_in_a_sequence",
+        include_str!("../migrations/0007_idle_flag_in_a_sequence.sql"),
+    ),
 ];
 
 const TRIGGER_ON: &str = include_str!("../migrations/notify_trigger_on.sql");
 const TRIGGER_OFF: &str = include_str!("../migrations/notify_trigger_off.sql");
-/// The idle wake-up trigger, which also takes the transaction id before any
-/// row draws its seq (migration 6), in place of `outbox_xid_first`.
+/// The idle wake-up trigger, whose `WHEN` also takes the transaction id
+/// before any row draws its seq (migration 7), in place of
+/// `outbox_xid_first`.
 const IDLE_TRIGGER_ON: &str = "
 DROP TRIGGER IF EXISTS outbox_wake_idle_relay ON {schema}.outbox_events;
 CREATE TRIGGER outbox_wake_idle_relay
 BEFORE INSERT ON {schema}.outbox_events
-FOR EACH STATEMENT EXECUTE FUNCTION {schema}.outbox_wake_idle_relay();
+FOR EACH STATEMENT
+WHEN (CASE WHEN pg_current_xact_id() IS NULL THEN false
+      ELSE pg_sequence_last_value('{schema}.outbox_relay_idle_until')
+           > date_part('epoch', now()) * 1000 END)
+EXECUTE FUNCTION {schema}.outbox_wake_idle_relay();
 DROP TRIGGER IF EXISTS outbox_xid_first ON {schema}.outbox_events;";
-/// No idle wake-up trigger; `outbox_xid_first` (migration 4) takes the
-/// transaction id first instead.
+/// No idle wake-up trigger; `outbox_xid_first` (migrations 4 and 7) takes
+/// the transaction id first instead, in its `WHEN`.
 const IDLE_TRIGGER_OFF: &str = "
 DROP TRIGGER IF EXISTS outbox_wake_idle_relay ON {schema}.outbox_events;
 DROP TRIGGER IF EXISTS outbox_xid_first ON {schema}.outbox_events;
 CREATE TRIGGER outbox_xid_first
 BEFORE INSERT ON {schema}.outbox_events
-FOR EACH STATEMENT EXECUTE FUNCTION {schema}.outbox_xid_first();";
+FOR EACH STATEMENT WHEN (pg_current_xact_id() IS NULL)
+EXECUTE FUNCTION {schema}.outbox_xid_first();";
 
 /// How rows inserted by plain SQL wake a relay in another process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -265,7 +276,7 @@ pub async fn ensure_migrated(conn: &mut PgConnection, schema: &Schema) -> Result
         "outbox_events",
         "outbox_partitions",
         "outbox_relay_instances",
-        "outbox_relay_idle",
+        "outbox_relay_idle_until",
     ] {
         let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
             .bind(format!("{}.{table}", schema.name()))

@@ -155,24 +155,33 @@ SELECT instance_id FROM {schema}.outbox_relay_instances
 WHERE heartbeat_at >= now() - $1 * interval '1 millisecond' OR instance_id = $2
 ORDER BY instance_id";
 
-/// This instance is about to sleep: producers' wake-up trigger (migration
-/// 3) notifies while the announcement lasts ($2 ms, refreshed while the
+/// A relay is about to sleep: producers' wake-up trigger (migration 7)
+/// notifies until the time this sets, `$1` ms from now (refreshed while the
 /// relay sleeps, so a relay that died stops costing producers once it
-/// lapses).
+/// lapses). Never moves the time back: another relay may sleep longer.
 ///
-/// Not flushed to disk (`synchronous_commit` off for this statement): a
-/// lost announcement only leaves pick-ups to the poll, and producers'
-/// commits do not wait behind the relay's. Returns the announcement's own
-/// transaction id: once every transaction below it has ended, every insert
-/// that could not see the announcement has committed, and one more look
-/// finds it. (Not the snapshot's `xmax`: a writer that took its id before
-/// the announcement and is still running can be at or above `xmax`.)
-pub const INSTANCE_IDLE_ANNOUNCE: &str = "
-INSERT INTO {schema}.outbox_relay_idle (instance_id, idle_until)
-SELECT $1, now() + $2 * interval '1 millisecond'
-FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed
-ON CONFLICT (instance_id) DO UPDATE SET idle_until = EXCLUDED.idle_until
-RETURNING pg_current_xact_id()::text::bigint";
+/// A sequence, not a row: `setval` writes in place, so flipping between
+/// busy and idle hundreds of times a second leaves no row versions behind
+/// for claims and producers to walk while something holds the xmin back,
+/// and every session sees the new time at once, whatever its snapshot. Not
+/// flushed to disk (`synchronous_commit` off for this statement): a lost
+/// announcement only leaves pick-ups to the poll.
+pub const IDLE_ANNOUNCE: &str = "
+SELECT setval('{schema}.outbox_relay_idle_until',
+              greatest(coalesce(pg_sequence_last_value('{schema}.outbox_relay_idle_until'), 0),
+                       (date_part('epoch', now()) * 1000)::bigint + $1::bigint))
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed";
+
+/// A transaction id assigned now, after [`IDLE_ANNOUNCE`] has returned.
+/// The trigger takes a producer's id before it reads the time, so a
+/// producer that read it before the announcement has an id below this one:
+/// once every transaction below it has ended, each such insert has
+/// committed, and one more look finds it. (Not the announcement's own id:
+/// `setval` takes one before it writes. Not a snapshot's `xmax`: a writer
+/// that took its id earlier and is still running can be at or above it.)
+pub const TRANSACTION_ID_NEW: &str = "
+SELECT pg_current_xact_id()::text::bigint
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed";
 
 /// Whether every transaction of this database below `$1` has ended (see
 /// [`SNAPSHOT_XMIN_HERE`], waiting for `$1`).
@@ -214,12 +223,12 @@ SELECT EXISTS (SELECT 1 FROM pg_trigger
                WHERE tgname = 'outbox_wake_idle_relay'
                  AND tgrelid = '{schema}.outbox_events'::regclass)";
 
-/// This instance has work again (or is stopping): producers stop notifying
-/// on its account.
-pub const INSTANCE_IDLE_RETRACT: &str = "
-DELETE FROM {schema}.outbox_relay_idle
-WHERE instance_id = $1
-  AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL";
+/// The only live relay has work again (or is stopping): producers stop
+/// notifying. A relay with others beside it leaves the time to lapse
+/// instead, since one of them may be asleep.
+pub const IDLE_RETRACT: &str = "
+SELECT setval('{schema}.outbox_relay_idle_until', 0)
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed";
 
 /// A stopping instance leaves.
 pub const INSTANCE_REMOVE: &str = "

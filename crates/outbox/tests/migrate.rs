@@ -21,7 +21,8 @@ async fn migrating_twice_is_a_no_op() {
             "0003_idle_wakeup".to_owned(),
             "0004_xid_first".to_owned(),
             "0005_retry_index".to_owned(),
-            "0006_one_wakeup_trigger".to_owned()
+            "0006_one_wakeup_trigger".to_owned(),
+            "0007_idle_flag_in_a_sequence".to_owned()
         ]
     );
     assert_eq!(first.partitions, 32);
@@ -237,7 +238,8 @@ async fn upgrading_a_first_release_schema_keeps_pending_events_and_their_order()
             "0003_idle_wakeup",
             "0004_xid_first",
             "0005_retry_index",
-            "0006_one_wakeup_trigger"
+            "0006_one_wakeup_trigger",
+            "0007_idle_flag_in_a_sequence"
         ]
     );
     assert_eq!(report.partitions, 32);

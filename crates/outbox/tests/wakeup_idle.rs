@@ -44,10 +44,13 @@ async fn delivered_within(publisher: &TestPublisher, id: Uuid, limit: Duration) 
     panic!("event {id} not delivered within {limit:?}");
 }
 
+/// 1 while a relay's idle announcement lasts (the time the producers'
+/// trigger reads is ahead), else 0.
 async fn live_idle_announcements(pool: &PgPool) -> i64 {
     count(
         pool,
-        "SELECT count(*) FROM outbox_relay_idle WHERE idle_until > now()",
+        "SELECT (coalesce(pg_sequence_last_value('outbox_relay_idle_until'), 0)
+                 > date_part('epoch', now()) * 1000)::int::bigint",
     )
     .await
 }
@@ -141,6 +144,45 @@ async fn bursts_and_pauses_lose_nothing_and_a_missed_signal_is_covered_by_the_po
     assert!(
         took < Duration::from_millis(500 + 1_000),
         "the fallback poll bounds a missed signal: {took:?}"
+    );
+    relay.shutdown().await.unwrap();
+}
+
+/// The announcement is not a row a producer's snapshot may predate: a
+/// `REPEATABLE READ` producer that took its snapshot before the relay went
+/// idle still wakes it (a row written after the snapshot would be
+/// invisible to the trigger's check, leaving the event to the 2 s poll).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producer_whose_snapshot_predates_the_announcement_still_wakes_the_relay() {
+    let ctx = common::setup().await;
+    let publisher = TestPublisher::new();
+    let mut tx = ctx.pool.begin().await.unwrap();
+    common::execute(&mut *tx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ").await;
+    let before: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_events")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(before, 0, "the snapshot is taken");
+    let relay = start_relay(&ctx, &publisher, slow_poll("late-snapshot")).await;
+    wait_until("the relay to announce that it is idle", LONG, || async {
+        live_idle_announcements(&ctx.pool).await == 1
+    })
+    .await;
+    // Let the relay's last look after announcing pass, so only a signal
+    // brings the row before the poll.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let id: Uuid = sqlx::query_scalar(
+        "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+         VALUES ('order', 'rr', 'order.created', '{}') RETURNING id",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let took = delivered_within(&publisher, id, Duration::from_secs(10)).await;
+    assert!(
+        took < Duration::from_millis(1_000),
+        "woken, not polled (the poll is every 2 s): {took:?}"
     );
     relay.shutdown().await.unwrap();
 }

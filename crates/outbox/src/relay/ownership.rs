@@ -39,6 +39,9 @@ pub struct Ownership {
     // partition the worker has just given up.
     ops: tokio::sync::Mutex<()>,
     closing: std::sync::atomic::AtomicBool,
+    /// How many live instances the last lease round saw (this one among
+    /// them; 0 before the first).
+    members: std::sync::atomic::AtomicUsize,
 }
 
 /// What the worker may claim now.
@@ -60,7 +63,13 @@ impl Ownership {
             state: Mutex::new(State::default()),
             ops: tokio::sync::Mutex::new(()),
             closing: std::sync::atomic::AtomicBool::new(false),
+            members: std::sync::atomic::AtomicUsize::new(0),
         })
+    }
+
+    /// Whether the last lease round saw no other live instance.
+    pub fn alone(&self) -> bool {
+        self.members.load(std::sync::atomic::Ordering::Acquire) <= 1
     }
 
     /// The lease length.
@@ -132,6 +141,8 @@ impl Ownership {
         let started = Instant::now();
         store.instance_heartbeat(&self.me).await?;
         let live = store.instance_live(&self.me, self.lease).await?;
+        self.members
+            .store(live.len(), std::sync::atomic::Ordering::Release);
         let n = live.len().max(1) as i32;
         let index = live.iter().position(|m| m == &self.me).unwrap_or(0) as i32;
         let assigned: BTreeSet<i32> = (0..self.partitions).filter(|p| p % n == index).collect();

@@ -66,6 +66,7 @@ pub struct Store {
     mark_failed: String,
     heartbeat: String,
     idle_announce: String,
+    xid_new: String,
     idle_retract: String,
     idle_trigger: String,
     ended_below: String,
@@ -92,8 +93,9 @@ impl Store {
             mark_processed: r(q::EVENT_MARK_PROCESSED),
             mark_failed: r(q::EVENT_MARK_FAILED),
             heartbeat: r(q::INSTANCE_HEARTBEAT),
-            idle_announce: r(q::INSTANCE_IDLE_ANNOUNCE),
-            idle_retract: r(q::INSTANCE_IDLE_RETRACT),
+            idle_announce: r(q::IDLE_ANNOUNCE),
+            xid_new: q::TRANSACTION_ID_NEW.to_owned(),
+            idle_retract: r(q::IDLE_RETRACT),
             idle_trigger: r(q::IDLE_TRIGGER_INSTALLED),
             ended_below: q::TRANSACTIONS_ENDED_BELOW.replace("{xmin}", &xmin_reaching("$1")),
             live: r(q::INSTANCE_LIVE),
@@ -218,16 +220,20 @@ impl Store {
         Ok(())
     }
 
-    /// Announces that this instance sleeps, for `ttl`; returns the
-    /// announcement's own transaction id (see
-    /// [`Store::transactions_ended_below`]).
-    pub async fn instance_idle_announce(&self, me: &str, ttl: Duration) -> Result<i64> {
-        sqlx::query_scalar(&self.idle_announce)
-            .bind(me)
-            .bind(ttl.as_millis() as f64)
+    /// Announces that a relay sleeps, for `ttl`; returns a transaction id
+    /// assigned after the announcement (see [`Store::transactions_ended_below`]).
+    pub async fn idle_announce(&self, ttl: Duration) -> Result<i64> {
+        sqlx::query(&self.idle_announce)
+            .bind(ttl.as_millis() as i64)
+            .execute(&self.pool)
+            .await
+            .map_err(Error::db("announcing that the relay is idle"))?;
+        sqlx::query_scalar(&self.xid_new)
             .fetch_one(&self.pool)
             .await
-            .map_err(Error::db("announcing that the relay is idle"))
+            .map_err(Error::db(
+                "taking a transaction id after the idle announcement",
+            ))
     }
 
     /// Whether every transaction of this database with an id below `xid`
@@ -248,10 +254,9 @@ impl Store {
             .map_err(Error::db("looking for the wake-up trigger"))
     }
 
-    /// Withdraws this instance's idle announcement.
-    pub async fn instance_idle_retract(&self, me: &str) -> Result<()> {
+    /// Withdraws the idle announcement (the only live relay has work).
+    pub async fn idle_retract(&self) -> Result<()> {
         sqlx::query(&self.idle_retract)
-            .bind(me)
             .execute(&self.pool)
             .await
             .map_err(Error::db("withdrawing the idle announcement"))?;

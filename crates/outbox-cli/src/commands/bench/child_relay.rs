@@ -187,7 +187,7 @@ impl ChildRelay {
     }
 
     /// Waits until the relay holds every partition of `schema` and has
-    /// announced that it is idle (its row in `outbox_relay_idle` is live).
+    /// announced that it is idle (`outbox_relay_idle_until` is ahead of now).
     pub async fn wait_idle(
         &mut self,
         pool: &PgPool,
@@ -201,7 +201,8 @@ impl ChildRelay {
             "SELECT (CASE WHEN EXISTS (SELECT 1 FROM pg_trigger
                                         WHERE tgname = 'outbox_wake_idle_relay'
                                           AND tgrelid = '{s}.outbox_events'::regclass)
-                          THEN (SELECT count(*) FROM {s}.outbox_relay_idle WHERE idle_until > now()) = 1
+                          THEN coalesce(pg_sequence_last_value('{s}.outbox_relay_idle_until'), 0)
+                               > date_part('epoch', now()) * 1000
                           ELSE NOT EXISTS (SELECT 1 FROM {s}.outbox_events
                                            WHERE processed_at IS NULL AND dead_lettered_at IS NULL)
                      END)

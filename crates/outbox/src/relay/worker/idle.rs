@@ -1,5 +1,5 @@
 //! The idle announcement: how a worker tells producers' wake-up trigger
-//! (migration 3) that it sleeps, closes the race with inserts that could
+//! (migration 7) that it sleeps, closes the race with inserts that could
 //! not see the announcement yet, and withdraws it when it has work.
 
 use std::time::{Duration, Instant};
@@ -46,19 +46,14 @@ impl Worker {
         }
     }
 
-    /// Tells producers' wake-up trigger that this instance sleeps, for
-    /// `ttl`. Returns the announcement's transaction id, or `None` if it
-    /// failed (the poll still finds every row).
+    /// Tells producers' wake-up trigger that a relay sleeps, for `ttl`.
+    /// Returns a transaction id taken after the announcement, or `None` if
+    /// it failed (the poll still finds every row).
     pub(super) async fn announce_idle(&mut self, ttl: Duration) -> Option<i64> {
         if let Some(retracting) = self.retracting.take() {
             let _ = retracting.await;
         }
-        match self
-            .deps
-            .store
-            .instance_idle_announce(self.deps.ownership.me(), ttl)
-            .await
-        {
+        match self.deps.store.idle_announce(ttl).await {
             Ok(xid) => {
                 self.idle_announced = Some(Instant::now());
                 Some(xid)
@@ -70,15 +65,11 @@ impl Worker {
         }
     }
 
-    /// Withdraws the idle announcement, if any.
+    /// Withdraws the idle announcement, if any, when no other relay may be
+    /// asleep on it (otherwise it lapses by itself).
     pub(super) async fn retract_idle(&mut self) {
-        if self.idle_announced.take().is_some() {
-            if let Err(e) = self
-                .deps
-                .store
-                .instance_idle_retract(self.deps.ownership.me())
-                .await
-            {
+        if self.idle_announced.take().is_some() && self.deps.ownership.alone() {
+            if let Err(e) = self.deps.store.idle_retract().await {
                 tracing::debug!(error = %e.with_causes(), "could not withdraw the idle announcement; it lapses by itself");
             }
         }

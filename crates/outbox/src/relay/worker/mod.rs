@@ -206,11 +206,12 @@ impl Worker {
     /// parallel with publishing.
     async fn publish(&mut self, claim: Claimable, batch: Claimed) -> Phase {
         self.idle.reset();
-        if self.idle_announced.take().is_some() {
-            // Busy again: producers stop notifying. Off the publish path.
-            let (store, me) = (self.deps.store.clone(), self.deps.ownership.me().to_owned());
+        if self.idle_announced.take().is_some() && self.deps.ownership.alone() {
+            // Busy again: producers stop notifying (where no other relay may
+            // be asleep on the announcement). Off the publish path.
+            let store = self.deps.store.clone();
             self.retracting = Some(tokio::spawn(async move {
-                if let Err(e) = store.instance_idle_retract(&me).await {
+                if let Err(e) = store.idle_retract().await {
                     tracing::debug!(error = %e.with_causes(), "could not withdraw the idle announcement; it lapses by itself");
                 }
             }));
