@@ -22,7 +22,9 @@
 -- the trigger's function, which only sends the NOTIFY, runs only while a
 -- relay sleeps. In the other modes outbox_xid_first's WHEN takes the id and
 -- is false, so its function never runs either: no PL/pgSQL call per
--- statement in any mode.
+-- statement in any mode. Those triggers are the modes' own (`migrate.rs`):
+-- `migrate` installs the schema's mode again, in this form, right after
+-- applying this migration.
 CREATE SEQUENCE IF NOT EXISTS {schema}.outbox_relay_idle_until MINVALUE 0 START 0;
 GRANT SELECT ON SEQUENCE {schema}.outbox_relay_idle_until TO PUBLIC;
 
@@ -32,30 +34,5 @@ BEGIN
     RETURN NULL;
 END;
 $$ LANGUAGE plpgsql;
-
-DO $$
-BEGIN
-    IF EXISTS (SELECT 1 FROM pg_trigger
-               WHERE tgname = 'outbox_wake_idle_relay'
-                 AND tgrelid = '{schema}.outbox_events'::regclass) THEN
-        DROP TRIGGER outbox_wake_idle_relay ON {schema}.outbox_events;
-        CREATE TRIGGER outbox_wake_idle_relay
-        BEFORE INSERT ON {schema}.outbox_events
-        FOR EACH STATEMENT
-        WHEN (CASE WHEN pg_current_xact_id() IS NULL THEN false
-              ELSE pg_sequence_last_value('{schema}.outbox_relay_idle_until')
-                   > date_part('epoch', now()) * 1000 END)
-        EXECUTE FUNCTION {schema}.outbox_wake_idle_relay();
-    END IF;
-    IF EXISTS (SELECT 1 FROM pg_trigger
-               WHERE tgname = 'outbox_xid_first'
-                 AND tgrelid = '{schema}.outbox_events'::regclass) THEN
-        DROP TRIGGER outbox_xid_first ON {schema}.outbox_events;
-        CREATE TRIGGER outbox_xid_first
-        BEFORE INSERT ON {schema}.outbox_events
-        FOR EACH STATEMENT WHEN (pg_current_xact_id() IS NULL)
-        EXECUTE FUNCTION {schema}.outbox_xid_first();
-    END IF;
-END $$;
 
 DROP TABLE IF EXISTS {schema}.outbox_relay_idle;

@@ -222,6 +222,14 @@ pub async fn migrate(
         Some(false) => Some(WakeupTrigger::Idle),
         None => None,
     });
+    // Migration 7 moved the triggers' tests into their `WHEN`: a schema that
+    // has just received it gets its own mode's triggers again, in that form.
+    let wanted = match wanted {
+        None if applied.iter().any(|m| m.starts_with("0007_")) => {
+            Some(installed_mode(&mut tx, schema).await?)
+        }
+        wanted => wanted,
+    };
     if let Some(mode) = wanted {
         let (every_insert, idle) = match mode {
             WakeupTrigger::Idle => (TRIGGER_OFF, IDLE_TRIGGER_ON),
@@ -241,24 +249,8 @@ pub async fn migrate(
             .fetch_one(&mut *tx)
             .await
             .map_err(Error::db("reading the partition count"))?;
-    let triggers: Vec<String> = sqlx::query_scalar(
-        "SELECT t.tgname::text FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
-           JOIN pg_namespace n ON n.oid = c.relnamespace
-          WHERE t.tgname IN ('outbox_insert_notify', 'outbox_wake_idle_relay')
-            AND n.nspname = $1 AND c.relname = 'outbox_events'",
-    )
-    .bind(schema.name())
-    .fetch_all(&mut *tx)
-    .await
-    .map_err(Error::db("reading the wake-up triggers"))?;
-    let notify_trigger = triggers.iter().any(|t| t == "outbox_insert_notify");
-    let wakeup = if notify_trigger {
-        WakeupTrigger::EveryInsert
-    } else if triggers.iter().any(|t| t == "outbox_wake_idle_relay") {
-        WakeupTrigger::Idle
-    } else {
-        WakeupTrigger::Off
-    };
+    let wakeup = installed_mode(&mut tx, schema).await?;
+    let notify_trigger = wakeup == WakeupTrigger::EveryInsert;
     tx.commit()
         .await
         .map_err(Error::db("committing migration"))?;
@@ -267,6 +259,27 @@ pub async fn migrate(
         partitions: partitions as u32,
         notify_trigger,
         wakeup,
+    })
+}
+
+/// The wake-up mode `schema`'s triggers implement.
+async fn installed_mode(conn: &mut PgConnection, schema: &Schema) -> Result<WakeupTrigger> {
+    let triggers: Vec<String> = sqlx::query_scalar(
+        "SELECT t.tgname::text FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+           JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE t.tgname IN ('outbox_insert_notify', 'outbox_wake_idle_relay')
+            AND n.nspname = $1 AND c.relname = 'outbox_events'",
+    )
+    .bind(schema.name())
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(Error::db("reading the wake-up triggers"))?;
+    Ok(if triggers.iter().any(|t| t == "outbox_insert_notify") {
+        WakeupTrigger::EveryInsert
+    } else if triggers.iter().any(|t| t == "outbox_wake_idle_relay") {
+        WakeupTrigger::Idle
+    } else {
+        WakeupTrigger::Off
     })
 }
 

@@ -22,13 +22,13 @@ fn slow_poll(instance: &str) -> RelayConfig {
     }
 }
 
-async fn insert_plain(pool: &PgPool, aggregate: &str) -> Uuid {
+async fn insert_plain<'e>(conn: impl sqlx::PgExecutor<'e>, aggregate: &str) -> Uuid {
     sqlx::query_scalar(
         "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
          VALUES ('order', $1, 'order.created', '{}') RETURNING id",
     )
     .bind(aggregate)
-    .fetch_one(pool)
+    .fetch_one(conn)
     .await
     .unwrap()
 }
@@ -132,13 +132,7 @@ async fn bursts_and_pauses_lose_nothing_and_a_missed_signal_is_covered_by_the_po
     .await;
     let mut tx = ctx.pool.begin().await.unwrap();
     common::execute(&mut *tx, "SET LOCAL session_replication_role = replica").await;
-    let silent: Uuid = sqlx::query_scalar(
-        "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
-         VALUES ('order', 'silent', 'order.created', '{}') RETURNING id",
-    )
-    .fetch_one(&mut *tx)
-    .await
-    .unwrap();
+    let silent = insert_plain(&mut *tx, "silent").await;
     tx.commit().await.unwrap();
     let took = delivered_within(&publisher, silent, Duration::from_secs(10)).await;
     assert!(
@@ -171,13 +165,7 @@ async fn a_producer_whose_snapshot_predates_the_announcement_still_wakes_the_rel
     // Let the relay's last look after announcing pass, so only a signal
     // brings the row before the poll.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let id: Uuid = sqlx::query_scalar(
-        "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
-         VALUES ('order', 'rr', 'order.created', '{}') RETURNING id",
-    )
-    .fetch_one(&mut *tx)
-    .await
-    .unwrap();
+    let id = insert_plain(&mut *tx, "rr").await;
     tx.commit().await.unwrap();
     let took = delivered_within(&publisher, id, Duration::from_secs(10)).await;
     assert!(
@@ -251,5 +239,15 @@ async fn the_wakeup_trigger_modes_switch_and_report() {
         )
         .await;
         assert_eq!(triggers, i64::from(mode != WakeupTrigger::Off), "{mode:?}");
+        // Exactly one statement trigger takes the transaction id first, and
+        // it does so in its WHEN (migration 7): no function call per
+        // statement while no relay sleeps.
+        let first = count(
+            &ctx.pool,
+            "SELECT count(*) FILTER (WHERE tgqual IS NOT NULL) * 10 + count(*) FROM pg_trigger
+             WHERE tgname IN ('outbox_wake_idle_relay', 'outbox_xid_first')",
+        )
+        .await;
+        assert_eq!(first, 11, "{mode:?}: one such trigger, with a WHEN");
     }
 }

@@ -211,23 +211,30 @@ mod tests {
         assert!(group.wait_exit(Duration::from_secs(10)));
     }
 
+    /// A group of a shell and one member it started (`sleep`), once the
+    /// member runs; and the member's pid.
     #[cfg(target_os = "linux")]
-    #[test]
-    fn dropping_a_group_kills_every_member_and_the_watchdog() {
+    fn group_with_a_member() -> (Group, u32) {
         let dir = tempfile::tempdir().expect("temp dir");
         let pid_file = dir.path().join("member");
         let mut cmd = sh("sleep 30 & echo $! > member; wait");
         cmd.current_dir(dir.path());
         let group = Group::spawn(cmd, &Watchdog::kill_group()).expect("spawn");
         let deadline = Instant::now() + Duration::from_secs(10);
-        let member = loop {
+        loop {
             let pid = std::fs::read_to_string(&pid_file).ok();
             if let Some(pid) = pid.and_then(|p| p.trim().parse::<u32>().ok()) {
-                break pid;
+                return (group, pid);
             }
             assert!(Instant::now() < deadline, "the member never started");
             std::thread::sleep(Duration::from_millis(10));
-        };
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn dropping_a_group_kills_every_member_and_the_watchdog() {
+        let (group, member) = group_with_a_member();
         let leader = group.id();
         let watchdog = group.watchdog.as_ref().expect("a watchdog").id();
         assert!(runs(leader) && runs(member) && runs(watchdog));
@@ -244,16 +251,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn a_frozen_group_is_stopped_in_every_member_until_thawed() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let pid_file = dir.path().join("member");
-        let mut cmd = sh("sleep 30 & echo $! > member; wait");
-        cmd.current_dir(dir.path());
-        let group = Group::spawn(cmd, &Watchdog::kill_group()).expect("spawn");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !pid_file.exists() {
-            assert!(Instant::now() < deadline, "the member never started");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let (group, _member) = group_with_a_member();
         assert!(!stopped(group.id()), "a running group is not stopped");
         assert!(group.freeze(Duration::from_secs(10)));
         assert!(stopped(group.id()));
