@@ -98,3 +98,69 @@ async fn sigkill_at_random_moments_loses_nothing_and_keeps_order() {
         "{dups} duplicates after 6 kills"
     );
 }
+
+/// Whether the time the producers' wake-up trigger reads (the idle
+/// announcement, migration 7) is still ahead of now.
+async fn idle_announced(pool: &sqlx::PgPool) -> bool {
+    sqlx::query_scalar(
+        "SELECT coalesce(pg_sequence_last_value('outbox_relay_idle_until'), 0)
+                > date_part('epoch', now()) * 1000",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+async fn insert_plain(pool: &sqlx::PgPool, aggregate: &str) {
+    sqlx::query(
+        "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+         VALUES ('order', $1, 'order.created', '{}')",
+    )
+    .bind(aggregate)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// `outbox relay` SIGKILLed while idle: its announcement outlives it only
+/// until it lapses (one lease, 1.5 s here, after its last refresh); from
+/// then on the trigger's state says no relay sleeps and producers' commits
+/// send no notification.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_killed_while_idle_stops_costing_producers_once_its_announcement_lapses() {
+    let (db, pool) = migrated_test_db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("events.jsonl");
+    let mut child = common::spawn_relay(&db.url, &file, "idle-then-killed", &[]);
+    let long = Duration::from_secs(60);
+    outbox_testkit::wait_until("the relay to announce that it is idle", long, || async {
+        idle_announced(&pool).await
+    })
+    .await;
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+
+    let mut listener = sqlx::postgres::PgListener::connect_with(&pool)
+        .await
+        .unwrap();
+    listener.listen("outbox_event").await.unwrap();
+    if idle_announced(&pool).await {
+        insert_plain(&pool, "while-announced").await;
+        tokio::time::timeout(Duration::from_secs(5), listener.recv())
+            .await
+            .expect("a notification while the announcement lasts")
+            .unwrap();
+    }
+    outbox_testkit::wait_until("the dead relay's announcement to lapse", long, || async {
+        !idle_announced(&pool).await
+    })
+    .await;
+    for n in 0..20 {
+        insert_plain(&pool, &format!("after-{n}")).await;
+    }
+    let extra = tokio::time::timeout(Duration::from_millis(500), listener.recv()).await;
+    assert!(
+        extra.is_err(),
+        "no notification once no relay is idle: {extra:?}"
+    );
+}
