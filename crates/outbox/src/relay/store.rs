@@ -220,20 +220,23 @@ impl Store {
         Ok(())
     }
 
-    /// Announces that a relay sleeps, for `ttl`; returns a transaction id
-    /// assigned after the announcement (see [`Store::transactions_ended_below`]).
-    pub async fn idle_announce(&self, ttl: Duration) -> Result<i64> {
+    /// Announces that a relay sleeps, for `ttl`.
+    pub async fn idle_announce(&self, ttl: Duration) -> Result<()> {
         sqlx::query(&self.idle_announce)
             .bind(ttl.as_millis() as i64)
             .execute(&self.pool)
             .await
             .map_err(Error::db("announcing that the relay is idle"))?;
+        Ok(())
+    }
+
+    /// A transaction id assigned now (after an announcement has returned,
+    /// see [`Store::transactions_ended_below`]).
+    pub async fn transaction_id_new(&self) -> Result<i64> {
         sqlx::query_scalar(&self.xid_new)
             .fetch_one(&self.pool)
             .await
-            .map_err(Error::db(
-                "taking a transaction id after the idle announcement",
-            ))
+            .map_err(Error::db("taking a transaction id"))
     }
 
     /// Whether every transaction of this database with an id below `xid`
@@ -358,12 +361,12 @@ impl Store {
     }
 }
 
-/// The last columns of a claim row: the same on every row.
 /// [`q::SNAPSHOT_XMIN_HERE`] waiting for the id in parameter `param`.
 fn xmin_reaching(param: &str) -> String {
     q::SNAPSHOT_XMIN_HERE.replace("{waiting_for}", param)
 }
 
+/// The last columns of a claim row: the same on every row.
 fn claim_meta(row: &sqlx::postgres::PgRow) -> std::result::Result<ClaimMeta, sqlx::Error> {
     use sqlx::Row;
     Ok(ClaimMeta {

@@ -32,7 +32,7 @@ impl Worker {
     /// ended: inserts that ran before the announcement could be seen have
     /// then committed. A long writer elsewhere ends the wait early; the
     /// poll covers what it leaves.
-    pub(super) async fn wait_for_transactions_below(&mut self, xid: i64) {
+    async fn wait_for_transactions_below(&mut self, xid: i64) {
         let started = Instant::now();
         while started.elapsed() < ANNOUNCE_SETTLE_MAX {
             match self.deps.store.transactions_ended_below(xid).await {
@@ -47,20 +47,31 @@ impl Worker {
     }
 
     /// Tells producers' wake-up trigger that a relay sleeps, for `ttl`.
-    /// Returns a transaction id taken after the announcement, or `None` if
-    /// it failed (the poll still finds every row).
-    pub(super) async fn announce_idle(&mut self, ttl: Duration) -> Option<i64> {
+    /// `false` if it failed (the poll still finds every row).
+    pub(super) async fn announce_idle(&mut self, ttl: Duration) -> bool {
         if let Some(retracting) = self.retracting.take() {
             let _ = retracting.await;
         }
         match self.deps.store.idle_announce(ttl).await {
-            Ok(xid) => {
+            Ok(()) => {
                 self.idle_announced = Some(Instant::now());
-                Some(xid)
+                true
             }
             Err(e) => {
                 tracing::debug!(error = %e.with_causes(), "could not announce that the relay is idle; polling");
-                None
+                false
+            }
+        }
+    }
+
+    /// After a first announcement: waits until every insert that read the
+    /// trigger's time before it has committed. Such an insert took its
+    /// transaction id before reading, so below an id taken now.
+    pub(super) async fn settle_after_announcing(&mut self) {
+        match self.deps.store.transaction_id_new().await {
+            Ok(xid) => self.wait_for_transactions_below(xid).await,
+            Err(e) => {
+                tracing::debug!(error = %e.with_causes(), "could not take a transaction id after announcing; polling");
             }
         }
     }

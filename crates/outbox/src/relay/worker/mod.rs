@@ -181,11 +181,9 @@ impl Worker {
         let first = self.idle_announced.is_none();
         let due = self.idle_announced.is_none_or(|at| at.elapsed() > ttl / 2);
         if self.deps.config.listen && due && self.idle_trigger().await {
-            if let Some(xid) = self.announce_idle(ttl).await {
-                if first {
-                    self.wait_for_transactions_below(xid).await;
-                    return Phase::Claim(claim);
-                }
+            if self.announce_idle(ttl).await && first {
+                self.settle_after_announcing().await;
+                return Phase::Claim(claim);
             }
         }
         let poll = self.idle.next_delay();
