@@ -180,11 +180,14 @@ impl Worker {
         // is left for the poll. While asleep, keep the announcement alive.
         let first = self.idle_announced.is_none();
         let due = self.idle_announced.is_none_or(|at| at.elapsed() > ttl / 2);
-        if self.deps.config.listen && due && self.idle_trigger().await {
-            if self.announce_idle(ttl).await && first {
-                self.settle_after_announcing().await;
-                return Phase::Claim(claim);
-            }
+        if self.deps.config.listen
+            && due
+            && self.idle_trigger().await
+            && self.announce_idle(ttl).await
+            && first
+        {
+            self.settle_after_announcing().await;
+            return Phase::Claim(claim);
         }
         let poll = self.idle.next_delay();
         let next_retry = match self.deps.store.event_next_retry(&claim.partitions).await {
