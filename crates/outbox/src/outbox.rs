@@ -32,6 +32,20 @@ FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text
      WITH ORDINALITY AS e(id, aggregate_type, aggregate_id, event_type, payload, headers, topic, ord)
 ORDER BY ord";
 
+/// The five columns every insert of one event binds first, in this order:
+/// id, aggregate type, aggregate id, event type, payload.
+fn bind_columns<'q>(
+    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    event: &'q NewEvent,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    query
+        .bind(event.id)
+        .bind(&event.aggregate_type)
+        .bind(&event.aggregate_id)
+        .bind(&event.event_type)
+        .bind(sqlx::types::Json(&event.payload))
+}
+
 /// The headers written for an event: with the feature `opentelemetry`, the
 /// caller's plus the current trace context unless they name a
 /// `traceparent`; without it, the caller's.
@@ -116,12 +130,7 @@ impl Outbox {
         event.validate()?;
         let headers = stored_headers(&event.headers);
         if headers.is_empty() && event.topic.is_none() {
-            sqlx::query(&self.insert_plain)
-                .bind(event.id)
-                .bind(&event.aggregate_type)
-                .bind(&event.aggregate_id)
-                .bind(&event.event_type)
-                .bind(sqlx::types::Json(&event.payload))
+            bind_columns(sqlx::query(&self.insert_plain), event)
                 .execute(conn)
                 .await
                 .map_err(Error::db("enqueueing an event"))?;
@@ -131,12 +140,7 @@ impl Outbox {
             field: "headers",
             source,
         })?;
-        sqlx::query(&self.insert_one)
-            .bind(event.id)
-            .bind(&event.aggregate_type)
-            .bind(&event.aggregate_id)
-            .bind(&event.event_type)
-            .bind(sqlx::types::Json(&event.payload))
+        bind_columns(sqlx::query(&self.insert_one), event)
             .bind(sqlx::types::Json(headers))
             .bind(&event.topic)
             .execute(conn)

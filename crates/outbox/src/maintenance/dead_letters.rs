@@ -171,25 +171,30 @@ impl DeadLetters {
     /// Retry all dead letters of an aggregate in one call, so they keep
     /// their order among themselves. They come back due at once.
     pub async fn retry(&self, conn: &mut PgConnection, selector: &Selector) -> Result<u64> {
-        selector.validate()?;
-        let done = Criteria::of(selector)
-            .bind(sqlx::query(&self.retry))
-            .execute(conn)
-            .await
-            .map_err(Error::db("retrying dead letters"))?;
-        Ok(done.rows_affected())
+        Self::change(&self.retry, conn, selector, "retrying dead letters").await
     }
 
     /// Deletes the selected dead letters, in one statement; returns how
     /// many. They are gone for good: keep a copy first (`list`) if you need
     /// a record.
     pub async fn discard(&self, conn: &mut PgConnection, selector: &Selector) -> Result<u64> {
+        Self::change(&self.discard, conn, selector, "discarding dead letters").await
+    }
+
+    /// Runs one changing statement (`retry`, `discard`) on the dead letters
+    /// `selector` selects; returns how many rows it changed.
+    async fn change(
+        sql: &str,
+        conn: &mut PgConnection,
+        selector: &Selector,
+        doing: &'static str,
+    ) -> Result<u64> {
         selector.validate()?;
         let done = Criteria::of(selector)
-            .bind(sqlx::query(&self.discard))
+            .bind(sqlx::query(sql))
             .execute(conn)
             .await
-            .map_err(Error::db("discarding dead letters"))?;
+            .map_err(Error::db(doing))?;
         Ok(done.rows_affected())
     }
 }

@@ -142,13 +142,18 @@ mod tests {
         }
     }
 
+    /// A fresh settlement of one wave under [`POLICY`].
+    fn settled(wave: Vec<Event>, outcomes: Vec<Outcome>) -> Settlement {
+        let mut s = Settlement::default();
+        s.settle(wave, outcomes, &POLICY);
+        s
+    }
+
     #[test]
     fn delivered_events_are_only_delivered() {
-        let mut s = Settlement::default();
-        s.settle(
+        let s = settled(
             vec![ev("a", 0), ev("b", 0)],
             vec![Outcome::Delivered, Outcome::Delivered],
-            &POLICY,
         );
         assert_eq!(s.delivered.len(), 2);
         assert!(s.failures.is_empty() && s.blocked.is_empty() && s.outage.is_none());
@@ -156,12 +161,7 @@ mod tests {
 
     #[test]
     fn a_retry_counts_an_attempt_backs_off_and_blocks_its_aggregate() {
-        let mut s = Settlement::default();
-        s.settle(
-            vec![ev("a", 0)],
-            vec![Outcome::Retry("busy".into())],
-            &POLICY,
-        );
+        let s = settled(vec![ev("a", 0)], vec![Outcome::Retry("busy".into())]);
         assert_eq!(s.retried.len(), 1);
         let f = &s.failures[0];
         assert!(!f.dead && f.error == "busy");
@@ -172,15 +172,13 @@ mod tests {
 
     #[test]
     fn a_retry_after_waits_for_the_hint_capped_by_backoff_max() {
-        let mut s = Settlement::default();
-        s.settle(
+        let s = settled(
             vec![ev("a", 0), ev("b", 0), ev("c", 0)],
             vec![
                 Outcome::RetryAfter("429".into(), Duration::from_millis(700)),
                 Outcome::RetryAfter("429".into(), Duration::from_secs(3_600)),
                 Outcome::RetryAfter("503".into(), Duration::ZERO),
             ],
-            &POLICY,
         );
         assert_eq!(s.retried.len(), 3, "a hint still counts an attempt");
         let delays: Vec<Duration> = s.failures.iter().map(|f| f.delay).collect();
@@ -201,23 +199,16 @@ mod tests {
         );
         assert!(s.failures.iter().all(|f| !f.dead));
         assert_eq!(s.blocked.len(), 3);
-        let mut s = Settlement::default();
-        s.settle(
+        let s = settled(
             vec![ev("a", 2)],
             vec![Outcome::RetryAfter("429".into(), Duration::from_millis(10))],
-            &POLICY,
         );
         assert_eq!(s.dead.len(), 1, "the last allowed attempt dead-letters");
     }
 
     #[test]
     fn the_last_allowed_retry_dead_letters() {
-        let mut s = Settlement::default();
-        s.settle(
-            vec![ev("a", 2)],
-            vec![Outcome::Retry("busy".into())],
-            &POLICY,
-        );
+        let s = settled(vec![ev("a", 2)], vec![Outcome::Retry("busy".into())]);
         assert!(s.retried.is_empty());
         assert_eq!(s.dead.len(), 1);
         assert!(s.failures[0].dead);
@@ -225,23 +216,16 @@ mod tests {
 
     #[test]
     fn a_rejection_dead_letters_at_once() {
-        let mut s = Settlement::default();
-        s.settle(
-            vec![ev("a", 0)],
-            vec![Outcome::Rejected("too big".into())],
-            &POLICY,
-        );
+        let s = settled(vec![ev("a", 0)], vec![Outcome::Rejected("too big".into())]);
         assert_eq!(s.dead[0].1, "too big");
         assert!(s.failures[0].dead && s.failures[0].delay == Duration::ZERO);
     }
 
     #[test]
     fn unavailable_burns_no_attempt_and_ends_the_batch() {
-        let mut s = Settlement::default();
-        s.settle(
+        let s = settled(
             vec![ev("a", 0), ev("b", 0)],
             vec![Outcome::Delivered, Outcome::Unavailable("link lost".into())],
-            &POLICY,
         );
         assert_eq!(s.delivered.len(), 1);
         assert!(s.failures.is_empty(), "no attempt counted");
@@ -252,19 +236,12 @@ mod tests {
 
     #[test]
     fn missing_outcomes_are_retries_and_extra_ones_are_ignored() {
-        let mut s = Settlement::default();
-        s.settle(
-            vec![ev("a", 0), ev("b", 0)],
-            vec![Outcome::Delivered],
-            &POLICY,
-        );
+        let s = settled(vec![ev("a", 0), ev("b", 0)], vec![Outcome::Delivered]);
         assert_eq!(s.delivered.len(), 1);
         assert!(s.retried[0].1.contains("no outcome"));
-        let mut s = Settlement::default();
-        s.settle(
+        let s = settled(
             vec![ev("a", 0)],
             vec![Outcome::Delivered, Outcome::Rejected("x".into())],
-            &POLICY,
         );
         assert_eq!((s.delivered.len(), s.dead.len()), (1, 0));
     }

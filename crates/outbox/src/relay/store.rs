@@ -233,10 +233,7 @@ impl Store {
     /// A transaction id assigned now (after an announcement has returned,
     /// see [`Store::transactions_ended_below`]).
     pub async fn transaction_id_new(&self) -> Result<i64> {
-        sqlx::query_scalar(&self.xid_new)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(Error::db("taking a transaction id"))
+        self.scalar(&self.xid_new, "taking a transaction id").await
     }
 
     /// Whether every transaction of this database with an id below `xid`
@@ -251,19 +248,14 @@ impl Store {
 
     /// Whether the schema's idle wake-up trigger is installed.
     pub async fn idle_trigger_installed(&self) -> Result<bool> {
-        sqlx::query_scalar(&self.idle_trigger)
-            .fetch_one(&self.pool)
+        self.scalar(&self.idle_trigger, "looking for the wake-up trigger")
             .await
-            .map_err(Error::db("looking for the wake-up trigger"))
     }
 
     /// Withdraws the idle announcement (the only live relay has work).
     pub async fn idle_retract(&self) -> Result<()> {
-        sqlx::query(&self.idle_retract)
-            .execute(&self.pool)
+        self.execute(&self.idle_retract, "withdrawing the idle announcement")
             .await
-            .map_err(Error::db("withdrawing the idle announcement"))?;
-        Ok(())
     }
 
     /// Live instances, sorted.
@@ -354,10 +346,28 @@ impl Store {
 
     /// The schema's partition count.
     pub async fn partition_count(&self) -> Result<i32> {
-        sqlx::query_scalar(&self.partition_count)
+        self.scalar(&self.partition_count, "reading the partition count")
+            .await
+    }
+
+    /// Runs `sql`, which takes no parameters and returns one value.
+    async fn scalar<T>(&self, sql: &str, during: &'static str) -> Result<T>
+    where
+        T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send + Unpin,
+    {
+        sqlx::query_scalar(sql)
             .fetch_one(&self.pool)
             .await
-            .map_err(Error::db("reading the partition count"))
+            .map_err(Error::db(during))
+    }
+
+    /// Runs `sql`, which takes no parameters and returns no rows.
+    async fn execute(&self, sql: &str, during: &'static str) -> Result<()> {
+        sqlx::query(sql)
+            .execute(&self.pool)
+            .await
+            .map_err(Error::db(during))?;
+        Ok(())
     }
 }
 
