@@ -121,6 +121,16 @@ FROM {schema}.outbox_events
 WHERE next_attempt_at > now() AND coalesce(processed_at, dead_lettered_at) IS NULL
   AND partition = ANY($1::int[])";
 
+/// The lowest fresh pending seq of the partitions (`$1`) below the claim
+/// cursor (`$2`), if any: the cursor's periodic look behind itself
+/// (`relay/cursor.rs`). It walks the unprocessed-rows index from its start,
+/// over every dead entry left there while xmin is held, so it runs beside
+/// the claims, never in front of one: a claim never waits for it.
+pub const EVENT_FRESH_LOWEST_BELOW: &str = "
+SELECT min(seq) FROM {schema}.outbox_events
+WHERE processed_at IS NULL AND dead_lettered_at IS NULL AND next_attempt_at IS NULL
+  AND partition = ANY($1::int[]) AND seq < $2";
+
 /// Acknowledged events, delete-on-ack mode. Not fenced: a delivered event is
 /// delivered whoever owns its partition now. Not flushed, as [`ACK_DELETE`].
 pub const EVENT_DELETE_DELIVERED: &str = "

@@ -61,6 +61,7 @@ pub struct Store {
     pool: PgPool,
     ack_and_claim: Arc<Replanned>,
     next_retry: Arc<Replanned>,
+    fresh_below: String,
     delete_delivered: String,
     mark_processed: String,
     mark_failed: String,
@@ -89,6 +90,7 @@ impl Store {
                 .replace("{ack}", ack)
                 .replace("{xmin}", &xmin_reaching("$7")))),
             next_retry: Replanned::new(r(q::EVENT_NEXT_RETRY_MS)),
+            fresh_below: r(q::EVENT_FRESH_LOWEST_BELOW),
             delete_delivered: r(q::EVENT_DELETE_DELIVERED),
             mark_processed: r(q::EVENT_MARK_PROCESSED),
             mark_failed: r(q::EVENT_MARK_FAILED),
@@ -165,6 +167,23 @@ impl Store {
             .await
             .map_err(Error::db("reading the next retry time"))?;
         Ok(ms.map(|ms| Duration::from_millis(ms.max(0) as u64)))
+    }
+
+    /// The lowest fresh pending seq of `partitions` below `below`, if any
+    /// (the claim cursor's look behind itself).
+    pub async fn event_fresh_lowest_below(
+        &self,
+        partitions: &[i32],
+        below: i64,
+    ) -> Result<Option<i64>> {
+        sqlx::query_scalar(&self.fresh_below)
+            .bind(partitions)
+            .bind(below)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(Error::db(
+                "looking for pending events behind the claim cursor",
+            ))
     }
 
     /// Marks acknowledged events done (deletes them, or sets

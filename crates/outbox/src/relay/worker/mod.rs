@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::publisher::Publisher;
 use crate::relay::backoff::DoublingDelay;
 use crate::relay::config::{RelayConfig, OUTAGE_BACKOFF_MIN_MS};
-use crate::relay::cursor::{Cursor, Start};
+use crate::relay::cursor::{Cursor, Probe, Start};
 use crate::relay::observe::{OutageKind, RelayObserver, RelayStats};
 use crate::relay::ownership::{Claimable, Ownership};
 use crate::relay::store::{Claimed, Store};
@@ -47,6 +47,9 @@ pub(crate) struct Worker {
     retracting: Option<tokio::task::JoinHandle<()>>,
     /// Where the next claim starts reading fresh rows.
     cursor: Cursor,
+    /// A look behind the cursor still running beside the claims, and where
+    /// its answer arrives.
+    probe: Option<(Probe, tokio::sync::oneshot::Receiver<Result<Option<i64>>>)>,
     /// Whether the schema has the idle wake-up trigger (`None`: not known
     /// yet).
     idle_trigger: Option<bool>,
@@ -85,6 +88,7 @@ impl Worker {
             idle_announced: None,
             retracting: None,
             cursor: Cursor::new(),
+            probe: None,
             idle_trigger: None,
         }
     }
@@ -320,9 +324,59 @@ impl Worker {
         }
     }
 
-    /// Where a claim of `partitions` starts reading fresh rows now.
+    /// Where a claim of `partitions` starts reading fresh rows now. Takes in
+    /// the answer of a finished look behind the cursor, and starts the next
+    /// look when one is due; neither waits for the database.
     fn cursor_start(&mut self, partitions: &[i32]) -> Start {
-        self.cursor.start_claim(partitions, Instant::now())
+        let now = Instant::now();
+        self.probe_collect();
+        if self.probe.is_none() {
+            if let Some(probe) = self.cursor.probe_due(now) {
+                self.probe_spawn(probe);
+            }
+        }
+        self.cursor.start_claim(partitions, now)
+    }
+
+    /// Runs `probe` on its own task (and its own pooled connection).
+    fn probe_spawn(&mut self, probe: Probe) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let store = self.deps.store.clone();
+        let (partitions, below) = (probe.partitions.clone(), probe.below);
+        tokio::spawn(async move {
+            let found = store.event_fresh_lowest_below(&partitions, below).await;
+            let _ = tx.send(found);
+        });
+        self.probe = Some((probe, rx));
+    }
+
+    /// Takes in the answer of the running look, if it has arrived.
+    fn probe_collect(&mut self) {
+        let Some((probe, rx)) = self.probe.as_mut() else {
+            return;
+        };
+        let answer = match rx.try_recv() {
+            Err(tokio::sync::oneshot::error::TryRecvError::Empty) => return,
+            Err(tokio::sync::oneshot::error::TryRecvError::Closed) => {
+                Err("the task ended without an answer".to_owned())
+            }
+            Ok(found) => found.map_err(|e| e.with_causes()),
+        };
+        match answer {
+            Ok(Some(lowest)) => {
+                tracing::debug!(
+                    lowest,
+                    cursor = probe.below,
+                    "pending events behind the claim cursor: reading from there"
+                );
+                self.cursor.rewind(probe, lowest);
+            }
+            Ok(None) => {}
+            Err(error) => {
+                tracing::debug!(%error, "could not look behind the claim cursor; the next look is one period away")
+            }
+        }
+        self.probe = None;
     }
 
     /// Waits for a wake-up, `delay`, or shutdown.
