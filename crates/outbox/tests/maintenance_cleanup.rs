@@ -40,13 +40,11 @@ async fn insert(
 
 /// Rows left per aggregate id, sorted.
 async fn left(pool: &PgPool, schema: &str) -> Vec<(String, i64)> {
-    sqlx::query_as(&format!(
+    let sql = format!(
         "SELECT aggregate_id, count(*) FROM {schema}.outbox_events
          GROUP BY aggregate_id ORDER BY aggregate_id"
-    ))
-    .fetch_all(pool)
-    .await
-    .unwrap()
+    );
+    common::rows(pool, &sql).await
 }
 
 /// The mix every cleanup test starts from: 25 expired processed rows, and
@@ -174,12 +172,8 @@ async fn insert_marks(pool: &PgPool, consumer: &str, n: i64, ago: &str) {
 }
 
 async fn marks(pool: &PgPool) -> Vec<(String, i64)> {
-    sqlx::query_as(
-        "SELECT consumer, count(*) FROM processed_events GROUP BY consumer ORDER BY consumer",
-    )
-    .fetch_all(pool)
-    .await
-    .unwrap()
+    let sql = "SELECT consumer, count(*) FROM processed_events GROUP BY consumer ORDER BY consumer";
+    common::rows(pool, sql).await
 }
 
 #[tokio::test]

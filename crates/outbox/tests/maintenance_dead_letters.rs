@@ -50,11 +50,12 @@ fn ids(page: &outbox::DeadLetterPage) -> Vec<Uuid> {
 }
 
 /// The whole table, to show that something changed nothing.
-async fn snapshot(pool: &PgPool) -> Vec<String> {
-    sqlx::query_scalar("SELECT to_jsonb(e)::text FROM outbox_events e ORDER BY seq")
-        .fetch_all(pool)
-        .await
-        .unwrap()
+async fn snapshot(pool: &PgPool) -> Vec<(String,)> {
+    common::rows(
+        pool,
+        "SELECT to_jsonb(e)::text FROM outbox_events e ORDER BY seq",
+    )
+    .await
 }
 
 #[tokio::test]
@@ -230,10 +231,7 @@ async fn retry_by_id_aggregate_type_and_all_resets_attempts_and_keeps_seq() {
 }
 
 async fn snapshot_seqs(pool: &PgPool) -> Vec<(Uuid, i64)> {
-    sqlx::query_as("SELECT id, seq FROM outbox_events ORDER BY seq")
-        .fetch_all(pool)
-        .await
-        .unwrap()
+    common::rows(pool, "SELECT id, seq FROM outbox_events ORDER BY seq").await
 }
 
 #[tokio::test]

@@ -5,14 +5,47 @@ mod common;
 use outbox::{MigrateOptions, Schema};
 use outbox_testkit::postgres::test_db;
 
-#[tokio::test]
-async fn migrating_twice_is_a_no_op() {
+/// A fresh database nothing has migrated yet (dropped with the first
+/// element), a pool on it and one connection of that pool.
+async fn unmigrated() -> (
+    outbox_testkit::postgres::TestDb,
+    sqlx::PgPool,
+    sqlx::pool::PoolConnection<sqlx::Postgres>,
+) {
     let db = test_db().await;
     let pool = db.pool().await;
-    let mut conn = pool.acquire().await.unwrap();
-    let first = outbox::migrate(&mut conn, &Schema::default(), &Default::default())
+    let conn = pool.acquire().await.unwrap();
+    (db, pool, conn)
+}
+
+/// Migrates the default schema on `conn` with the seed notify trigger
+/// turned on or off, which must succeed.
+async fn migrate_with_notify_trigger(
+    conn: &mut sqlx::PgConnection,
+    on: bool,
+) -> outbox::MigrationReport {
+    let options = MigrateOptions {
+        partitions: None,
+        notify_trigger: Some(on),
+        ..MigrateOptions::default()
+    };
+    outbox::migrate(conn, &Schema::default(), &options)
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// Migrates the default schema on `conn` with the default options, which
+/// must succeed.
+async fn migrate_default(conn: &mut sqlx::PgConnection) -> outbox::MigrationReport {
+    outbox::migrate(conn, &Schema::default(), &Default::default())
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn migrating_twice_is_a_no_op() {
+    let (_db, _pool, mut conn) = unmigrated().await;
+    let first = migrate_default(&mut conn).await;
     assert_eq!(
         first.applied,
         vec![
@@ -26,9 +59,7 @@ async fn migrating_twice_is_a_no_op() {
         ]
     );
     assert_eq!(first.partitions, 32);
-    let second = outbox::migrate(&mut conn, &Schema::default(), &Default::default())
-        .await
-        .unwrap();
+    let second = migrate_default(&mut conn).await;
     assert!(second.applied.is_empty());
     assert_eq!(second.partitions, 32);
 }
@@ -65,9 +96,7 @@ async fn plain_sql_insert_works_with_every_other_column_defaulted() {
 
 #[tokio::test]
 async fn a_custom_schema_holds_everything_and_partition_count_is_fixed() {
-    let db = test_db().await;
-    let pool = db.pool().await;
-    let mut conn = pool.acquire().await.unwrap();
+    let (_db, pool, mut conn) = unmigrated().await;
     let schema = Schema::new("billing").unwrap();
     let opts = MigrateOptions {
         partitions: Some(8),
@@ -111,9 +140,7 @@ async fn a_custom_schema_holds_everything_and_partition_count_is_fixed() {
 
 #[tokio::test]
 async fn ensure_migrated_names_the_missing_table_and_the_fix() {
-    let db = test_db().await;
-    let pool = db.pool().await;
-    let mut conn = pool.acquire().await.unwrap();
+    let (_db, _pool, mut conn) = unmigrated().await;
     let err = outbox::ensure_migrated(&mut conn, &Schema::default())
         .await
         .unwrap_err()
@@ -126,24 +153,10 @@ async fn ensure_migrated_names_the_missing_table_and_the_fix() {
 
 #[tokio::test]
 async fn the_seed_notify_trigger_is_opt_in_and_removable() {
-    let db = test_db().await;
-    let pool = db.pool().await;
-    let mut conn = pool.acquire().await.unwrap();
-    let off = outbox::migrate(&mut conn, &Schema::default(), &Default::default())
-        .await
-        .unwrap();
+    let (_db, pool, mut conn) = unmigrated().await;
+    let off = migrate_default(&mut conn).await;
     assert!(!off.notify_trigger);
-    let on = outbox::migrate(
-        &mut conn,
-        &Schema::default(),
-        &MigrateOptions {
-            partitions: None,
-            notify_trigger: Some(true),
-            ..MigrateOptions::default()
-        },
-    )
-    .await
-    .unwrap();
+    let on = migrate_with_notify_trigger(&mut conn, true).await;
     assert!(on.notify_trigger);
     let mut listener = sqlx::postgres::PgListener::connect_with(&pool)
         .await
@@ -161,17 +174,7 @@ async fn the_seed_notify_trigger_is_opt_in_and_removable() {
         .expect("a notification from the trigger")
         .unwrap();
     assert_eq!(note.channel(), "outbox_event");
-    let off = outbox::migrate(
-        &mut conn,
-        &Schema::default(),
-        &MigrateOptions {
-            partitions: None,
-            notify_trigger: Some(false),
-            ..MigrateOptions::default()
-        },
-    )
-    .await
-    .unwrap();
+    let off = migrate_with_notify_trigger(&mut conn, false).await;
     assert!(!off.notify_trigger);
 }
 

@@ -10,13 +10,12 @@ use outbox::{RelayConfig, Retention};
 use outbox_testkit::{wait_until, TestPublisher};
 
 async fn owners(pool: &sqlx::PgPool) -> Vec<(String, i64)> {
-    sqlx::query_as(
+    common::rows(
+        pool,
         "SELECT owner, count(*) FROM outbox_partitions
          WHERE owner IS NOT NULL AND lease_until > now() GROUP BY owner ORDER BY owner",
     )
-    .fetch_all(pool)
     .await
-    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -95,3 +95,14 @@ pub const NOT_DEAD: &str = "SELECT count(*) FROM outbox_events WHERE dead_letter
 pub async fn wait_for_count(pool: &PgPool, what: &str, sql: &str, n: i64) {
     outbox_testkit::wait_until(what, LONG, || async { count(pool, sql).await == n }).await;
 }
+
+/// Every row `sql` (no parameters) selects from `pool`, which must succeed.
+pub async fn rows<T>(pool: &PgPool, sql: &str) -> Vec<T>
+where
+    T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+{
+    sqlx::query_as(sql)
+        .fetch_all(pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
