@@ -292,36 +292,23 @@ mod tests {
         m.on_outage(OutageKind::Database, "down");
         m.on_ownership(7, 32);
         let text = m.encode();
-        assert_eq!(value(&text, "outbox_events_published_total"), 2.0);
-        assert_eq!(
-            value(
-                &text,
-                "outbox_events_failed_total{event_type=\"order.paid\"}"
-            ),
-            2.0
-        );
-        assert_eq!(value(&text, "outbox_events_dead_lettered_total"), 1.0);
-        assert_eq!(value(&text, "outbox_retries_total{reason=\"retry\"}"), 1.0);
-        assert_eq!(
-            value(&text, "outbox_retries_total{reason=\"unavailable\"}"),
-            1.0
-        );
-        assert_eq!(
-            value(&text, "outbox_retries_total{reason=\"database\"}"),
-            2.0
-        );
-        assert_eq!(value(&text, "outbox_batch_duration_seconds_count"), 1.0);
-        assert_eq!(value(&text, "outbox_commit_to_ack_seconds_count"), 2.0);
-        assert_eq!(
-            value(&text, "outbox_commit_to_ack_seconds_bucket{le=\"0.1\"}"),
-            1.0
-        );
-        assert_eq!(
-            value(&text, "outbox_commit_to_ack_seconds_bucket{le=\"0.25\"}"),
-            2.0
-        );
-        assert_eq!(value(&text, "outbox_partitions_owned"), 7.0);
-        assert_eq!(value(&text, "outbox_partitions"), 32.0);
+        let expected = [
+            ("outbox_events_published_total", 2.0),
+            ("outbox_events_failed_total{event_type=\"order.paid\"}", 2.0),
+            ("outbox_events_dead_lettered_total", 1.0),
+            ("outbox_retries_total{reason=\"retry\"}", 1.0),
+            ("outbox_retries_total{reason=\"unavailable\"}", 1.0),
+            ("outbox_retries_total{reason=\"database\"}", 2.0),
+            ("outbox_batch_duration_seconds_count", 1.0),
+            ("outbox_commit_to_ack_seconds_count", 2.0),
+            ("outbox_commit_to_ack_seconds_bucket{le=\"0.1\"}", 1.0),
+            ("outbox_commit_to_ack_seconds_bucket{le=\"0.25\"}", 2.0),
+            ("outbox_partitions_owned", 7.0),
+            ("outbox_partitions", 32.0),
+        ];
+        for (sample, want) in expected {
+            assert_eq!(value(&text, sample), want, "{sample}");
+        }
     }
 
     #[test]

@@ -259,81 +259,75 @@ fn file(spec: &str, _: Option<&toml::Table>) -> Result<Build> {
     }))
 }
 
-#[cfg(feature = "kafka")]
-fn kafka(spec: &str, table: Option<&toml::Table>) -> Result<Build> {
+/// Defines `$name`, the check of a publisher built with cargo feature
+/// `$feature`, as `$body`; in a build without that feature `$name` refuses
+/// every spec, saying how to rebuild.
+macro_rules! behind_feature {
+    ($feature:literal, fn $name:ident($spec:ident, $table:ident) $body:block) => {
+        #[cfg(feature = $feature)]
+        fn $name($spec: &str, $table: Option<&toml::Table>) -> Result<Build> $body
+
+        #[cfg(not(feature = $feature))]
+        fn $name(_: &str, _: Option<&toml::Table>) -> Result<Build> {
+            not_built($feature)
+        }
+    };
+}
+
+/// The [`Build`] of the publisher `make` makes for a message format.
+#[allow(dead_code)] // unused in builds without any broker
+fn building<P: Publisher + 'static>(
+    make: impl FnOnce(Envelope) -> Result<P> + Send + 'static,
+) -> Result<Build> {
+    Ok(Box::new(|envelope| {
+        Ok(Arc::new(make(envelope)?) as Arc<dyn Publisher>)
+    }))
+}
+
+behind_feature!("kafka", fn kafka(spec, table) {
     use outbox_publishers::kafka::{KafkaConfig, KafkaPublisher};
     let mut config: KafkaConfig = settings("kafka", table)?;
     config.brokers = KafkaConfig::from_url(spec)?.brokers;
     config.validate()?;
-    Ok(Box::new(|envelope| {
-        Ok(Arc::new(KafkaPublisher::new(config)?.with_envelope(envelope)) as Arc<dyn Publisher>)
-    }))
+    building(|envelope| Ok(KafkaPublisher::new(config)?.with_envelope(envelope)))
+});
+
+/// Defines `$name` (module `outbox_publishers::$name`, cargo feature
+/// `$feature`) as the check of a publisher whose spec is its `url`: the
+/// `[publisher.NAME]` table as `$config`, the spec as its `url`, validated,
+/// then built as `$publisher`.
+macro_rules! url_publisher {
+    ($name:ident, $feature:literal, $config:ident, $publisher:ident) => {
+        behind_feature!($feature, fn $name(spec, table) {
+            use outbox_publishers::$name::{$config, $publisher};
+            let mut config: $config = settings($feature, table)?;
+            config.url = spec.to_owned();
+            config.validate()?;
+            building(|envelope| Ok($publisher::new(config)?.with_envelope(envelope)))
+        });
+    };
 }
 
-#[cfg(not(feature = "kafka"))]
-fn kafka(_: &str, _: Option<&toml::Table>) -> Result<Build> {
-    not_built("kafka")
-}
+url_publisher!(amqp, "amqp", AmqpConfig, AmqpPublisher);
 
-#[cfg(feature = "amqp")]
-fn amqp(spec: &str, table: Option<&toml::Table>) -> Result<Build> {
-    use outbox_publishers::amqp::{AmqpConfig, AmqpPublisher};
-    let mut config: AmqpConfig = settings("amqp", table)?;
-    config.url = spec.to_owned();
-    config.validate()?;
-    Ok(Box::new(|envelope| {
-        Ok(Arc::new(AmqpPublisher::new(config)?.with_envelope(envelope)) as Arc<dyn Publisher>)
-    }))
-}
-
-#[cfg(not(feature = "amqp"))]
-fn amqp(_: &str, _: Option<&toml::Table>) -> Result<Build> {
-    not_built("amqp")
-}
-
-#[cfg(feature = "nats")]
-fn nats(spec: &str, table: Option<&toml::Table>) -> Result<Build> {
+behind_feature!("nats", fn nats(spec, table) {
     use outbox_publishers::nats::{NatsConfig, NatsPublisher};
     let mut config: NatsConfig = settings("nats", table)?;
     config.apply_url(spec)?;
     // Built now (nothing connects): it reads and checks the credentials
     // file, so that config check refuses a broken one too.
     let publisher = NatsPublisher::new(config)?;
-    Ok(Box::new(|envelope| {
-        Ok(Arc::new(publisher.with_envelope(envelope)) as Arc<dyn Publisher>)
-    }))
-}
+    building(|envelope| Ok(publisher.with_envelope(envelope)))
+});
 
-#[cfg(not(feature = "nats"))]
-fn nats(_: &str, _: Option<&toml::Table>) -> Result<Build> {
-    not_built("nats")
-}
+url_publisher!(redis, "redis", RedisConfig, RedisPublisher);
 
-#[cfg(feature = "redis")]
-fn redis(spec: &str, table: Option<&toml::Table>) -> Result<Build> {
-    use outbox_publishers::redis::{RedisConfig, RedisPublisher};
-    let mut config: RedisConfig = settings("redis", table)?;
-    config.url = spec.to_owned();
-    config.validate()?;
-    Ok(Box::new(|envelope| {
-        Ok(Arc::new(RedisPublisher::new(config)?.with_envelope(envelope)) as Arc<dyn Publisher>)
-    }))
-}
-
-#[cfg(not(feature = "redis"))]
-fn redis(_: &str, _: Option<&toml::Table>) -> Result<Build> {
-    not_built("redis")
-}
-
-#[cfg(feature = "http")]
-fn http(spec: &str, table: Option<&toml::Table>) -> Result<Build> {
+behind_feature!("http", fn http(spec, table) {
     use outbox_publishers::http::{HttpPublisher, SECRET_ENV};
     let secret = std::env::var(SECRET_ENV).ok().filter(|s| !s.is_empty());
     let config = http_config(spec, table, secret)?;
-    Ok(Box::new(|envelope| {
-        Ok(Arc::new(HttpPublisher::new(config)?.with_envelope(envelope)) as Arc<dyn Publisher>)
-    }))
-}
+    building(|envelope| Ok(HttpPublisher::new(config)?.with_envelope(envelope)))
+});
 
 /// `[publisher.http]` for `spec`, the secret from the environment winning
 /// over the table's.
@@ -352,41 +346,20 @@ fn http_config(
     Ok(config)
 }
 
-#[cfg(not(feature = "http"))]
-fn http(_: &str, _: Option<&toml::Table>) -> Result<Build> {
-    not_built("http")
-}
-
-#[cfg(feature = "sqs")]
-fn sqs(spec: &str, table: Option<&toml::Table>) -> Result<Build> {
+behind_feature!("sqs", fn sqs(spec, table) {
     use outbox_publishers::sqs::{SqsConfig, SqsPublisher};
     let mut config: SqsConfig = settings("sqs", table)?;
     config.apply_spec(spec)?;
-    Ok(Box::new(|envelope: Envelope| {
-        Ok(Arc::new(SqsPublisher::new(config)?.with_envelope(envelope)) as Arc<dyn Publisher>)
-    }))
-}
+    building(|envelope| Ok(SqsPublisher::new(config)?.with_envelope(envelope)))
+});
 
-#[cfg(not(feature = "sqs"))]
-fn sqs(_: &str, _: Option<&toml::Table>) -> Result<Build> {
-    not_built("sqs")
-}
-
-#[cfg(feature = "sqs")]
-fn sns(spec: &str, table: Option<&toml::Table>) -> Result<Build> {
+// SNS is built with the `sqs` feature.
+behind_feature!("sqs", fn sns(spec, table) {
     use outbox_publishers::sqs::{SnsConfig, SnsPublisher};
     let mut config: SnsConfig = settings("sns", table)?;
     config.apply_spec(spec)?;
-    Ok(Box::new(|envelope: Envelope| {
-        Ok(Arc::new(SnsPublisher::new(config)?.with_envelope(envelope)) as Arc<dyn Publisher>)
-    }))
-}
-
-/// SNS is built with the `sqs` feature.
-#[cfg(not(feature = "sqs"))]
-fn sns(_: &str, _: Option<&toml::Table>) -> Result<Build> {
-    not_built("sqs")
-}
+    building(|envelope| Ok(SnsPublisher::new(config)?.with_envelope(envelope)))
+});
 
 /// `spec` as a message may show it: quoted, password hidden, cut to its
 /// first 60 characters (with its length) if long.

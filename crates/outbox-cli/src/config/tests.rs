@@ -27,6 +27,12 @@ fn flags_of(path: &str, flag: &'static str, value: toml::Value) -> flags::FlagLa
     l
 }
 
+/// The error of resolving the layers for the relay, as text: for cases
+/// that must be refused.
+fn refused(file: Option<file::FileLayer>, env: env::EnvLayer, flags: flags::FlagLayer) -> String {
+    resolve(file, env, flags, true).unwrap_err().to_string()
+}
+
 #[test]
 fn flags_beat_env_beat_file_beat_defaults() {
     let f = file("[relay]\nbatch_size = 10\nmax_attempts = 3\nlease_ms = 2000\n");
@@ -100,28 +106,22 @@ fn env_publisher_replaces_the_file_spec_but_keeps_its_table() {
 
 #[test]
 fn range_errors_name_key_value_origin_and_range() {
-    let e = resolve(
+    let e = refused(
         file("[relay]\nbatch_size = 0\n"),
         Default::default(),
         Default::default(),
-        true,
-    )
-    .unwrap_err()
-    .to_string();
+    );
     assert!(
         e.contains("relay.batch_size") && e.contains("/etc/outbox.toml:2"),
         "{e}"
     );
     assert!(e.contains(" 0 ") && e.contains("1 to 100000"), "{e}");
 
-    let e = resolve(
+    let e = refused(
         None,
         env_of(&[("OUTBOX_SHUTDOWN_TIMEOUT_SECS", "0")]),
         Default::default(),
-        true,
-    )
-    .unwrap_err()
-    .to_string();
+    );
     assert!(
         e.contains("shutdown_timeout_secs = 0") && e.contains("OUTBOX_SHUTDOWN_TIMEOUT_SECS"),
         "{e}"
@@ -149,9 +149,7 @@ fn range_errors_name_key_value_origin_and_range() {
         ),
     ];
     for (key, value, needle) in bad {
-        let e = resolve(None, Default::default(), flags_of(key, "--x", value), true)
-            .unwrap_err()
-            .to_string();
+        let e = refused(None, Default::default(), flags_of(key, "--x", value));
         assert!(e.contains(needle) && e.contains("--x"), "{key}: {e}");
         assert!(!e.contains(":pw@"), "{e}");
     }
@@ -167,9 +165,7 @@ fn broker_tables_must_match_the_publisher() {
     );
     assert!(e.is_ok());
     let f = file("[publisher]\nspec = \"stdout\"\n[publisher.amqp]\nexchange = \"x\"\n");
-    let e = resolve(f, Default::default(), Default::default(), true)
-        .unwrap_err()
-        .to_string();
+    let e = refused(f, Default::default(), Default::default());
     assert!(
         e.contains("[publisher.amqp]") && e.contains("stdout"),
         "{e}"
@@ -263,29 +259,22 @@ fn the_message_format_is_checked_naming_key_value_and_choices() {
         "--format",
         toml::Value::String("cloudevents".into()),
     );
-    let e = resolve(None, Default::default(), fl, true)
-        .unwrap_err()
-        .to_string();
+    let e = refused(None, Default::default(), fl);
     assert_eq!(
         e,
         "invalid publisher.format = \"cloudevents\" (set by --format): use plain, cloudevents-binary or cloudevents-structured"
     );
     let f = file("[publisher]\nspec = \"stdout\"\nformat = \"xml\"\n");
-    let e = resolve(f, Default::default(), Default::default(), true)
-        .unwrap_err()
-        .to_string();
+    let e = refused(f, Default::default(), Default::default());
     assert!(
         e.contains("publisher.format = \"xml\"") && e.contains("/etc/outbox.toml:3"),
         "{e}"
     );
-    let e = resolve(
+    let e = refused(
         None,
         env_of(&[("OUTBOX_PUBLISHER_CLOUDEVENTS_SOURCE", "not a uri")]),
         Default::default(),
-        true,
-    )
-    .unwrap_err()
-    .to_string();
+    );
     assert!(
         e.contains("publisher.cloudevents_source = \"not a uri\"")
             && e.contains("OUTBOX_PUBLISHER_CLOUDEVENTS_SOURCE"),

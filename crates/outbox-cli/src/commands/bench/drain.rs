@@ -13,7 +13,7 @@ use serde_json::json;
 use sqlx::PgPool;
 
 use super::stats::{cpu_secs, peak_rss_kib, reset_peak_rss};
-use super::{fresh_schema, Server};
+use super::{event_rows, fresh_schema, Server};
 use crate::commands::Ctx;
 
 #[derive(Debug, Args)]
@@ -266,12 +266,7 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::
         args.destination.as_ref(),
     )
     .await?;
-    let left: i64 = sqlx::query_scalar(&format!(
-        "SELECT count(*) FROM {}.outbox_events",
-        relay_schema.name()
-    ))
-    .fetch_one(&pool)
-    .await?;
+    let left = event_rows(&pool, &relay_schema).await?;
     ensure!(
         left == 0 && relay_n == n,
         "relay left {left} rows, delivered {relay_n} of {n}"

@@ -20,7 +20,7 @@ use serde_json::json;
 use sqlx::PgPool;
 
 use super::child_relay::{ChildRelay, Output, RELAY_APPLICATION_NAME};
-use super::{fresh_schema, Server};
+use super::{fetch_i64, fresh_schema, Server};
 use crate::commands::Ctx;
 
 /// Events per producing transaction (as in a pgbench script of 10 inserts).
@@ -210,11 +210,13 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: HeldSnapshotArgs) -> Result<serde
             .bind(schema.name())
             .fetch_one(&pool)
             .await?;
-            let produced: i64 = sqlx::query_scalar(&format!(
-                "SELECT coalesce(pg_sequence_last_value('{}.outbox_events_seq_seq'), 0)",
-                schema.name()
-            ))
-            .fetch_one(&pool)
+            let produced = fetch_i64(
+                &pool,
+                &format!(
+                    "SELECT coalesce(pg_sequence_last_value('{}.outbox_events_seq_seq'), 0)",
+                    schema.name()
+                ),
+            )
             .await?;
             let sample = Sample {
                 at,

@@ -34,7 +34,9 @@ use uuid::Uuid;
 
 use super::child_relay::{ChildRelay, Output};
 use super::stats::{ms, quantile};
-use super::{create_orders, fresh_schema, parse_wakeup_trigger, warm_up, Server};
+use super::{
+    create_orders, fresh_schema, insert_order, order_insert, parse_wakeup_trigger, warm_up, Server,
+};
 use crate::commands::Ctx;
 
 /// Most events one run may produce (`--rate` × `--seconds`): every commit
@@ -131,6 +133,22 @@ struct Observed {
     duplicates: Option<u64>,
 }
 
+impl Observed {
+    /// What a run observed: what its `schedule` did, the first delivery of
+    /// each event and, for the child relay, the redeliveries.
+    fn new(schedule: Schedule, delivered: HashMap<Uuid, Instant>, duplicates: Option<u64>) -> Self {
+        let (committed, late, late_begins, produce_secs) = schedule;
+        Observed {
+            committed,
+            delivered,
+            late,
+            late_begins,
+            produce_secs,
+            duplicates,
+        }
+    }
+}
+
 /// The order transaction's event payload for order `id`.
 fn payload(id: i64) -> serde_json::Value {
     json!({"order_id": id, "customer_id": id % 977, "total_cents": (id * 7919) % 100_000})
@@ -202,23 +220,14 @@ async fn library(
         "bench latency: {} tx/s for {} s (library, embedded relay)",
         args.rate, args.seconds
     );
-    let orders: Arc<str> = format!(
-        "INSERT INTO {}.orders (id, customer_id, total_cents) VALUES ($1, $2, $3)",
-        schema.name()
-    )
-    .into();
-    let (committed, late, late_begins, produce_secs) = open_loop(args.rate, total, |id| {
+    let orders = order_insert(schema);
+    let schedule = open_loop(args.rate, total, |id| {
         let (pool, outbox, orders) = (pool.clone(), outbox.clone(), orders.clone());
         async move {
             let event = NewEvent::json("order", id.to_string(), "order.created", payload(id));
             let mut tx = pool.begin().await?;
             let began = Instant::now();
-            sqlx::query(&orders)
-                .bind(id)
-                .bind(id % 977)
-                .bind((id * 7919) % 100_000)
-                .execute(&mut *tx)
-                .await?;
+            insert_order(&mut tx, &orders, id).await?;
             outbox.enqueue(&mut *tx, &event).await?;
             tx.commit().await?;
             let at = Instant::now();
@@ -233,14 +242,7 @@ async fn library(
     }
     relay.shutdown().await?;
     let delivered = std::mem::take(&mut *clock.acked.lock().expect("lock"));
-    Ok(Observed {
-        committed,
-        delivered,
-        late,
-        late_begins,
-        produce_secs,
-        duplicates: None,
-    })
+    Ok(Observed::new(schedule, delivered, None))
 }
 
 /// `--producer sql`: plain-SQL transactions on connections of their own,
@@ -276,25 +278,19 @@ async fn sql(
         args.wakeup().name()
     );
     let s = schema.name();
-    let orders: Arc<str> =
-        format!("INSERT INTO {s}.orders (id, customer_id, total_cents) VALUES ($1, $2, $3)").into();
+    let orders = order_insert(schema);
     // Every other column of the event has a default, as for any producer.
     let event: Arc<str> = format!(
         "INSERT INTO {s}.outbox_events (aggregate_type, aggregate_id, event_type, payload)
          VALUES ($1, $2, $3, $4) RETURNING id"
     )
     .into();
-    let (committed, late, late_begins, produce_secs) = open_loop(args.rate, total, |id| {
+    let schedule = open_loop(args.rate, total, |id| {
         let (pool, orders, event) = (producers.clone(), orders.clone(), event.clone());
         async move {
             let mut tx = pool.begin().await?;
             let began = Instant::now();
-            sqlx::query(&orders)
-                .bind(id)
-                .bind(id % 977)
-                .bind((id * 7919) % 100_000)
-                .execute(&mut *tx)
-                .await?;
+            insert_order(&mut tx, &orders, id).await?;
             let event_id: Uuid = sqlx::query_scalar(&event)
                 .bind("order")
                 .bind(id.to_string())
@@ -326,14 +322,8 @@ async fn sql(
     );
     let delivered = std::mem::take(&mut *lines.first_seen.lock().expect("lock"));
     producers.close().await;
-    Ok(Observed {
-        committed,
-        delivered,
-        late,
-        late_begins,
-        produce_secs,
-        duplicates: Some(lines.duplicates.load(std::sync::atomic::Ordering::Relaxed)),
-    })
+    let duplicates = lines.duplicates.load(std::sync::atomic::Ordering::Relaxed);
+    Ok(Observed::new(schedule, delivered, Some(duplicates)))
 }
 
 pub async fn run(ctx: &Ctx, fsync: bool, args: LatencyArgs) -> Result<serde_json::Value> {

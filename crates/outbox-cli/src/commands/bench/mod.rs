@@ -10,12 +10,13 @@ mod produce;
 mod stats;
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use outbox::Schema;
 use outbox_embedded_pg::{PgCluster, PgOptions};
-use sqlx::{ConnectOptions, PgPool};
+use sqlx::{ConnectOptions, PgConnection, PgPool};
 
 use crate::commands::Ctx;
 use crate::db;
@@ -164,6 +165,40 @@ pub async fn create_orders(pool: &PgPool, schema: &Schema) -> Result<()> {
     .execute(pool)
     .await?;
     Ok(())
+}
+
+/// The statement that inserts an order (`$1` id, `$2` customer, `$3`
+/// total) into `schema`'s `orders` table, for [`insert_order`].
+pub fn order_insert(schema: &Schema) -> Arc<str> {
+    format!(
+        "INSERT INTO {}.orders (id, customer_id, total_cents) VALUES ($1, $2, $3)",
+        schema.name()
+    )
+    .into()
+}
+
+/// Inserts order `id` on `conn` with `sql` (an [`order_insert`]), its
+/// customer and total derived from the id as in every scenario.
+pub async fn insert_order(conn: &mut PgConnection, sql: &str, id: i64) -> Result<()> {
+    sqlx::query(sql)
+        .bind(id)
+        .bind(id % 977)
+        .bind((id * 7919) % 100_000)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// The one number `sql` selects from `pool`.
+pub async fn fetch_i64(pool: &PgPool, sql: &str) -> Result<i64> {
+    Ok(sqlx::query_scalar(sql).fetch_one(pool).await?)
+}
+
+/// The rows of `schema`'s outbox table: with the default retention, the
+/// events not yet delivered.
+pub async fn event_rows(pool: &PgPool, schema: &Schema) -> Result<i64> {
+    let sql = format!("SELECT count(*) FROM {}.outbox_events", schema.name());
+    fetch_i64(pool, &sql).await
 }
 
 /// Opens `n` connections of `pool` at once, so no measured transaction

@@ -31,7 +31,7 @@ use sqlx::PgPool;
 
 use super::child_relay::{ChildRelay, Output};
 use super::stats::median;
-use super::{create_orders, fresh_schema, warm_up, Server};
+use super::{create_orders, event_rows, fresh_schema, insert_order, order_insert, warm_up, Server};
 use crate::commands::Ctx;
 
 /// How long a child relay may take to deliver what its run left behind.
@@ -140,8 +140,7 @@ async fn run_variant(
         .with_remote_wakeup(pool.clone(), Duration::from_millis(args.wake_interval_ms));
     let next_id = Arc::new(AtomicU64::new(1));
     let done = Arc::new(AtomicU64::new(0));
-    let order_sql: Arc<str> =
-        format!("INSERT INTO {s}.orders (id, customer_id, total_cents) VALUES ($1, $2, $3)").into();
+    let order_sql = order_insert(schema);
     let event_sql: Arc<str> = format!(
         "INSERT INTO {s}.outbox_events (aggregate_type, aggregate_id, event_type, payload) VALUES ($1, $2, $3, $4)"
     )
@@ -158,12 +157,7 @@ async fn run_variant(
                 let id = next_id.fetch_add(1, Ordering::Relaxed) as i64;
                 let payload = json!({"order_id": id, "customer_id": id % 977, "total_cents": (id * 7919) % 100_000});
                 let mut tx = pool.begin().await?;
-                sqlx::query(&order_sql)
-                    .bind(id)
-                    .bind(id % 977)
-                    .bind((id * 7919) % 100_000)
-                    .execute(&mut *tx)
-                    .await?;
+                insert_order(&mut tx, &order_sql, id).await?;
                 match v {
                     Variant::Enqueue => {
                         let event = NewEvent::json("order", id.to_string(), "order.created", payload);
@@ -199,12 +193,7 @@ async fn run_variant(
 
 /// Events of `schema` not yet delivered.
 async fn pending(pool: &PgPool, schema: &Schema) -> Result<i64> {
-    Ok(sqlx::query_scalar(&format!(
-        "SELECT count(*) FROM {}.outbox_events",
-        schema.name()
-    ))
-    .fetch_one(pool)
-    .await?)
+    event_rows(pool, schema).await
 }
 
 /// Waits until the relay has delivered everything of `schema` and is idle
