@@ -60,6 +60,12 @@ async fn run(program: &str, args: &[&str], stdin: Option<&str>, deadline: Durati
     run
 }
 
+/// Runs example `program` as [`run`] does, without arguments or stdin,
+/// within `deadline_secs` seconds.
+async fn run_alone(program: &str, deadline_secs: u64) -> Run {
+    run(program, &[], None, Duration::from_secs(deadline_secs)).await
+}
+
 /// The `order.created` JSON lines the relay printed, by event id.
 fn published(stdout: &str) -> HashMap<Uuid, Value> {
     let mut events = HashMap::new();
@@ -79,13 +85,7 @@ fn published(stdout: &str) -> HashMap<Uuid, Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn order_service_publishes_each_order_and_the_consumer_applies_each_once() {
-    let service = run(
-        env!("CARGO_BIN_EXE_order_service"),
-        &[],
-        None,
-        Duration::from_secs(120),
-    )
-    .await;
+    let service = run_alone(env!("CARGO_BIN_EXE_order_service"), 120).await;
     // "placed order 1 with event <uuid>", from the service's own responses.
     let placed: HashMap<Uuid, i64> = service
         .stderr
@@ -149,13 +149,7 @@ async fn order_service_publishes_each_order_and_the_consumer_applies_each_once()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inbox_consumer_skips_the_redelivered_sample_event() {
-    let consumer = run(
-        env!("CARGO_BIN_EXE_inbox_consumer"),
-        &[],
-        None,
-        Duration::from_secs(120),
-    )
-    .await;
+    let consumer = run_alone(env!("CARGO_BIN_EXE_inbox_consumer"), 120).await;
     let out = &consumer.stdout;
     assert!(
         out.contains("4 deliveries read, 3 applied, 1 skipped as duplicates"),
@@ -185,13 +179,7 @@ async fn inbox_consumer_skips_the_redelivered_sample_event() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custom_publisher_passes_the_conformance_suite() {
-    let suite = run(
-        env!("CARGO_BIN_EXE_custom_publisher"),
-        &[],
-        None,
-        Duration::from_secs(600),
-    )
-    .await;
+    let suite = run_alone(env!("CARGO_BIN_EXE_custom_publisher"), 600).await;
     let out = &suite.stdout;
     for case in [
         "delivers_a_batch",

@@ -251,15 +251,30 @@ fn refused(run: &Run, needles: &[&str]) {
     }
 }
 
-fn mkfifo(path: &Path) {
-    let status = Command::new("mkfifo").arg(path).status().expect("mkfifo");
+/// Makes a FIFO `name` in `dir`; its path.
+fn mkfifo(dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join(name);
+    let status = Command::new("mkfifo").arg(&path).status().expect("mkfifo");
     assert!(status.success(), "mkfifo {}", path.display());
+    path
 }
 
 fn write(dir: &Path, name: &str, text: impl AsRef<[u8]>) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
     path
+}
+
+/// Runs `outbox --config FILE COMMAND`, FILE being `name` in `dir`: the
+/// text `key` (a TOML key, after its table's header if any) set to a
+/// string of a megabyte of `letter`.
+fn huge_value_in(dir: &Path, name: &str, key: &str, letter: &str, command: &str) -> Run {
+    let config = write(
+        dir,
+        name,
+        format!("{key} = \"{}\"\n", letter.repeat(1_000_000)),
+    );
+    run(&["--config", config.to_str().unwrap(), command], &[])
 }
 
 /// A config file of `keys` Kafka properties.
@@ -275,8 +290,7 @@ fn many_keys(keys: usize) -> String {
 #[test]
 fn config_files_that_are_not_files_are_refused_by_every_command() {
     let dir = tempfile::tempdir().unwrap();
-    let fifo = dir.path().join("config.fifo");
-    mkfifo(&fifo);
+    let fifo = mkfifo(dir.path(), "config.fifo");
     let big = write(dir.path(), "big.toml", "#".repeat(2 << 20));
     let keys = write(dir.path(), "keys.toml", many_keys(500_000));
     let binary = write(dir.path(), "binary.toml", b"schema = \"a\"\n\xff\xfe\n");
@@ -343,8 +357,7 @@ struct Way<'a> {
 #[test]
 fn config_check_and_relay_judge_every_publisher_alike() {
     let dir = tempfile::tempdir().unwrap();
-    let fifo = dir.path().join("events.fifo");
-    mkfifo(&fifo);
+    let fifo = mkfifo(dir.path(), "events.fifo");
     let fifo_spec = format!("file:{}", fifo.display());
     let dir_spec = format!("file:{}", dir.path().display());
     let missing_spec = format!("file:{}/missing/events.jsonl", dir.path().display());
@@ -494,12 +507,7 @@ fn schema_names_postgresql_would_refuse_are_refused_first() {
     refused(&r, &["OUTBOX_SCHEMA", "keyword"]);
     // A megabyte of name in a config file is cut too.
     let dir = tempfile::tempdir().unwrap();
-    let config = write(
-        dir.path(),
-        "schema.toml",
-        format!("schema = \"{}\"\n", "y".repeat(1_000_000)),
-    );
-    let r = run(&["--config", config.to_str().unwrap(), "status"], &[]);
+    let r = huge_value_in(dir.path(), "schema.toml", "schema", "y", "status");
     refused(&r, &["schema.toml:1", "1000000 bytes"]);
 }
 
@@ -531,86 +539,37 @@ fn empty_and_huge_values_are_errors_naming_the_setting() {
     let r = run(&["relay"], &[("OUTBOX_RELAY_INSTANCE_ID", &huge)]);
     refused(&r, &["OUTBOX_RELAY_INSTANCE_ID", "100000 bytes"]);
     let dir = tempfile::tempdir().unwrap();
-    let config = write(
-        dir.path(),
-        "id.toml",
-        format!("[relay]\ninstance_id = \"{}\"\n", "z".repeat(1_000_000)),
-    );
-    let r = run(&["--config", config.to_str().unwrap(), "relay"], &[]);
+    let r = huge_value_in(dir.path(), "id.toml", "[relay]\ninstance_id", "z", "relay");
     refused(&r, &["relay.instance_id", "id.toml:2", "1000000 bytes"]);
-    let config = write(
-        dir.path(),
-        "type.toml",
-        format!("[relay]\nbatch_size = \"{}\"\n", "z".repeat(1_000_000)),
-    );
-    let r = run(&["--config", config.to_str().unwrap(), "relay"], &[]);
+    let r = huge_value_in(dir.path(), "type.toml", "[relay]\nbatch_size", "z", "relay");
     refused(&r, &["relay.batch_size", "whole number"]);
 }
 
 #[test]
 fn bench_and_demo_numbers_have_ranges() {
-    let cases: &[(&[&str], &[&str])] = &[
-        (
-            &["bench", "latency", "--rate", "2147483647"],
-            &["--rate", "1..=20000"],
-        ),
-        (
-            &["bench", "latency", "--rate", "0"],
-            &["--rate", "1..=20000"],
-        ),
-        (
-            &["bench", "latency", "--seconds", "9223372036854775807"],
-            &["--seconds", "1..=3600"],
-        ),
-        (
-            &["bench", "latency", "--connections", "4294967295"],
-            &["--connections", "1..=500"],
-        ),
-        (
-            &["bench", "latency", "--rate", "20000", "--seconds", "3600"],
-            &["--rate", "--seconds", "72000000 events", "1000000"],
-        ),
-        (
-            &["bench", "produce", "--seconds", "9223372036854775807"],
-            &["--seconds", "1..=3600"],
-        ),
-        (
-            &["bench", "produce", "--producers", "4294967295"],
-            &["--producers", "1..=500"],
-        ),
-        (
-            &["bench", "produce", "--rounds", "0"],
-            &["--rounds", "1..=100"],
-        ),
-        (
-            &["bench", "produce", "--wake-interval-ms", "0"],
-            &["--wake-interval-ms", "1..=60000"],
-        ),
-        (
-            &["bench", "drain", "--events", "0"],
-            &["--events", "1..=10000000"],
-        ),
-        (
-            &["bench", "drain", "--events", "18446744073709551615"],
-            &["--events", "1..=10000000"],
-        ),
-        (&["bench", "drain", "--aggregates", "0"], &["--aggregates"]),
-        (
-            &["bench", "drain", "--batch-size", "0"],
-            &["--batch-size", "1..=100000"],
-        ),
-        (
-            &["bench", "drain", "--reference-batch=-1"],
-            &["--reference-batch"],
-        ),
-        (
-            &["demo", "--producers", "4294967295"],
-            &["--producers", "1..=64"],
-        ),
-        (&["demo", "--orders", "0"], &["--orders"]),
-    ];
-    for (args, needles) in cases {
-        refused(&run(args, &[]), needles);
+    // A case a line: the arguments, then what the error must name.
+    let cases = "
+        bench latency --rate 2147483647 => --rate | 1..=20000
+        bench latency --rate 0 => --rate | 1..=20000
+        bench latency --seconds 9223372036854775807 => --seconds | 1..=3600
+        bench latency --connections 4294967295 => --connections | 1..=500
+        bench latency --rate 20000 --seconds 3600 => --rate | --seconds | 72000000 events | 1000000
+        bench produce --seconds 9223372036854775807 => --seconds | 1..=3600
+        bench produce --producers 4294967295 => --producers | 1..=500
+        bench produce --rounds 0 => --rounds | 1..=100
+        bench produce --wake-interval-ms 0 => --wake-interval-ms | 1..=60000
+        bench drain --events 0 => --events | 1..=10000000
+        bench drain --events 18446744073709551615 => --events | 1..=10000000
+        bench drain --aggregates 0 => --aggregates
+        bench drain --batch-size 0 => --batch-size | 1..=100000
+        bench drain --reference-batch=-1 => --reference-batch
+        demo --producers 4294967295 => --producers | 1..=64
+        demo --orders 0 => --orders";
+    for case in cases.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let (args, needles) = case.split_once(" => ").expect("ARGS => NEEDLES");
+        let args: Vec<&str> = args.split(' ').collect();
+        let needles: Vec<&str> = needles.split(" | ").collect();
+        refused(&run(&args, &[]), &needles);
     }
 }
 
@@ -622,8 +581,7 @@ fn a_file_publisher_on_a_fifo_is_refused_at_once() {
     use std::os::unix::fs::OpenOptionsExt;
 
     let dir = tempfile::tempdir().unwrap();
-    let fifo = dir.path().join("events.fifo");
-    mkfifo(&fifo);
+    let fifo = mkfifo(dir.path(), "events.fifo");
     let spec = format!("file:{}", fifo.display());
     let r = start(&["relay", "--publisher", &spec], &[]).finish(Duration::from_secs(10));
     refused(&r, &["FIFO", "--publisher"]);
