@@ -7,7 +7,7 @@ use std::time::Duration;
 use sqlx::{PgPool, Row};
 use uuid::Uuid;
 
-use super::relay::{dead_letters, drain_and_stop, migrated_scope, spawn_relay};
+use super::relay::{migrated_scope, spawn_relay};
 use super::verify::Run;
 use super::Harness;
 
@@ -141,18 +141,11 @@ pub async fn delivers_every_event_as_stored<H: Harness>(
         expected.insert(id, (class.clone(), row.get(0), headers));
     }
     let relay = spawn_relay(h, pool, 50).await;
-    drain_and_stop(
-        relay,
-        pool,
-        &format!("{name}: relay to deliver {} odd events", expected.len()),
-        Duration::from_secs(120),
-    )
-    .await;
-    let dead = dead_letters(pool).await;
-    assert!(
-        dead.is_empty(),
-        "{name} / {case}: no event may be dead-lettered: {dead:?}"
-    );
+    let what = format!("relay to deliver {} odd events", expected.len());
+    run.drain_and_stop(relay, pool, &what, Duration::from_secs(120))
+        .await;
+    run.assert_no_dead_letters(pool, "no event may be dead-lettered")
+        .await;
     let received = h
         .consume(&scope, expected.len(), Duration::from_secs(60))
         .await;

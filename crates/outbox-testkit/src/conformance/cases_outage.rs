@@ -10,11 +10,14 @@ use outbox::{NewEvent, Publisher};
 use sqlx::PgPool;
 
 use super::events::{enqueue, enqueue_interleaved, event, new_event};
-use super::relay::{dead_letters, drain_and_stop, migrated_scope, spawn_relay};
+use super::relay::{dead_letters, migrated_scope, spawn_relay};
 use super::scope::Scope;
 use super::verify::{check_delivered, read_back, Run};
 use super::Harness;
 use crate::wait::wait_until;
+
+/// How long a relay may take to deliver everything once the broker is back.
+const RESUMED_WITHIN: Duration = Duration::from_secs(180);
 
 /// With the broker down, a publish is a transport outage
 /// ([`outbox::Unavailable`]): the relay keeps trying without counting
@@ -93,13 +96,10 @@ pub async fn outage_burns_no_attempts<H: Harness>(h: &H, pool: &PgPool) {
 
     let down_for = stopped.elapsed();
     h.start_broker().await;
-    let stats = drain_and_stop(
-        relay,
-        pool,
-        &format!("{name}: delivery to resume after the broker returned"),
-        Duration::from_secs(180),
-    )
-    .await;
+    let resumed = "delivery to resume after the broker returned";
+    let stats = run
+        .drain_and_stop(relay, pool, resumed, RESUMED_WITHIN)
+        .await;
     check_delivered(h, pool, &run, &scope, &expected, Duration::from_secs(60)).await;
     run.done(&format!(
         "{} outages while down for {down_for:.2?}, {} retried",
@@ -174,18 +174,11 @@ pub async fn survives_a_broker_restart<H: Harness>(h: &H, pool: &PgPool) {
     .await;
     stop.store(true, Ordering::SeqCst);
     let expected = producer.await.expect("producer task");
-    let stats = drain_and_stop(
-        relay,
-        pool,
-        &format!("{name}: relay to deliver everything"),
-        Duration::from_secs(180),
-    )
-    .await;
-    let dead = dead_letters(pool).await;
-    assert!(
-        dead.is_empty(),
-        "{name} / {case}: a broker restart dead-lettered events: {dead:?}"
-    );
+    let stats = run
+        .drain_and_stop(relay, pool, "relay to deliver everything", RESUMED_WITHIN)
+        .await;
+    run.assert_no_dead_letters(pool, "a broker restart dead-lettered events")
+        .await;
     let received = read_back(h, &run, &scope, &expected, Duration::from_secs(120)).await;
     run.done(&format!(
         "{} events, {} messages read back ({} duplicates), {} outages, {} retried",

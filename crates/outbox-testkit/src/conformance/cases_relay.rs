@@ -7,26 +7,24 @@ use serde_json::json;
 use sqlx::PgPool;
 
 use super::events::{enqueue, enqueue_interleaved, interleaved, new_event};
-use super::relay::{dead_letters, drain_and_stop, migrated_scope, spawn_relay, wait_drained};
+use super::relay::{dead_letters, migrated_scope, spawn_relay, wait_drained};
 use super::verify::{check_delivered, read_back, Run};
 use super::Harness;
+
+/// How long a relay may take to settle the events of a case.
+const SETTLED_WITHIN: Duration = Duration::from_secs(120);
 
 /// 40 aggregates × 25 events, interleaved, through a relay with batches of
 /// 100: every event on the broker, and for each aggregate the first
 /// deliveries in enqueue order.
 pub async fn keeps_aggregate_order<H: Harness>(h: &H, pool: &PgPool) {
     let run = Run::start(h, "keeps_aggregate_order");
-    let name = &run.name;
     let scope = migrated_scope(h, pool, "order").await;
     let expected = enqueue_interleaved(pool, &scope, "agg", 40, 25).await;
     let relay = spawn_relay(h, pool, 100).await;
-    let stats = drain_and_stop(
-        relay,
-        pool,
-        &format!("{name}: relay to deliver 1,000 events"),
-        Duration::from_secs(120),
-    )
-    .await;
+    let stats = run
+        .drain_and_stop(relay, pool, "relay to deliver 1,000 events", SETTLED_WITHIN)
+        .await;
     check_delivered(h, pool, &run, &scope, &expected, Duration::from_secs(60)).await;
     run.done(&format!("{} batches", stats.batches));
 }
@@ -85,13 +83,9 @@ pub async fn rejects_an_oversized_message<H: Harness>(h: &H, pool: &PgPool) {
     let mut expected = enqueue(pool, &events).await;
     expected.remove(&big_id);
     let relay = spawn_relay(h, pool, 100).await;
-    let stats = drain_and_stop(
-        relay,
-        pool,
-        &format!("{name}: relay to settle every event"),
-        Duration::from_secs(120),
-    )
-    .await;
+    let stats = run
+        .drain_and_stop(relay, pool, "relay to settle every event", SETTLED_WITHIN)
+        .await;
     let dead = dead_letters(pool).await;
     assert_eq!(
         dead.len(),

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use outbox::{Event, Outcome, Publisher};
+use outbox::{Event, Outcome, Publisher, Unavailable};
 
 /// Publishes `event` alone and asserts it was delivered.
 ///
@@ -21,6 +21,24 @@ pub async fn deliver<P: Publisher + ?Sized>(publisher: &P, event: &Event) {
         "publishing event {}",
         event.id
     );
+}
+
+/// Publishes `event` alone and returns the outage the publisher must
+/// report for it (a broker-wide problem, not the event's).
+///
+/// # Panics
+///
+/// With `expected` (what the outage is about) if the publisher reports
+/// per-event outcomes instead.
+pub async fn expect_outage<P: Publisher + ?Sized>(
+    publisher: &P,
+    event: &Event,
+    expected: &str,
+) -> Unavailable {
+    publisher
+        .publish(std::slice::from_ref(event))
+        .await
+        .expect_err(expected)
 }
 
 /// Publishes `batch` again and again (every 100 ms) until every event of

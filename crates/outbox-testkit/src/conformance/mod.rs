@@ -32,8 +32,8 @@
 //! * `scope`: the names a case publishes under ([`Scope`]);
 //! * `received`: what a harness reads back ([`Received`], [`Collector`]);
 //! * `events`: the events a case publishes or enqueues ([`event`]);
-//! * `deliver`: publishing directly and asserting delivery ([`deliver`]),
-//!   for a publisher's own cases;
+//! * `deliver`: publishing directly and asserting delivery ([`deliver`])
+//!   or an outage ([`expect_outage`]), for a publisher's own cases;
 //! * `relay`: the test database and a relay on it ([`relay_config`]);
 //! * `verify`: checking what came back, and reporting a passed case;
 //! * `cases_direct`, `cases_relay`, `cases_outage`: the cases, by what
@@ -65,7 +65,7 @@ pub use cases_faithful::{delivers_every_event_as_stored, HOSTILE_HEADERS, HOSTIL
 pub use cases_outage::{outage_burns_no_attempts, survives_a_broker_restart};
 pub use cases_relay::{drains_a_large_batch, keeps_aggregate_order, rejects_an_oversized_message};
 pub use catalogue::{assert_runs_every_case, CASES};
-pub use deliver::{deliver, deliver_after_thaw};
+pub use deliver::{deliver, deliver_after_thaw, expect_outage};
 pub use events::event;
 pub use received::{distinct_events, Collector, Received, EVENT_ID_HEADER};
 pub use relay::relay_config;

@@ -28,6 +28,18 @@
 ///
 /// Invoke it inside a `mod` to run the suite for two harnesses of one
 /// file (the tests are then `file::delivers_a_batch` and so on).
+///
+/// A file that runs the cases with settings of its own (another batch
+/// size, a case left out for a reason it states) writes its tests with
+/// the macro's two test-writing forms, one line a test: `@direct` for the
+/// cases that need the harness alone, `@relayed` for those that also take
+/// a fresh test database. Each test may carry attributes (`#[ignore]`).
+///
+/// ```ignore
+/// outbox_testkit::conformance_suite! { @relayed SqsHarness::shared(Mode::SqsFifo).await;
+///     sqs_fifo_keeps_aggregate_order(h, pool) => conformance::keeps_aggregate_order(&h, &pool),
+/// }
+/// ```
 #[macro_export]
 macro_rules! conformance_suite {
     (
@@ -35,44 +47,16 @@ macro_rules! conformance_suite {
         private: $private:expr,
         faithful_up_to: $limit:expr $(,)?
     ) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn delivers_a_batch() {
-            let Some(h) = $shared else { return };
-            $crate::conformance::delivers_a_batch(&h).await;
+        $crate::conformance_suite! { @direct $shared;
+            delivers_a_batch(h) => $crate::conformance::delivers_a_batch(&h),
+            maps_headers_key_and_destination(h) => $crate::conformance::maps_headers_key_and_destination(&h),
         }
 
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn maps_headers_key_and_destination() {
-            let Some(h) = $shared else { return };
-            $crate::conformance::maps_headers_key_and_destination(&h).await;
-        }
-
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn keeps_aggregate_order() {
-            let Some(h) = $shared else { return };
-            let pool = $crate::postgres::test_db().await.pool().await;
-            $crate::conformance::keeps_aggregate_order(&h, &pool).await;
-        }
-
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn drains_a_large_batch() {
-            let Some(h) = $shared else { return };
-            let pool = $crate::postgres::test_db().await.pool().await;
-            $crate::conformance::drains_a_large_batch(&h, &pool, 5_000).await;
-        }
-
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn rejects_an_oversized_message() {
-            let Some(h) = $shared else { return };
-            let pool = $crate::postgres::test_db().await.pool().await;
-            $crate::conformance::rejects_an_oversized_message(&h, &pool).await;
-        }
-
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn delivers_every_event_as_stored() {
-            let Some(h) = $shared else { return };
-            let pool = $crate::postgres::test_db().await.pool().await;
-            $crate::conformance::delivers_every_event_as_stored(&h, &pool, $limit).await;
+        $crate::conformance_suite! { @relayed $shared;
+            keeps_aggregate_order(h, pool) => $crate::conformance::keeps_aggregate_order(&h, &pool),
+            drains_a_large_batch(h, pool) => $crate::conformance::drains_a_large_batch(&h, &pool, 5_000),
+            rejects_an_oversized_message(h, pool) => $crate::conformance::rejects_an_oversized_message(&h, &pool),
+            delivers_every_event_as_stored(h, pool) => $crate::conformance::delivers_every_event_as_stored(&h, &pool, $limit),
         }
 
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -83,5 +67,32 @@ macro_rules! conformance_suite {
             let pool = $crate::postgres::test_db().await.pool().await;
             $crate::conformance::survives_a_broker_restart(&h, &pool).await;
         }
+    };
+
+    // One test per case that needs only the harness `$h` (from `$harness`,
+    // the test returning early on `None`).
+    (@direct $harness:expr; $($(#[$attr:meta])* $test:ident($h:ident) => $case:expr,)*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$attr])*
+            async fn $test() {
+                let Some($h) = $harness else { return };
+                $case.await;
+            }
+        )*
+    };
+
+    // One test per case that goes through PostgreSQL: as `@direct`, with
+    // `$pool` on a fresh test database.
+    (@relayed $harness:expr; $($(#[$attr:meta])* $test:ident($h:ident, $pool:ident) => $case:expr,)*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            $(#[$attr])*
+            async fn $test() {
+                let Some($h) = $harness else { return };
+                let $pool = $crate::postgres::test_db().await.pool().await;
+                $case.await;
+            }
+        )*
     };
 }

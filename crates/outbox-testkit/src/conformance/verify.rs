@@ -8,7 +8,9 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::received::{Received, EVENT_ID_HEADER};
-use super::relay::dead_letters;
+use outbox::{RelayHandle, StatsSnapshot};
+
+use super::relay::{dead_letters, drain_and_stop};
 use super::scope::Scope;
 use super::Harness;
 use crate::order::assert_delivered_once_in_order;
@@ -109,6 +111,31 @@ impl Run {
             case,
             started: Instant::now(),
         }
+    }
+
+    /// Waits up to `deadline` until `relay` has settled every event on
+    /// `pool` ([`drain_and_stop`]; a timeout names the harness and `what`
+    /// was awaited), then stops it and returns its totals.
+    pub(super) async fn drain_and_stop(
+        &self,
+        relay: RelayHandle,
+        pool: &PgPool,
+        what: &str,
+        deadline: Duration,
+    ) -> StatsSnapshot {
+        drain_and_stop(relay, pool, &format!("{}: {what}", self.name), deadline).await
+    }
+
+    /// Asserts that nothing on `pool` was dead-lettered; `why` says what a
+    /// dead letter would mean, and the message lists them.
+    pub(super) async fn assert_no_dead_letters(&self, pool: &PgPool, why: &str) {
+        let dead = dead_letters(pool).await;
+        assert!(
+            dead.is_empty(),
+            "{} / {}: {why}: {dead:?}",
+            self.name,
+            self.case
+        );
     }
 
     /// Reports the case passed, with how long it took and `detail`.
