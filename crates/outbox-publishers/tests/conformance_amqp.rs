@@ -9,77 +9,23 @@
 //! RabbitMQ-only cases (unroutable modes, frozen broker, channel renewal).
 #![cfg(feature = "amqp")]
 
+#[macro_use]
+mod common;
+
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use lapin::options::BasicGetOptions;
 use lapin::{Connection, ConnectionProperties};
 use outbox::{Outcome, Publisher};
 use outbox_publishers::amqp::{AmqpConfig, AmqpPublisher, ExchangeType, Unroutable};
 use outbox_testkit::brokers::rabbitmq::{self, RabbitMqServer, MAX_MESSAGE_BYTES};
-use outbox_testkit::brokers::{Broker, SharedCell};
-use outbox_testkit::conformance::{self, Capabilities, Collector, Harness, Received, Scope};
+use outbox_testkit::conformance::{self, Collector, Harness, Received, Scope};
 
-struct AmqpHarness {
-    rabbit: Broker<RabbitMqServer>,
-}
-
-/// The node shared by the cases that do not stop it; `None` if skipped.
-static SHARED: SharedCell<RabbitMqServer> = SharedCell::new();
-
-impl AmqpHarness {
-    /// The shared node.
-    async fn shared() -> Option<AmqpHarness> {
-        let rabbit = Broker::shared(&SHARED).await?;
-        Some(AmqpHarness { rabbit })
-    }
-
-    /// A node of its own.
-    async fn private() -> Option<AmqpHarness> {
-        let rabbit = Broker::private().await?;
-        Some(AmqpHarness { rabbit })
-    }
-
-    fn config(&self) -> AmqpConfig {
-        AmqpConfig {
-            url: self.rabbit.url(),
-            confirm_timeout_ms: 10_000,
-            connect_timeout_ms: 2_000,
-            ..AmqpConfig::default()
-        }
-    }
-
-    async fn connect(&self) -> Connection {
-        Connection::connect(&self.rabbit.url(), ConnectionProperties::default())
-            .await
-            .expect("connecting to rabbitmq")
-    }
-}
-
-fn queue(scope: &Scope) -> String {
-    format!("q.{}", scope.name())
-}
-
-#[async_trait(?Send)]
-impl Harness for AmqpHarness {
-    type Publisher = AmqpPublisher;
-
-    fn name(&self) -> String {
-        "amqp (rabbitmq)".into()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            keyed: false,
-            oversized_payload_bytes: Some(MAX_MESSAGE_BYTES + 100_000),
-            stop_start: true,
-            keeps_data_across_restart: true,
-        }
-    }
-
-    async fn publisher(&self) -> AmqpPublisher {
-        AmqpPublisher::new(self.config()).expect("amqp publisher")
-    }
+broker_harness! {
+    /// The suite's view of [`AmqpPublisher`] and its RabbitMQ node.
+    struct AmqpHarness { rabbit: RabbitMqServer }
+    publishes AmqpPublisher as "amqp (rabbitmq)", common::restartable(MAX_MESSAGE_BYTES + 100_000);
+    faithful_up_to: Some(MAX_MESSAGE_BYTES - 1_000);
 
     fn default_destination(&self, scope: &Scope) -> String {
         scope.event_type()
@@ -118,22 +64,27 @@ impl Harness for AmqpHarness {
         let _ = conn.close(200, "consumed".into()).await;
         out.into_messages()
     }
+}
 
-    async fn stop_broker(&self) {
-        self.rabbit.stop().await;
+impl AmqpHarness {
+    fn config(&self) -> AmqpConfig {
+        AmqpConfig {
+            url: self.rabbit.url(),
+            confirm_timeout_ms: 10_000,
+            connect_timeout_ms: 2_000,
+            ..AmqpConfig::default()
+        }
     }
 
-    async fn start_broker(&self) {
-        self.rabbit.restart().await;
+    async fn connect(&self) -> Connection {
+        Connection::connect(&self.rabbit.url(), ConnectionProperties::default())
+            .await
+            .expect("connecting to rabbitmq")
     }
 }
 
-// ---- the suite: the shared node, and one of its own for the outage cases ----
-
-outbox_testkit::conformance_suite! {
-    shared: AmqpHarness::shared().await,
-    private: AmqpHarness::private().await,
-    faithful_up_to: Some(MAX_MESSAGE_BYTES - 1_000),
+fn queue(scope: &Scope) -> String {
+    format!("q.{}", scope.name())
 }
 
 // ---- RabbitMQ specifics ----
@@ -168,16 +119,13 @@ async fn a_frozen_broker_is_an_outage_not_a_hang() {
             e
         })
         .collect();
-    h.rabbit.lock().freeze();
-    let started = Instant::now();
-    let frozen = tokio::time::timeout(Duration::from_secs(20), p.publish(&batch)).await;
-    let took = started.elapsed();
-    h.rabbit.lock().thaw();
-    let result = frozen.unwrap_or_else(|_| {
-        panic!(
-            "a publish to a frozen broker was still waiting after 20 s (confirm_timeout_ms 1500)"
-        )
-    });
+    let (result, took) = common::publish_while_frozen(
+        &h.rabbit,
+        &p,
+        &batch,
+        "a publish to a frozen broker was still waiting after 20 s (confirm_timeout_ms 1500)",
+    )
+    .await;
     match result {
         Err(e) => assert!(e.message.contains("within 1500 ms"), "{e}"),
         Ok(outcomes) => assert!(
@@ -294,10 +242,13 @@ async fn exchange_type_conflict_is_an_outage() {
         ..h.config()
     })
     .unwrap();
-    let e = p
-        .publish(&[conformance::event(&scope, "a", 0)])
-        .await
-        .expect_err("a conflicting exchange declaration must be an outage");
+    let event = conformance::event(&scope, "a", 0);
+    let e = conformance::expect_outage(
+        &p,
+        &event,
+        "a conflicting exchange declaration must be an outage",
+    )
+    .await;
     assert!(
         e.message.contains("declaring exchange") && e.message.contains("outbox"),
         "{e}"
@@ -378,10 +329,13 @@ async fn deleted_exchange_is_an_outage_then_redeclared() {
     )
     .await
     .expect("deleting the exchange");
-    let e = p
-        .publish(&[conformance::event(&scope, "a", 1)])
-        .await
-        .expect_err("publishing to a deleted exchange must be an outage");
+    let event = conformance::event(&scope, "a", 1);
+    let e = conformance::expect_outage(
+        &p,
+        &event,
+        "publishing to a deleted exchange must be an outage",
+    )
+    .await;
     assert!(e.message.contains("NOT_FOUND"), "{e}");
     assert_eq!(
         p.publish(&[conformance::event(&scope, "a", 2)])

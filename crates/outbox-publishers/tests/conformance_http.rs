@@ -9,12 +9,14 @@
 //! webhook-only cases (`Retry-After`, status codes, timeouts, signatures).
 #![cfg(feature = "http")]
 
+#[macro_use]
+mod common;
+
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use outbox::{Outcome, Publisher, Relay, RelayConfig};
 use outbox_publishers::http::{HttpConfig, HttpPublisher};
-use outbox_testkit::conformance::{self, Capabilities, Collector, Harness, Received, Scope};
+use outbox_testkit::conformance::{self, Collector, Received, Scope};
 use outbox_testkit::postgres::test_db;
 use outbox_testkit::wait_until;
 use outbox_testkit::webhook::{Answer, Receiver, MAX_BODY_BYTES};
@@ -50,24 +52,10 @@ impl Drop for HttpHarness {
     }
 }
 
-#[async_trait(?Send)]
-impl Harness for HttpHarness {
-    type Publisher = HttpPublisher;
-
-    fn name(&self) -> String {
-        "http (webhook receiver)".into()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            keyed: false,
-            // The receiver answers 413 above its body limit.
-            oversized_payload_bytes: Some(MAX_BODY_BYTES + 100_000),
-            stop_start: true,
-            // What the receiver answered 2xx for, it keeps.
-            keeps_data_across_restart: true,
-        }
-    }
+harness! {
+    // The receiver answers 413 above its body limit, and keeps what it
+    // answered 2xx for.
+    HttpHarness => HttpPublisher, "http (webhook receiver)", common::restartable(MAX_BODY_BYTES + 100_000);
 
     async fn publisher(&self) -> HttpPublisher {
         HttpPublisher::new(self.config()).expect("http publisher")
@@ -161,11 +149,15 @@ async fn enqueue(pool: &sqlx::PgPool, scope: &Scope, aggregates: &[&str]) -> Vec
     ids
 }
 
-async fn pending(pool: &sqlx::PgPool) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE processed_at IS NULL AND dead_lettered_at IS NULL")
-        .fetch_one(pool)
-        .await
-        .unwrap()
+/// Waits up to 60 s for `what`: no event on `pool` left pending, each
+/// delivered or dead-lettered.
+async fn wait_settled(pool: &sqlx::PgPool, what: &str) {
+    const PENDING: &str = "SELECT count(*) FROM outbox_events WHERE processed_at IS NULL AND dead_lettered_at IS NULL";
+    wait_until(what, Duration::from_secs(60), move || async move {
+        let pending: i64 = sqlx::query_scalar(PENDING).fetch_one(pool).await.unwrap();
+        pending == 0
+    })
+    .await;
 }
 
 /// A 429 with `Retry-After: 2` (and a 503 with an HTTP date) makes the
@@ -183,11 +175,7 @@ async fn retry_after_is_honoured() {
     ]);
     let relay = relay(&pool, h.config()).await;
     let ids = enqueue(&pool, &scope, &["a"]).await;
-    wait_until("the event to be delivered", Duration::from_secs(60), || {
-        let pool = pool.clone();
-        async move { pending(&pool).await == 0 }
-    })
-    .await;
+    wait_settled(&pool, "the event to be delivered").await;
     let stats = relay.stats();
     relay.shutdown().await.unwrap();
     let tries: Vec<_> = h
@@ -227,21 +215,9 @@ async fn bad_request_dead_letters_at_once() {
     h.receiver.script([Answer::Status(400)]);
     let relay = relay(&pool, h.config()).await;
     let ids = enqueue(&pool, &scope, &["a"]).await;
-    wait_until("the event to be settled", Duration::from_secs(60), || {
-        let pool = pool.clone();
-        async move { pending(&pool).await == 0 }
-    })
-    .await;
+    wait_settled(&pool, "the event to be settled").await;
     let more = enqueue(&pool, &scope, &["a", "b"]).await;
-    wait_until(
-        "the next events to be delivered",
-        Duration::from_secs(60),
-        || {
-            let pool = pool.clone();
-            async move { pending(&pool).await == 0 }
-        },
-    )
-    .await;
+    wait_settled(&pool, "the next events to be delivered").await;
     relay.shutdown().await.unwrap();
     let (id, attempts, error): (uuid::Uuid, i32, Option<String>) =
         sqlx::query_as("SELECT id, attempts, last_error FROM outbox_dead_letters")

@@ -10,84 +10,24 @@
 //! server, credentials).
 #![cfg(feature = "nats")]
 
-use std::collections::HashSet;
-use std::time::{Duration, Instant};
+#[macro_use]
+mod common;
 
-use async_trait::async_trait;
+use std::collections::HashSet;
+use std::time::Duration;
+
 use outbox::{Outcome, Publisher};
 use outbox_publishers::nats::{NatsConfig, NatsPublisher, NoStream};
+use outbox_testkit::brokers;
 use outbox_testkit::brokers::nats::client::{self, StoredMessage};
 use outbox_testkit::brokers::nats::{Nats, NatsServer, MAX_PAYLOAD_BYTES};
-use outbox_testkit::brokers::{self, Broker, SharedCell};
-use outbox_testkit::conformance::{self, Capabilities, Harness, Received, Scope, EVENT_ID_HEADER};
+use outbox_testkit::conformance::{self, Harness, Received, Scope, EVENT_ID_HEADER};
 
-struct NatsHarness {
-    nats: Broker<NatsServer>,
-}
-
-/// The server shared by the cases that do not stop it; `None` if skipped.
-static SHARED: SharedCell<NatsServer> = SharedCell::new();
-
-impl NatsHarness {
-    /// The shared server.
-    async fn shared() -> Option<NatsHarness> {
-        let nats = Broker::shared(&SHARED).await?;
-        Some(NatsHarness { nats })
-    }
-
-    /// A server of its own.
-    async fn private() -> Option<NatsHarness> {
-        let nats = Broker::private().await?;
-        Some(NatsHarness { nats })
-    }
-
-    fn config(&self) -> NatsConfig {
-        NatsConfig {
-            ack_timeout_ms: 5_000,
-            connect_timeout_ms: 2_000,
-            ..NatsConfig::from_url(&self.nats.url()).expect("test server url")
-        }
-    }
-}
-
-/// The stream a scope's messages are kept in: its default subjects and its
-/// override.
-fn stream_subjects(scope: &Scope) -> Vec<String> {
-    vec![
-        format!("outbox.{}.>", scope.name()),
-        format!("{}.>", scope.name()),
-    ]
-}
-
-fn received(m: StoredMessage) -> Received {
-    Received {
-        destination: m.subject,
-        key: None,
-        headers: m.headers,
-        payload: m.payload,
-    }
-}
-
-#[async_trait(?Send)]
-impl Harness for NatsHarness {
-    type Publisher = NatsPublisher;
-
-    fn name(&self) -> String {
-        "nats (jetstream)".into()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            keyed: false,
-            oversized_payload_bytes: Some(MAX_PAYLOAD_BYTES + 100_000),
-            stop_start: true,
-            keeps_data_across_restart: true,
-        }
-    }
-
-    async fn publisher(&self) -> NatsPublisher {
-        NatsPublisher::new(self.config()).expect("nats publisher")
-    }
+broker_harness! {
+    /// The suite's view of [`NatsPublisher`] and its JetStream server.
+    struct NatsHarness { nats: NatsServer }
+    publishes NatsPublisher as "nats (jetstream)", common::restartable(MAX_PAYLOAD_BYTES + 100_000);
+    faithful_up_to: Some(MAX_PAYLOAD_BYTES - 4_000);
 
     fn default_destination(&self, scope: &Scope) -> String {
         format!("outbox.{}.{}", scope.aggregate_type(), scope.event_type())
@@ -115,22 +55,34 @@ impl Harness for NatsHarness {
         .map(received)
         .collect()
     }
+}
 
-    async fn stop_broker(&self) {
-        self.nats.stop().await;
-    }
-
-    async fn start_broker(&self) {
-        self.nats.restart().await;
+impl NatsHarness {
+    fn config(&self) -> NatsConfig {
+        NatsConfig {
+            ack_timeout_ms: 5_000,
+            connect_timeout_ms: 2_000,
+            ..NatsConfig::from_url(&self.nats.url()).expect("test server url")
+        }
     }
 }
 
-// ---- the suite: the shared server, and one of its own for the outage cases ----
+/// The stream a scope's messages are kept in: its default subjects and its
+/// override.
+fn stream_subjects(scope: &Scope) -> Vec<String> {
+    vec![
+        format!("outbox.{}.>", scope.name()),
+        format!("{}.>", scope.name()),
+    ]
+}
 
-outbox_testkit::conformance_suite! {
-    shared: NatsHarness::shared().await,
-    private: NatsHarness::private().await,
-    faithful_up_to: Some(MAX_PAYLOAD_BYTES - 4_000),
+fn received(m: StoredMessage) -> Received {
+    Received {
+        destination: m.subject,
+        key: None,
+        headers: m.headers,
+        payload: m.payload,
+    }
 }
 
 // ---- NATS specifics ----
@@ -249,14 +201,14 @@ async fn a_frozen_server_is_an_outage_not_a_hang() {
     let batch: Vec<_> = (0..50)
         .map(|n| conformance::event(&scope, &format!("f{n}"), 0))
         .collect();
-    h.nats.lock().freeze();
-    let started = Instant::now();
-    let frozen = tokio::time::timeout(Duration::from_secs(20), p.publish(&batch)).await;
-    let took = started.elapsed();
-    h.nats.lock().thaw();
-    let e = frozen
-        .expect("a publish to a frozen server must return")
-        .expect_err("nothing can be acknowledged by a frozen server");
+    let (frozen, took) = common::publish_while_frozen(
+        &h.nats,
+        &p,
+        &batch,
+        "a publish to a frozen server must return",
+    )
+    .await;
+    let e = frozen.expect_err("nothing can be acknowledged by a frozen server");
     assert!(e.message.contains("timed out"), "{e}");
     eprintln!("publish to the frozen server returned after {took:.2?}: {e}");
     conformance::deliver_after_thaw(&p, &batch).await;
@@ -289,16 +241,8 @@ async fn credentials_are_used_and_never_shown() {
             ..NatsConfig::from_url(&url).unwrap()
         })
         .unwrap();
-        let e = p
-            .publish(std::slice::from_ref(&event))
-            .await
-            .expect_err("a refused login is an outage");
-        assert!(
-            e.message.contains(&port.to_string())
-                && e.message.to_lowercase().contains("authorization"),
-            "{e}"
-        );
-        assert!(!e.message.contains("wrong-pw"), "{e}");
+        let e = common::assert_refused_login(&p, &event, port, "wrong-pw").await;
+        assert!(e.message.to_lowercase().contains("authorization"), "{e}");
     }
     let authed = NatsConfig::from_url(&format!("nats://relay:s3cret-pw@127.0.0.1:{port}")).unwrap();
     let js = {

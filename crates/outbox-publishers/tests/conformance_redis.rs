@@ -16,50 +16,21 @@
 //! credentials).
 #![cfg(feature = "redis")]
 
+#[macro_use]
+mod common;
+
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use outbox::{Outcome, Publisher};
 use outbox_publishers::redis::{RedisConfig, RedisPublisher};
+use outbox_testkit::brokers;
 use outbox_testkit::brokers::redis::client::{self, Entry};
 use outbox_testkit::brokers::redis::{Redis, RedisServer};
-use outbox_testkit::brokers::{self, Broker, SharedCell};
-use outbox_testkit::conformance::{self, Capabilities, Harness, Received, Scope};
+use outbox_testkit::conformance::{self, Harness, Received, Scope};
 
 /// The publisher's entry-size limit in these tests.
 const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
-
-struct RedisHarness {
-    redis: Broker<RedisServer>,
-}
-
-/// The server shared by the cases that do not stop it; `None` if skipped.
-static SHARED: SharedCell<RedisServer> = SharedCell::new();
-
-impl RedisHarness {
-    /// The shared server.
-    async fn shared() -> Option<RedisHarness> {
-        let redis = Broker::shared(&SHARED).await?;
-        Some(RedisHarness { redis })
-    }
-
-    /// A server of its own.
-    async fn private() -> Option<RedisHarness> {
-        let redis = Broker::private().await?;
-        Some(RedisHarness { redis })
-    }
-
-    fn config(&self) -> RedisConfig {
-        RedisConfig {
-            url: self.redis.url(),
-            max_message_bytes: MAX_MESSAGE_BYTES,
-            response_timeout_ms: 5_000,
-            connect_timeout_ms: 1_000,
-            ..RedisConfig::default()
-        }
-    }
-}
 
 /// The streams a scope's events go to: the default one and the override.
 fn streams(scope: &Scope) -> [String; 2] {
@@ -97,27 +68,12 @@ fn received(stream: &str, entry: &Entry) -> Received {
     }
 }
 
-#[async_trait(?Send)]
-impl Harness for RedisHarness {
-    type Publisher = RedisPublisher;
-
-    fn name(&self) -> String {
-        "redis (streams)".into()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            keyed: false,
-            // The publisher's max_message_bytes, not the server's.
-            oversized_payload_bytes: Some(MAX_MESSAGE_BYTES + 100_000),
-            stop_start: true,
-            keeps_data_across_restart: true,
-        }
-    }
-
-    async fn publisher(&self) -> RedisPublisher {
-        RedisPublisher::new(self.config()).expect("redis publisher")
-    }
+broker_harness! {
+    /// The suite's view of [`RedisPublisher`] and its server.
+    struct RedisHarness { redis: RedisServer }
+    // The publisher's max_message_bytes, not the server's.
+    publishes RedisPublisher as "redis (streams)", common::restartable(MAX_MESSAGE_BYTES + 100_000);
+    faithful_up_to: Some(MAX_MESSAGE_BYTES - 1_000);
 
     fn default_destination(&self, scope: &Scope) -> String {
         format!("outbox:{}", scope.aggregate_type())
@@ -139,22 +95,18 @@ impl Harness for RedisHarness {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-
-    async fn stop_broker(&self) {
-        self.redis.stop().await;
-    }
-
-    async fn start_broker(&self) {
-        self.redis.restart().await;
-    }
 }
 
-// ---- the suite: the shared server, and one of its own for the outage cases ----
-
-outbox_testkit::conformance_suite! {
-    shared: RedisHarness::shared().await,
-    private: RedisHarness::private().await,
-    faithful_up_to: Some(MAX_MESSAGE_BYTES - 1_000),
+impl RedisHarness {
+    fn config(&self) -> RedisConfig {
+        RedisConfig {
+            url: self.redis.url(),
+            max_message_bytes: MAX_MESSAGE_BYTES,
+            response_timeout_ms: 5_000,
+            connect_timeout_ms: 1_000,
+            ..RedisConfig::default()
+        }
+    }
 }
 
 // ---- Redis specifics ----
@@ -179,18 +131,8 @@ async fn entry_fields() {
     assert_eq!(entries.len(), 1);
     let e = &entries[0];
     let names: Vec<_> = e.fields.iter().map(|(k, _)| k.as_str()).collect();
-    assert_eq!(
-        names,
-        [
-            "id",
-            "aggregate_type",
-            "aggregate_id",
-            "event_type",
-            "payload",
-            "headers",
-            "created_at"
-        ]
-    );
+    let in_order = "id aggregate_type aggregate_id event_type payload headers created_at";
+    assert_eq!(names, in_order.split(' ').collect::<Vec<_>>());
     assert_eq!(e.text("id"), Some(event.id.to_string()));
     assert_eq!(e.text("aggregate_type"), Some(event.aggregate_type.clone()));
     assert_eq!(e.text("aggregate_id"), Some("order-1".into()));
@@ -282,10 +224,8 @@ async fn missing_replicas_are_an_outage() {
         ..h.config()
     })
     .unwrap();
-    let e = p
-        .publish(&[conformance::event(&scope, "a", 0)])
-        .await
-        .expect_err("no replica can acknowledge");
+    let event = conformance::event(&scope, "a", 0);
+    let e = conformance::expect_outage(&p, &event, "no replica can acknowledge").await;
     assert!(e.message.contains("WAIT counted 0 of 1 replicas"), "{e}");
 }
 
@@ -332,18 +272,14 @@ async fn a_frozen_server_is_an_outage_not_a_hang() {
     })
     .unwrap();
     p.health().await.unwrap();
-    h.redis.lock().freeze();
-    let started = Instant::now();
-    let frozen = tokio::time::timeout(
-        Duration::from_secs(20),
-        p.publish(&[conformance::event(&scope, "a", 0)]),
+    let (frozen, took) = common::publish_while_frozen(
+        &h.redis,
+        &p,
+        &[conformance::event(&scope, "a", 0)],
+        "a publish to a frozen server must return",
     )
     .await;
-    let took = started.elapsed();
-    h.redis.lock().thaw();
-    let e = frozen
-        .expect("a publish to a frozen server must return")
-        .expect_err("a frozen server is an outage");
+    let e = frozen.expect_err("a frozen server is an outage");
     eprintln!("publish to the frozen server returned after {took:.2?}: {e}");
     let event = conformance::event(&scope, "b", 0);
     conformance::deliver_after_thaw(&p, std::slice::from_ref(&event)).await;
@@ -365,12 +301,7 @@ async fn credentials_are_used_and_never_shown() {
         format!("redis://127.0.0.1:{port}"),
     ] {
         let p = RedisPublisher::from_url(&url).unwrap();
-        let e = p
-            .publish(std::slice::from_ref(&event))
-            .await
-            .expect_err("a refused login is an outage");
-        assert!(e.message.contains(&port.to_string()), "{e}");
-        assert!(!e.message.contains("wrong-pw"), "{e}");
+        common::assert_refused_login(&p, &event, port, "wrong-pw").await;
         assert!(p.health().await.is_err());
     }
     let p = RedisPublisher::from_url(&redis.url()).unwrap();

@@ -7,6 +7,9 @@
 //!   (this test binary, running the ignored helper `stdout_child`), and the
 //!   child's standard output is what is read back.
 
+#[macro_use]
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
@@ -17,7 +20,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use outbox::{Event, Outcome, Publisher, Unavailable};
 use outbox_publishers::{FilePublisher, StdoutPublisher};
-use outbox_testkit::conformance::{Capabilities, Collector, Harness, Received, Scope};
+use outbox_testkit::conformance::{Capabilities, Collector, Received, Scope};
 use serde_json::{json, Value};
 
 /// JSON lines carry no destination unless the event has a topic override.
@@ -77,17 +80,8 @@ impl FileHarness {
     }
 }
 
-#[async_trait(?Send)]
-impl Harness for FileHarness {
-    type Publisher = FilePublisher;
-
-    fn name(&self) -> String {
-        "file".into()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::default()
-    }
+harness! {
+    FileHarness => FilePublisher, "file", Capabilities::default();
 
     async fn publisher(&self) -> FilePublisher {
         FilePublisher::open(&self.path).expect("opening the file")
@@ -105,17 +99,24 @@ impl Harness for FileHarness {
     }
 }
 
-/// The suite for the file publisher; the cases about a size limit and a
-/// broker to stop return early (its capabilities say it has neither).
-mod file {
-    use super::*;
+/// The suite for a JSON-lines publisher, in module `$module`, each test on
+/// a new harness `$harness`; the cases about a size limit and a broker to
+/// stop return early (its capabilities say it has neither).
+macro_rules! json_lines_suite {
+    ($module:ident, $harness:expr) => {
+        mod $module {
+            use super::*;
 
-    outbox_testkit::conformance_suite! {
-        shared: Some(FileHarness::new()),
-        private: Some(FileHarness::new()),
-        faithful_up_to: Some(50_000_000),
-    }
+            outbox_testkit::conformance_suite! {
+                shared: Some($harness),
+                private: Some($harness),
+                faithful_up_to: Some(50_000_000),
+            }
+        }
+    };
 }
+
+json_lines_suite!(file, FileHarness::new());
 
 // ---- stdout, through a child process ----
 
@@ -244,17 +245,8 @@ struct StdoutHarness {
     publisher: ChildStdout,
 }
 
-#[async_trait(?Send)]
-impl Harness for StdoutHarness {
-    type Publisher = ChildStdout;
-
-    fn name(&self) -> String {
-        "stdout".into()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::default()
-    }
+harness! {
+    StdoutHarness => ChildStdout, "stdout", Capabilities::default();
 
     async fn publisher(&self) -> ChildStdout {
         self.publisher.clone()
@@ -270,13 +262,4 @@ impl Harness for StdoutHarness {
     }
 }
 
-/// The suite for the stdout publisher, as for the file publisher.
-mod stdout {
-    use super::*;
-
-    outbox_testkit::conformance_suite! {
-        shared: Some(StdoutHarness::default()),
-        private: Some(StdoutHarness::default()),
-        faithful_up_to: Some(50_000_000),
-    }
-}
+json_lines_suite!(stdout, StdoutHarness::default());
