@@ -167,12 +167,7 @@ impl Harness for KafkaHarness {
     async fn stop_broker(&self) {
         match &self.broker {
             Broker::Mock(mock) => mock.broker_down(1).expect("mock broker down"),
-            Broker::Tansu(t) => {
-                let t = t.clone();
-                tokio::task::spawn_blocking(move || t.lock().unwrap().stop())
-                    .await
-                    .unwrap();
-            }
+            Broker::Tansu(t) => on_tansu(t, Tansu::stop).await,
         }
     }
 
@@ -180,10 +175,8 @@ impl Harness for KafkaHarness {
         match &self.broker {
             Broker::Mock(mock) => mock.broker_up(1).expect("mock broker up"),
             Broker::Tansu(t) => {
-                let t = t.clone();
-                tokio::task::spawn_blocking(move || t.lock().unwrap().start_again())
+                on_tansu(t, Tansu::start_again)
                     .await
-                    .unwrap()
                     .unwrap_or_else(|e| panic!("{e}"));
                 // Memory storage: the topics are gone with the old process.
                 let scopes = self.prepared.lock().unwrap().clone();
@@ -193,6 +186,18 @@ impl Harness for KafkaHarness {
             }
         }
     }
+}
+
+/// Runs `f` on the tansu process on a blocking thread (starting and
+/// stopping it waits on the process), so the test's runtime keeps running.
+async fn on_tansu<R: Send + 'static>(
+    tansu: &Arc<Mutex<Tansu>>,
+    f: impl FnOnce(&mut Tansu) -> R + Send + 'static,
+) -> R {
+    let tansu = tansu.clone();
+    tokio::task::spawn_blocking(move || f(&mut tansu.lock().unwrap()))
+        .await
+        .unwrap()
 }
 
 /// Reads every partition of `topics` from the beginning until `expected`
@@ -346,22 +351,9 @@ async fn tansu_keeps_order_and_drains_a_large_batch() {
     conformance::drains_a_large_batch(&h, &pool, 5_000).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs a tansu binary in OUTBOX_TANSU_BIN; run with --ignored (see docs/publishers.md)"]
-async fn tansu_rejects_an_oversized_message() {
-    let Some(h) = KafkaHarness::tansu().await else {
-        return;
-    };
-    let pool = test_db().await.pool().await;
-    conformance::rejects_an_oversized_message(&h, &pool).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs a tansu binary in OUTBOX_TANSU_BIN; run with --ignored (see docs/publishers.md)"]
-async fn tansu_outage_burns_no_attempts() {
-    let Some(h) = KafkaHarness::tansu().await else {
-        return;
-    };
-    let pool = test_db().await.pool().await;
-    conformance::outage_burns_no_attempts(&h, &pool).await;
+outbox_testkit::conformance_suite! { @relayed KafkaHarness::tansu().await;
+    #[ignore = "needs a tansu binary in OUTBOX_TANSU_BIN; run with --ignored (see docs/publishers.md)"]
+    tansu_rejects_an_oversized_message(h, pool) => conformance::rejects_an_oversized_message(&h, &pool),
+    #[ignore = "needs a tansu binary in OUTBOX_TANSU_BIN; run with --ignored (see docs/publishers.md)"]
+    tansu_outage_burns_no_attempts(h, pool) => conformance::outage_burns_no_attempts(&h, &pool),
 }

@@ -393,47 +393,15 @@ macro_rules! suite {
         mod $module {
             use super::*;
 
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn delivers_a_batch() {
-                let Some(h) = SqsHarness::shared($mode).await else {
-                    return;
-                };
-                conformance::delivers_a_batch(&h).await;
+            outbox_testkit::conformance_suite! { @direct SqsHarness::shared($mode).await;
+                delivers_a_batch(h) => conformance::delivers_a_batch(&h),
+                maps_headers_key_and_destination(h) => conformance::maps_headers_key_and_destination(&h),
             }
 
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn maps_headers_key_and_destination() {
-                let Some(h) = SqsHarness::shared($mode).await else {
-                    return;
-                };
-                conformance::maps_headers_key_and_destination(&h).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn drains_a_large_batch() {
-                let Some(h) = SqsHarness::shared($mode).await else {
-                    return;
-                };
-                let pool = test_db().await.pool().await;
-                conformance::drains_a_large_batch(&h, &pool, 1_000).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn rejects_an_oversized_message() {
-                let Some(h) = SqsHarness::shared($mode).await else {
-                    return;
-                };
-                let pool = test_db().await.pool().await;
-                conformance::rejects_an_oversized_message(&h, &pool).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn delivers_every_event_as_stored() {
-                let Some(h) = SqsHarness::shared($mode).await else {
-                    return;
-                };
-                let pool = test_db().await.pool().await;
-                conformance::delivers_every_event_as_stored(&h, &pool, Some(200_000)).await;
+            outbox_testkit::conformance_suite! { @relayed SqsHarness::shared($mode).await;
+                drains_a_large_batch(h, pool) => conformance::drains_a_large_batch(&h, &pool, 1_000),
+                rejects_an_oversized_message(h, pool) => conformance::rejects_an_oversized_message(&h, &pool),
+                delivers_every_event_as_stored(h, pool) => conformance::delivers_every_event_as_stored(&h, &pool, Some(200_000)),
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -457,22 +425,12 @@ suite!(sns_fifo, Mode::SnsFifo);
 // Order per aggregate: FIFO queues and topics keep it (the message group is
 // the aggregate); a standard queue does not promise it.
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqs_fifo_keeps_aggregate_order() {
-    let Some(h) = SqsHarness::shared(Mode::SqsFifo).await else {
-        return;
-    };
-    let pool = test_db().await.pool().await;
-    conformance::keeps_aggregate_order(&h, &pool).await;
+outbox_testkit::conformance_suite! { @relayed SqsHarness::shared(Mode::SqsFifo).await;
+    sqs_fifo_keeps_aggregate_order(h, pool) => conformance::keeps_aggregate_order(&h, &pool),
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sns_fifo_keeps_aggregate_order() {
-    let Some(h) = SqsHarness::shared(Mode::SnsFifo).await else {
-        return;
-    };
-    let pool = test_db().await.pool().await;
-    conformance::keeps_aggregate_order(&h, &pool).await;
+outbox_testkit::conformance_suite! { @relayed SqsHarness::shared(Mode::SnsFifo).await;
+    sns_fifo_keeps_aggregate_order(h, pool) => conformance::keeps_aggregate_order(&h, &pool),
 }
 
 // ---- SQS and SNS specifics ----
@@ -545,10 +503,8 @@ async fn a_missing_queue_is_an_outage_and_a_bad_override_a_rejection() {
         ..h.sqs_config()
     })
     .unwrap();
-    let e = p
-        .publish(&[conformance::event(&scope, "a", 0)])
-        .await
-        .expect_err("a missing queue is an outage");
+    let event = conformance::event(&scope, "a", 0);
+    let e = conformance::expect_outage(&p, &event, "a missing queue is an outage").await;
     assert!(e.message.contains("no-such-queue"), "{e}");
     assert!(!e.message.contains("testing"), "{e}");
     let e = p.health().await.expect_err("health fails too");
