@@ -1,4 +1,5 @@
-//! What the publishers' unit tests share.
+//! What the publishers' unit tests share; `tests/cloudevents_sdk.rs`
+//! includes this file too, for its event.
 // Each helper serves the tests of the publishers built with this feature set.
 #![allow(dead_code)]
 

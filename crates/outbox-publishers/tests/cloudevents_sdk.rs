@@ -13,6 +13,10 @@
 //! Needs `python3` with `cloudevents>=2.2` (`pip install 'cloudevents>=2.2,<3'`;
 //! `.ci/run` installs it).
 
+/// The unit tests' events, shared with these tests.
+#[path = "../src/test_support.rs"]
+mod test_support;
+
 use std::collections::BTreeMap;
 #[allow(unused_imports)]
 use std::time::{Duration, Instant};
@@ -27,26 +31,21 @@ const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-
 const PAYLOAD: &str =
     r#"{"order_id": 42, "big": 123456789012345678901234567890, "note": "é ✓", "lines": [1, 2.50]}"#;
 
-/// An event with trace headers and one header of the producer's own,
-/// destined for `topic`.
+/// An `order.created` event of aggregate `order`/`aggregate_id` (the unit
+/// tests' event) with trace headers and one header of the producer's own,
+/// a payload of its own and a fixed time, destined for `topic`.
 fn event(aggregate_id: &str, topic: &str) -> Event {
+    let headers = [
+        ("traceparent", TRACEPARENT),
+        ("tracestate", "congo=t61rcWkgMzE"),
+        ("x-tenant", "acme"),
+    ];
     Event {
-        id: uuid::Uuid::now_v7(),
-        seq: 1,
-        aggregate_type: "order".into(),
-        aggregate_id: aggregate_id.into(),
-        event_type: "order.created".into(),
         payload: PAYLOAD.into(),
-        headers: BTreeMap::from([
-            ("traceparent".to_owned(), TRACEPARENT.to_owned()),
-            ("tracestate".to_owned(), "congo=t61rcWkgMzE".to_owned()),
-            ("x-tenant".to_owned(), "acme".to_owned()),
-        ]),
         topic: Some(topic.into()),
-        attempts: 0,
         created_at: chrono::Utc.with_ymd_and_hms(2026, 12, 1, 6, 9, 46).unwrap()
             + chrono::Duration::microseconds(123_456),
-        partition: 0,
+        ..test_support::event(aggregate_id, &headers)
     }
 }
 
