@@ -5,6 +5,15 @@
 
 pub mod cloudevents;
 mod error;
+#[cfg(any(
+    feature = "kafka",
+    feature = "amqp",
+    feature = "nats",
+    feature = "redis",
+    feature = "http",
+    feature = "sqs"
+))]
+mod settings;
 pub mod stream;
 pub mod template;
 #[cfg(test)]

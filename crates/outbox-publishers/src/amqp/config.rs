@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use crate::settings::{settings_debug, Settings};
 use crate::{Error, Template};
 
 use lapin::uri::AMQPUri;
@@ -51,9 +52,8 @@ pub enum Unroutable {
     Drop,
 }
 
-fn invalid(field: &str, value: impl fmt::Display, fix: impl Into<String>) -> Error {
-    Error::invalid("amqp", field, value, fix)
-}
+/// The checks of these settings, their errors naming `amqp`.
+const AMQP: Settings = Settings::of("amqp");
 
 /// Settings of [`crate::amqp::AmqpPublisher`].
 ///
@@ -116,22 +116,10 @@ impl Default for AmqpConfig {
     }
 }
 
-impl fmt::Debug for AmqpConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AmqpConfig")
-            .field("url", &redact_url(&self.url))
-            .field("exchange", &self.exchange)
-            .field("exchange_type", &self.exchange_type)
-            .field("declare_exchange", &self.declare_exchange)
-            .field("routing_key_template", &self.routing_key_template)
-            .field("unroutable", &self.unroutable)
-            .field("max_message_bytes", &self.max_message_bytes)
-            .field("confirm_timeout_ms", &self.confirm_timeout_ms)
-            .field("connect_timeout_ms", &self.connect_timeout_ms)
-            .field("connection_name", &self.connection_name)
-            .finish()
-    }
-}
+settings_debug!(AmqpConfig {
+    url => redact_url, exchange, exchange_type, declare_exchange, routing_key_template,
+    unroutable, max_message_bytes, confirm_timeout_ms, connect_timeout_ms, connection_name,
+});
 
 impl fmt::Display for AmqpConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -155,14 +143,14 @@ impl AmqpConfig {
     pub(crate) fn uri(&self) -> Result<AMQPUri, Error> {
         let shown = redact_url(&self.url);
         if !(self.url.starts_with("amqp://") || self.url.starts_with("amqps://")) {
-            return Err(invalid(
+            return Err(AMQP.invalid(
                 "url",
                 shown,
                 "must start with amqp:// or amqps://, e.g. amqp://USER:PASS@HOST:5672/%2f",
             ));
         }
         let uri: AMQPUri = self.url.parse().map_err(|e: String| {
-            invalid(
+            AMQP.invalid(
                 "url",
                 &shown,
                 format!(
@@ -172,7 +160,7 @@ impl AmqpConfig {
             )
         })?;
         if uri.vhost.is_empty() {
-            return Err(invalid(
+            return Err(AMQP.invalid(
                 "url",
                 shown,
                 "names an empty vhost: write %2f for the default vhost /, e.g. amqp://HOST:5672/%2f",
@@ -196,43 +184,34 @@ impl AmqpConfig {
     pub fn validate(&self) -> Result<(), Error> {
         self.uri()?;
         if self.exchange.is_empty() || self.exchange.len() > 255 {
-            return Err(invalid(
+            return Err(AMQP.invalid(
                 "exchange",
                 format!("{:?}", self.exchange),
                 "use a name of 1 to 255 bytes (the default exchange \"\" cannot route by topic)",
             ));
         }
         if self.exchange.starts_with("amq.") && self.declare_exchange {
-            return Err(invalid(
+            return Err(AMQP.invalid(
                 "exchange",
                 &self.exchange,
                 "names starting with amq. are reserved: set declare_exchange = false to use a built-in exchange",
             ));
         }
         self.destination_template()?;
-        if self.max_message_bytes == 0 || self.max_message_bytes > 512 * 1024 * 1024 {
-            return Err(invalid(
-                "max_message_bytes",
-                self.max_message_bytes,
-                "use 1 to 536870912 (RabbitMQ's largest max_message_size)",
-            ));
-        }
-        if !(100..=3_600_000).contains(&self.confirm_timeout_ms) {
-            return Err(invalid(
-                "confirm_timeout_ms",
-                self.confirm_timeout_ms,
-                "use 100 to 3600000, and keep it below the relay's publish_timeout_ms",
-            ));
-        }
-        if !(100..=600_000).contains(&self.connect_timeout_ms) {
-            return Err(invalid(
-                "connect_timeout_ms",
-                self.connect_timeout_ms,
-                "use 100 to 600000",
-            ));
-        }
+        AMQP.within(
+            "max_message_bytes",
+            self.max_message_bytes,
+            1..=512 * 1024 * 1024,
+            "use 1 to 536870912 (RabbitMQ's largest max_message_size)",
+        )?;
+        AMQP.publish_timeout(
+            "confirm_timeout_ms",
+            self.confirm_timeout_ms,
+            100..=3_600_000,
+        )?;
+        AMQP.connect_timeout("connect_timeout_ms", self.connect_timeout_ms)?;
         if self.connection_name.len() > 255 {
-            return Err(invalid(
+            return Err(AMQP.invalid(
                 "connection_name",
                 &self.connection_name,
                 "use at most 255 bytes",

@@ -8,6 +8,7 @@ use serde::Deserialize;
 
 use super::request::{reserved_header, UrlTemplate};
 use super::sign::SigningKey;
+use crate::settings::{hidden, settings_debug, Settings};
 use crate::Error;
 
 /// The prefix of a Standard Webhooks secret: `whsec_` + base64 key.
@@ -20,9 +21,8 @@ pub const DEFAULT_TIMEOUT_MS: u64 = 10_000;
 /// How many requests of a wave are in flight at once by default.
 pub const DEFAULT_MAX_CONCURRENCY: usize = 16;
 
-fn invalid(field: &str, value: impl fmt::Display, fix: impl Into<String>) -> Error {
-    Error::invalid("http", field, value, fix)
-}
+/// The checks of these settings, their errors naming `http`.
+const HTTP: Settings = Settings::of("http");
 
 /// Settings of [`crate::http::HttpPublisher`].
 ///
@@ -80,22 +80,17 @@ fn shown_header(name: &str, value: &str) -> String {
     }
 }
 
-impl fmt::Debug for HttpConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let headers: BTreeMap<&str, String> = self
-            .headers
-            .iter()
-            .map(|(k, v)| (k.as_str(), shown_header(k, v)))
-            .collect();
-        f.debug_struct("HttpConfig")
-            .field("url", &redact_url(&self.url))
-            .field("secret", &self.secret.as_ref().map(|_| REDACTED))
-            .field("timeout_ms", &self.timeout_ms)
-            .field("max_concurrency", &self.max_concurrency)
-            .field("headers", &headers)
-            .finish()
-    }
+/// `headers` as `Debug` shows them: secrets' values redacted.
+fn shown_headers(headers: &BTreeMap<String, String>) -> BTreeMap<&str, String> {
+    headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), shown_header(k, v)))
+        .collect()
 }
+
+settings_debug!(HttpConfig {
+    url => redact_url, secret => hidden, timeout_ms, max_concurrency, headers => shown_headers,
+});
 
 impl fmt::Display for HttpConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -116,7 +111,7 @@ impl HttpConfig {
 
     /// The parsed URL template.
     pub(crate) fn template(&self) -> Result<UrlTemplate, Error> {
-        UrlTemplate::parse(&self.url).map_err(|fix| invalid("url", redact_url(&self.url), fix))
+        UrlTemplate::parse(&self.url).map_err(|fix| HTTP.invalid("url", redact_url(&self.url), fix))
     }
 
     /// The signing key.
@@ -124,14 +119,14 @@ impl HttpConfig {
         match &self.secret {
             // The value is shown as *** like any secret's, so the fix
             // says that it is missing.
-            None => Err(invalid(
+            None => Err(HTTP.invalid(
                 "secret",
                 REDACTED,
                 format!(
                     "missing: webhooks are signed, set secret in [publisher.http] or {SECRET_ENV} to {SECRET_PREFIX} followed by a base64 key, e.g. {SECRET_PREFIX}$(openssl rand -base64 32)"
                 ),
             )),
-            Some(secret) => SigningKey::parse(secret).map_err(|fix| invalid("secret", REDACTED, fix)),
+            Some(secret) => SigningKey::parse(secret).map_err(|fix| HTTP.invalid("secret", REDACTED, fix)),
         }
     }
 
@@ -140,38 +135,31 @@ impl HttpConfig {
     pub fn validate(&self) -> Result<(), Error> {
         self.template()?;
         self.key()?;
-        if !(100..=600_000).contains(&self.timeout_ms) {
-            return Err(invalid(
-                "timeout_ms",
-                self.timeout_ms,
-                "use 100 to 600000, and keep it below the relay's publish_timeout_ms",
-            ));
-        }
-        if !(1..=1024).contains(&self.max_concurrency) {
-            return Err(invalid(
-                "max_concurrency",
-                self.max_concurrency,
-                "use 1 to 1024",
-            ));
-        }
+        HTTP.publish_timeout("timeout_ms", self.timeout_ms, 100..=600_000)?;
+        HTTP.within(
+            "max_concurrency",
+            self.max_concurrency,
+            1..=1024,
+            "use 1 to 1024",
+        )?;
         for (name, value) in &self.headers {
             let field = format!("headers.{name}");
             if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
-                return Err(invalid(
-                    &redact_text(&field),
+                return Err(HTTP.invalid(
+                    redact_text(&field),
                     shown_header(name, value),
                     "a header name is a token: letters, digits and !#$%&'*+-.^_`|~, no spaces",
                 ));
             }
             if reserved_header(name) {
-                return Err(invalid(
+                return Err(HTTP.invalid(
                     &field,
                     shown_header(name, value),
                     "the publisher sets this header itself (content, signature, identity or connection headers); remove it",
                 ));
             }
             if reqwest::header::HeaderValue::from_str(value).is_err() || value.trim() != value {
-                return Err(invalid(
+                return Err(HTTP.invalid(
                     &field,
                     shown_header(name, value),
                     "use printable ASCII without leading or trailing spaces (no line breaks or control characters)",

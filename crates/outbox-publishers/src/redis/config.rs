@@ -5,6 +5,7 @@ use std::fmt;
 use outbox::redact::redact_url;
 use serde::{Deserialize, Serialize};
 
+use crate::settings::{settings_debug, Settings};
 use crate::{Error, Template};
 
 /// The default stream-key template.
@@ -13,9 +14,8 @@ pub const DEFAULT_STREAM: &str = "outbox:{aggregate_type}";
 /// Redis's own limit on one value (`proto-max-bulk-len`, 512 MiB).
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 512 * 1024 * 1024;
 
-fn invalid(field: &str, value: impl fmt::Display, fix: impl Into<String>) -> Error {
-    Error::invalid("redis", field, value, fix)
-}
+/// The checks of these settings, their errors naming `redis`.
+const REDIS: Settings = Settings::of("redis");
 
 /// Settings of [`crate::redis::RedisPublisher`].
 ///
@@ -71,20 +71,10 @@ impl Default for RedisConfig {
     }
 }
 
-impl fmt::Debug for RedisConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisConfig")
-            .field("url", &redact_url(&self.url))
-            .field("stream", &self.stream)
-            .field("maxlen", &self.maxlen)
-            .field("wait_replicas", &self.wait_replicas)
-            .field("wait_timeout_ms", &self.wait_timeout_ms)
-            .field("max_message_bytes", &self.max_message_bytes)
-            .field("response_timeout_ms", &self.response_timeout_ms)
-            .field("connect_timeout_ms", &self.connect_timeout_ms)
-            .finish()
-    }
-}
+settings_debug!(RedisConfig {
+    url => redact_url, stream, maxlen, wait_replicas, wait_timeout_ms, max_message_bytes,
+    response_timeout_ms, connect_timeout_ms,
+});
 
 impl fmt::Display for RedisConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -110,25 +100,21 @@ impl RedisConfig {
         let form = "use redis://HOST:PORT[/DB] (with a login, redis://USER:PASS@HOST:PORT/DB), \
                     e.g. redis://127.0.0.1:6379/0";
         if self.url.starts_with("rediss://") {
-            return Err(invalid(
+            return Err(REDIS.invalid(
                 "url",
                 shown,
                 format!("TLS (rediss://) is not supported by this publisher; {form}"),
             ));
         }
         let Some(rest) = self.url.strip_prefix("redis://") else {
-            return Err(invalid(
-                "url",
-                shown,
-                format!("must start with redis://; {form}"),
-            ));
+            return Err(REDIS.invalid("url", shown, format!("must start with redis://; {form}")));
         };
         let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
         if host.is_empty() || host.starts_with([':', '/']) {
-            return Err(invalid("url", shown, format!("names no host; {form}")));
+            return Err(REDIS.invalid("url", shown, format!("names no host; {form}")));
         }
         if rest.contains(['?', '#']) {
-            return Err(invalid(
+            return Err(REDIS.invalid(
                 "url",
                 shown,
                 format!("takes no query or fragment; {form}; set other options in the config file"),
@@ -136,7 +122,7 @@ impl RedisConfig {
         }
         if let Some((_, db)) = host.split_once('/') {
             if !db.is_empty() && !db.parse::<u32>().is_ok_and(|n| n <= 1_000_000) {
-                return Err(invalid(
+                return Err(REDIS.invalid(
                     "url",
                     shown,
                     format!(
@@ -152,7 +138,7 @@ impl RedisConfig {
             authority.rsplit_once(':').map(|(_, p)| p)
         };
         if port.is_some_and(|p| !p.parse::<u16>().is_ok_and(|p| p > 0)) {
-            return Err(invalid(
+            return Err(REDIS.invalid(
                 "url",
                 shown,
                 format!("the port is a number from 1 to 65535; {form}"),
@@ -160,7 +146,7 @@ impl RedisConfig {
         }
         redis::Client::open(self.url.as_str()).map_err(|e| {
             let why = outbox::redact::redact_text(&e.to_string().replace(&self.url, &shown));
-            invalid("url", &shown, format!("cannot be parsed ({why}); {form}"))
+            REDIS.invalid("url", &shown, format!("cannot be parsed ({why}); {form}"))
         })
     }
 
@@ -176,43 +162,41 @@ impl RedisConfig {
     pub fn validate(&self) -> Result<(), Error> {
         self.client()?;
         self.destination_template()?;
-        if self.maxlen == Some(0) {
-            return Err(invalid(
+        // An unset limit means none; zero is not a limit but a slip.
+        let zeros = [
+            (
                 "maxlen",
-                0,
+                self.maxlen == Some(0),
                 "use at least 1, or leave it unset to keep every entry",
-            ));
-        }
-        if self.wait_replicas == Some(0) {
-            return Err(invalid(
+            ),
+            (
                 "wait_replicas",
-                0,
+                self.wait_replicas == Some(0),
                 "use at least 1, or leave it unset not to wait for replicas",
-            ));
+            ),
+        ];
+        if let Some((field, _, fix)) = zeros.into_iter().find(|(_, zero, _)| *zero) {
+            return Err(REDIS.invalid(field, 0, fix));
         }
-        if !(1..=600_000).contains(&self.wait_timeout_ms) {
-            return Err(invalid(
-                "wait_timeout_ms",
-                self.wait_timeout_ms,
-                "use 1 to 600000 (WAIT with 0 would block forever)",
-            ));
-        }
-        if self.max_message_bytes == 0 || self.max_message_bytes > DEFAULT_MAX_MESSAGE_BYTES {
-            return Err(invalid(
-                "max_message_bytes",
-                self.max_message_bytes,
-                "use 1 to 536870912 (Redis's proto-max-bulk-len)",
-            ));
-        }
-        if !(100..=3_600_000).contains(&self.response_timeout_ms) {
-            return Err(invalid(
-                "response_timeout_ms",
-                self.response_timeout_ms,
-                "use 100 to 3600000, and keep it below the relay's publish_timeout_ms",
-            ));
-        }
+        REDIS.within(
+            "wait_timeout_ms",
+            self.wait_timeout_ms,
+            1..=600_000,
+            "use 1 to 600000 (WAIT with 0 would block forever)",
+        )?;
+        REDIS.within(
+            "max_message_bytes",
+            self.max_message_bytes,
+            1..=DEFAULT_MAX_MESSAGE_BYTES,
+            "use 1 to 536870912 (Redis's proto-max-bulk-len)",
+        )?;
+        REDIS.publish_timeout(
+            "response_timeout_ms",
+            self.response_timeout_ms,
+            100..=3_600_000,
+        )?;
         if self.wait_replicas.is_some() && self.wait_timeout_ms >= self.response_timeout_ms {
-            return Err(invalid(
+            return Err(REDIS.invalid(
                 "wait_timeout_ms",
                 self.wait_timeout_ms,
                 format!(
@@ -221,13 +205,7 @@ impl RedisConfig {
                 ),
             ));
         }
-        if !(100..=600_000).contains(&self.connect_timeout_ms) {
-            return Err(invalid(
-                "connect_timeout_ms",
-                self.connect_timeout_ms,
-                "use 100 to 600000",
-            ));
-        }
+        REDIS.connect_timeout("connect_timeout_ms", self.connect_timeout_ms)?;
         Ok(())
     }
 }

@@ -5,6 +5,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::settings::Settings;
 use crate::Error;
 
 /// SQS's and SNS's limit on one message, in bytes (body and attributes), and
@@ -18,9 +19,10 @@ pub const MAX_BATCH_ENTRIES: usize = 10;
 /// topics configured for it).
 const MAX_MESSAGE_BYTES_CEILING: usize = 1024 * 1024;
 
-fn invalid(broker: &'static str, field: &str, value: impl fmt::Display, fix: &str) -> Error {
-    Error::invalid(broker, field, value, fix)
-}
+/// The checks of the SQS publisher's settings, their errors naming `sqs`.
+const SQS: Settings = Settings::of("sqs");
+/// The checks of the SNS publisher's settings, their errors naming `sns`.
+const SNS: Settings = Settings::of("sns");
 
 /// Settings of [`crate::sqs::SqsPublisher`] (`[publisher.sqs]`).
 ///
@@ -227,16 +229,15 @@ macro_rules! common {
 }
 
 impl Common {
-    /// Checks the shared fields of `broker`'s settings.
-    fn check(&self, broker: &'static str) -> Result<(), Error> {
+    /// Checks the shared fields of one publisher's settings.
+    fn check(&self, settings: Settings) -> Result<(), Error> {
         if let Some(r) = &self.region {
             let ok = !r.is_empty()
                 && r.len() <= 64
                 && r.bytes()
                     .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
             if !ok {
-                return Err(invalid(
-                    broker,
+                return Err(settings.invalid(
                     "region",
                     shown(r),
                     "name an AWS region, e.g. us-east-1, or leave it unset to use AWS_REGION",
@@ -248,46 +249,27 @@ impl Common {
                 && e.len() > "https://".len()
                 && !e.contains([' ', '@', '?', '#']);
             if !ok {
-                return Err(invalid(
-                    broker,
+                return Err(settings.invalid(
                     "endpoint_url",
                     shown(&outbox::redact::redact_url(e)),
                     "use http[s]://HOST[:PORT] without a login, or leave it unset",
                 ));
             }
         }
-        let counts = [
-            (
-                "max_message_bytes",
-                self.max_message_bytes as u64,
-                1_024..=MAX_MESSAGE_BYTES_CEILING as u64,
-                "use 1024 to 1048576 (the service's limit is 262144 unless raised)",
-            ),
-            (
-                "max_concurrent_calls",
-                self.max_concurrent_calls as u64,
-                1..=64,
-                "use 1 to 64",
-            ),
-            (
-                "timeout_ms",
-                self.timeout_ms,
-                100..=600_000,
-                "use 100 to 600000, and keep it below the relay's publish_timeout_ms",
-            ),
-            (
-                "connect_timeout_ms",
-                self.connect_timeout_ms,
-                100..=600_000,
-                "use 100 to 600000",
-            ),
-        ];
-        for (field, value, allowed, fix) in counts {
-            if !allowed.contains(&value) {
-                return Err(invalid(broker, field, value, fix));
-            }
-        }
-        Ok(())
+        settings.within(
+            "max_message_bytes",
+            self.max_message_bytes,
+            1_024..=MAX_MESSAGE_BYTES_CEILING,
+            "use 1024 to 1048576 (the service's limit is 262144 unless raised)",
+        )?;
+        settings.within(
+            "max_concurrent_calls",
+            self.max_concurrent_calls,
+            1..=64,
+            "use 1 to 64",
+        )?;
+        settings.publish_timeout("timeout_ms", self.timeout_ms, 100..=600_000)?;
+        settings.connect_timeout("connect_timeout_ms", self.connect_timeout_ms)
     }
 }
 
@@ -304,7 +286,7 @@ impl SqsConfig {
     /// queue URL) and checks every field.
     pub fn apply_spec(&mut self, spec: &str) -> Result<(), Error> {
         let Some(queue) = spec.strip_prefix("sqs://") else {
-            return Err(invalid("sqs", "queue", shown(spec), SQS_FORM));
+            return Err(SQS.invalid("queue", shown(spec), SQS_FORM));
         };
         self.queue = queue.to_owned();
         self.validate()
@@ -319,9 +301,9 @@ impl SqsConfig {
             valid_queue_name(q)
         };
         if !ok {
-            return Err(invalid("sqs", "queue", shown(q), SQS_FORM));
+            return Err(SQS.invalid("queue", shown(q), SQS_FORM));
         }
-        self.common().check("sqs")
+        self.common().check(SQS)
     }
 
     /// The queue's name (the last segment of a URL).
@@ -351,7 +333,7 @@ impl SnsConfig {
     /// field.
     pub fn apply_spec(&mut self, spec: &str) -> Result<(), Error> {
         let Some(arn) = spec.strip_prefix("sns://") else {
-            return Err(invalid("sns", "topic_arn", shown(spec), SNS_FORM));
+            return Err(SNS.invalid("topic_arn", shown(spec), SNS_FORM));
         };
         self.topic_arn = arn.to_owned();
         self.validate()
@@ -360,14 +342,9 @@ impl SnsConfig {
     /// Checks every field; the error names the field, its value and the fix.
     pub fn validate(&self) -> Result<(), Error> {
         if topic_arn_parts(&self.topic_arn).is_none() {
-            return Err(invalid(
-                "sns",
-                "topic_arn",
-                shown(&self.topic_arn),
-                SNS_FORM,
-            ));
+            return Err(SNS.invalid("topic_arn", shown(&self.topic_arn), SNS_FORM));
         }
-        self.common().check("sns")
+        self.common().check(SNS)
     }
 
     /// Whether the topic is a FIFO topic (its name ends in `.fifo`).

@@ -4,8 +4,8 @@
 //! deserializer so that a secret's value never reaches an error message.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
+use crate::settings::{settings_debug, Settings};
 use crate::{Error, Template};
 
 use serde::{Deserialize, Serialize};
@@ -48,9 +48,8 @@ fn is_secret(name: &str) -> bool {
     outbox::redact::is_secret_key(name)
 }
 
-fn invalid(field: impl Into<String>, value: impl fmt::Display, fix: impl Into<String>) -> Error {
-    Error::invalid("kafka", field, value, fix)
-}
+/// The checks of these settings, their errors naming `kafka`.
+const KAFKA: Settings = Settings::of("kafka");
 
 /// Settings of [`crate::kafka::KafkaPublisher`].
 ///
@@ -113,31 +112,25 @@ impl Default for KafkaConfig {
     }
 }
 
-impl fmt::Debug for KafkaConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let properties: BTreeMap<&str, &str> = self
-            .properties
-            .iter()
-            .map(|(k, v)| {
-                let shown = if is_secret(k) {
-                    "<redacted>"
-                } else {
-                    v.as_str()
-                };
-                (k.as_str(), shown)
-            })
-            .collect();
-        f.debug_struct("KafkaConfig")
-            .field("brokers", &self.brokers)
-            .field("topic_template", &self.topic_template)
-            .field("message_timeout_ms", &self.message_timeout_ms)
-            .field("max_in_flight", &self.max_in_flight)
-            .field("health_timeout_ms", &self.health_timeout_ms)
-            .field("client_id", &self.client_id)
-            .field("properties", &properties)
-            .finish()
-    }
+/// `properties` as `Debug` shows them: secrets' values redacted.
+fn shown_properties(properties: &BTreeMap<String, String>) -> BTreeMap<&str, &str> {
+    properties
+        .iter()
+        .map(|(k, v)| {
+            let shown = if is_secret(k) {
+                "<redacted>"
+            } else {
+                v.as_str()
+            };
+            (k.as_str(), shown)
+        })
+        .collect()
 }
+
+settings_debug!(KafkaConfig {
+    brokers, topic_template, message_timeout_ms, max_in_flight, health_timeout_ms, client_id,
+    properties => shown_properties,
+});
 
 /// Reading `properties`: a value that is not a string is an error naming
 /// the property and the expected type, showing the value only if the
@@ -269,21 +262,21 @@ impl KafkaConfig {
     /// ```
     pub fn from_url(url: &str) -> Result<Self, Error> {
         let rest = url.strip_prefix("kafka://").ok_or_else(|| {
-            invalid(
+            KAFKA.invalid(
                 "url",
                 url,
                 "must start with kafka://, e.g. kafka://127.0.0.1:9092,broker2:9092",
             )
         })?;
         if rest.contains('@') {
-            return Err(invalid(
+            return Err(KAFKA.invalid(
                 "url",
                 "kafka://<credentials>@…",
                 "credentials do not go in the URL: set properties sasl.username and sasl.password in the config file",
             ));
         }
         if rest.contains(['/', '?', '#']) {
-            return Err(invalid(
+            return Err(KAFKA.invalid(
                 "url",
                 url,
                 "takes only a broker list (kafka://HOST:PORT,HOST:PORT); set other options in the config file",
@@ -300,7 +293,7 @@ impl KafkaConfig {
     /// Checks every field; the error names the field, its value and the fix.
     pub fn validate(&self) -> Result<(), Error> {
         if self.brokers.is_empty() {
-            return Err(invalid(
+            return Err(KAFKA.invalid(
                 "brokers",
                 "[] (empty)",
                 "name at least one broker as HOST:PORT, e.g. [\"127.0.0.1:9092\"]",
@@ -313,7 +306,7 @@ impl KafkaConfig {
                     && port.parse::<u16>().is_ok_and(|p| p > 0)
             });
             if !ok {
-                return Err(invalid(
+                return Err(KAFKA.invalid(
                     "brokers",
                     broker,
                     "each broker is HOST:PORT with a port from 1 to 65535, e.g. 127.0.0.1:9092",
@@ -321,29 +314,20 @@ impl KafkaConfig {
             }
         }
         self.destination_template()?;
-        if !(1_000..=3_600_000).contains(&self.message_timeout_ms) {
-            return Err(invalid(
-                "message_timeout_ms",
-                self.message_timeout_ms,
-                "use 1000 to 3600000, and keep it below the relay's publish_timeout_ms",
-            ));
-        }
-        if !(1..=5).contains(&self.max_in_flight) {
-            return Err(invalid(
-                "max_in_flight",
-                self.max_in_flight,
-                "use 1 to 5: the idempotent producer keeps order only up to 5 requests in flight",
-            ));
-        }
-        if !(100..=600_000).contains(&self.health_timeout_ms) {
-            return Err(invalid(
-                "health_timeout_ms",
-                self.health_timeout_ms,
-                "use 100 to 600000",
-            ));
-        }
+        KAFKA.publish_timeout(
+            "message_timeout_ms",
+            self.message_timeout_ms,
+            1_000..=3_600_000,
+        )?;
+        KAFKA.within(
+            "max_in_flight",
+            self.max_in_flight,
+            1..=5,
+            "use 1 to 5: the idempotent producer keeps order only up to 5 requests in flight",
+        )?;
+        KAFKA.connect_timeout("health_timeout_ms", self.health_timeout_ms)?;
         if self.client_id.trim().is_empty() {
-            return Err(invalid(
+            return Err(KAFKA.invalid(
                 "client_id",
                 &self.client_id,
                 "must not be empty; the default is outbox-relay",
@@ -353,14 +337,14 @@ impl KafkaConfig {
             let key = name.trim().to_ascii_lowercase();
             let shown = if is_secret(&key) { "<redacted>" } else { value };
             if let Some((_, fix)) = RESERVED.iter().find(|(k, _)| *k == key) {
-                return Err(invalid(
+                return Err(KAFKA.invalid(
                     format!("properties.{name}"),
                     shown,
                     format!("cannot be set here: {fix}"),
                 ));
             }
             if key.is_empty() {
-                return Err(invalid(
+                return Err(KAFKA.invalid(
                     "properties",
                     "(an empty name)",
                     "property names cannot be empty",

@@ -5,6 +5,7 @@ use std::fmt;
 use outbox::redact::{redact_url, REDACTED};
 use serde::{Deserialize, Serialize};
 
+use crate::settings::{hidden, settings_debug, Settings};
 use crate::{Error, Template};
 
 /// The default subject template.
@@ -28,9 +29,8 @@ pub enum NoStream {
     Reject,
 }
 
-fn invalid(field: &str, value: impl fmt::Display, fix: impl Into<String>) -> Error {
-    Error::invalid("nats", field, value, fix)
-}
+/// The checks of these settings, their errors naming `nats`.
+const NATS: Settings = Settings::of("nats");
 
 /// Settings of [`crate::nats::NatsPublisher`].
 ///
@@ -107,32 +107,11 @@ impl Default for NatsConfig {
     }
 }
 
-/// `Some("***")` for a set secret.
-fn hidden(secret: &Option<String>) -> Option<&'static str> {
-    secret.as_ref().map(|_| REDACTED)
-}
-
-impl fmt::Debug for NatsConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("NatsConfig")
-            .field("servers", &self.servers)
-            .field("subject", &self.subject)
-            .field("no_stream", &self.no_stream)
-            .field("user", &self.user)
-            .field("password", &hidden(&self.password))
-            .field("token", &hidden(&self.token))
-            .field("credentials_file", &self.credentials_file)
-            .field("tls_required", &self.tls_required)
-            .field("tls_ca_file", &self.tls_ca_file)
-            .field("tls_cert_file", &self.tls_cert_file)
-            .field("tls_key_file", &self.tls_key_file)
-            .field("tls_first", &self.tls_first)
-            .field("ack_timeout_ms", &self.ack_timeout_ms)
-            .field("connect_timeout_ms", &self.connect_timeout_ms)
-            .field("connection_name", &self.connection_name)
-            .finish()
-    }
-}
+settings_debug!(NatsConfig {
+    servers, subject, no_stream, user, password => hidden, token => hidden, credentials_file,
+    tls_required, tls_ca_file, tls_cert_file, tls_key_file, tls_first,
+    ack_timeout_ms, connect_timeout_ms, connection_name,
+});
 
 impl fmt::Display for NatsConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -160,14 +139,10 @@ impl NatsConfig {
         let form = "use nats://HOST:PORT[,HOST:PORT…] (credentials as nats://USER:PASS@HOST:PORT \
                     or in [publisher.nats])";
         let Some(rest) = url.strip_prefix("nats://") else {
-            return Err(invalid(
-                "url",
-                shown,
-                format!("must start with nats://; {form}"),
-            ));
+            return Err(NATS.invalid("url", shown, format!("must start with nats://; {form}")));
         };
         if rest.contains(['/', '?', '#']) {
-            return Err(invalid(
+            return Err(NATS.invalid(
                 "url",
                 shown,
                 format!("takes only servers and credentials; {form}; set other options in the config file"),
@@ -180,7 +155,7 @@ impl NatsConfig {
         if let Some(userinfo) = userinfo {
             let decode = |s: &str| {
                 percent_decode(s).ok_or_else(|| {
-                    invalid(
+                    NATS.invalid(
                         "url",
                         &shown,
                         "has credentials that are not valid percent-encoded UTF-8",
@@ -231,7 +206,7 @@ impl NatsConfig {
     /// Checks every field; the error names the field, its value and the fix.
     pub fn validate(&self) -> Result<(), Error> {
         if self.servers.is_empty() {
-            return Err(invalid(
+            return Err(NATS.invalid(
                 "servers",
                 "[] (empty)",
                 "name at least one server as HOST:PORT, e.g. [\"127.0.0.1:4222\"]",
@@ -245,7 +220,7 @@ impl NatsConfig {
                     && port.parse::<u16>().is_ok_and(|p| p > 0)
             });
             if !ok {
-                return Err(invalid(
+                return Err(NATS.invalid(
                     "servers",
                     redact_url(server),
                     "each server is HOST:PORT with a port from 1 to 65535, e.g. 127.0.0.1:4222",
@@ -264,7 +239,7 @@ impl NatsConfig {
                 Some(path) => ("credentials_file", path.as_str()),
                 None => ("token", REDACTED),
             };
-            return Err(invalid(
+            return Err(NATS.invalid(
                 field,
                 value,
                 "set one way to log in: user and password, token, or credentials_file",
@@ -272,15 +247,17 @@ impl NatsConfig {
         }
         match (&self.user, &self.password) {
             (Some(user), None) => {
-                return Err(invalid(
+                return Err(NATS.invalid(
                     "password",
                     "(unset)",
                     format!("user {user:?} needs a password"),
                 ))
             }
-            (None, Some(_)) => return Err(invalid("user", "(unset)", "a password needs a user")),
+            (None, Some(_)) => {
+                return Err(NATS.invalid("user", "(unset)", "a password needs a user"))
+            }
             (Some(user), Some(_)) if user.is_empty() => {
-                return Err(invalid(
+                return Err(NATS.invalid(
                     "user",
                     "\"\"",
                     "name the user, or remove user and password",
@@ -289,11 +266,7 @@ impl NatsConfig {
             _ => {}
         }
         if self.token.as_deref() == Some("") {
-            return Err(invalid(
-                "token",
-                "\"\"",
-                "set a token, or remove the setting",
-            ));
+            return Err(NATS.invalid("token", "\"\"", "set a token, or remove the setting"));
         }
         for (field, path) in [
             ("credentials_file", &self.credentials_file),
@@ -302,7 +275,7 @@ impl NatsConfig {
             ("tls_key_file", &self.tls_key_file),
         ] {
             if path.as_deref().is_some_and(|p| p.trim().is_empty()) {
-                return Err(invalid(field, "\"\"", "name a file, or remove the setting"));
+                return Err(NATS.invalid(field, "\"\"", "name a file, or remove the setting"));
             }
         }
         if self.tls_cert_file.is_some() != self.tls_key_file.is_some() {
@@ -311,7 +284,7 @@ impl NatsConfig {
             } else {
                 ("tls_cert_file", "tls_key_file")
             };
-            return Err(invalid(
+            return Err(NATS.invalid(
                 field,
                 "(unset)",
                 format!(
@@ -319,22 +292,10 @@ impl NatsConfig {
                 ),
             ));
         }
-        if !(100..=3_600_000).contains(&self.ack_timeout_ms) {
-            return Err(invalid(
-                "ack_timeout_ms",
-                self.ack_timeout_ms,
-                "use 100 to 3600000, and keep it below the relay's publish_timeout_ms",
-            ));
-        }
-        if !(100..=600_000).contains(&self.connect_timeout_ms) {
-            return Err(invalid(
-                "connect_timeout_ms",
-                self.connect_timeout_ms,
-                "use 100 to 600000",
-            ));
-        }
+        NATS.publish_timeout("ack_timeout_ms", self.ack_timeout_ms, 100..=3_600_000)?;
+        NATS.connect_timeout("connect_timeout_ms", self.connect_timeout_ms)?;
         if self.connection_name.chars().any(char::is_control) || self.connection_name.len() > 255 {
-            return Err(invalid(
+            return Err(NATS.invalid(
                 "connection_name",
                 format!("{:?}", self.connection_name),
                 "use at most 255 bytes without control characters",
