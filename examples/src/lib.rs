@@ -56,4 +56,14 @@ impl Database {
             _cluster: cluster,
         })
     }
+
+    /// Installs the outbox schema (`outbox::migrate`, which also creates the
+    /// inbox table `processed_events`) and then runs `ddl`, the example's
+    /// own `CREATE TABLE IF NOT EXISTS`.
+    pub async fn prepare(&self, ddl: &str) -> Result<()> {
+        let mut conn = self.pool.acquire().await?;
+        outbox::migrate(&mut conn, &Default::default(), &Default::default()).await?;
+        sqlx::query(ddl).execute(&mut *conn).await?;
+        Ok(())
+    }
 }

@@ -140,20 +140,13 @@ async fn main() -> Result<()> {
     let db = Database::open(2).await?;
     eprintln!("inbox_consumer: using {}", db.description);
     let pool = db.pool.clone();
-    {
-        // The outbox migration also creates the inbox table,
-        // processed_events.
-        let mut conn = pool.acquire().await?;
-        outbox::migrate(&mut conn, &Default::default(), &Default::default()).await?;
-        sqlx::query(
-            "CREATE TABLE IF NOT EXISTS example_customer_totals (
-                 customer    TEXT PRIMARY KEY,
-                 orders      BIGINT NOT NULL,
-                 total_cents BIGINT NOT NULL)",
-        )
-        .execute(&mut *conn)
-        .await?;
-    }
+    db.prepare(
+        "CREATE TABLE IF NOT EXISTS example_customer_totals (
+             customer    TEXT PRIMARY KEY,
+             orders      BIGINT NOT NULL,
+             total_cents BIGINT NOT NULL)",
+    )
+    .await?;
 
     let inbox = Inbox::new();
     let (mut read, mut applied, mut duplicates) = (0, 0, 0);

@@ -178,19 +178,14 @@ async fn main() -> Result<()> {
     let db = Database::open(10).await?;
     eprintln!("order_service: using {}", db.description);
     let pool = db.pool.clone();
-    {
-        let mut conn = pool.acquire().await?;
-        outbox::migrate(&mut conn, &Default::default(), &Default::default()).await?;
-        sqlx::query(
-            "CREATE TABLE IF NOT EXISTS example_orders (
-                 id          BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-                 customer    TEXT NOT NULL,
-                 total_cents BIGINT NOT NULL,
-                 created_at  TIMESTAMPTZ NOT NULL DEFAULT now())",
-        )
-        .execute(&mut *conn)
-        .await?;
-    }
+    db.prepare(
+        "CREATE TABLE IF NOT EXISTS example_orders (
+             id          BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+             customer    TEXT NOT NULL,
+             total_cents BIGINT NOT NULL,
+             created_at  TIMESTAMPTZ NOT NULL DEFAULT now())",
+    )
+    .await?;
 
     // The relay shares the producer's wake-up, so `outbox.wake()` after a
     // commit reaches it at once.
