@@ -4,8 +4,6 @@
 
 mod common;
 
-use outbox_testkit::postgres::test_db;
-
 /// Processes running `outbox relay` with `DATABASE_URL` set to `url`.
 fn relays_on(url: &str) -> Vec<u32> {
     let has = |hay: &[u8], needle: &str| hay.split(|&b| b == 0).any(|p| p == needle.as_bytes());
@@ -25,8 +23,7 @@ fn relays_on(url: &str) -> Vec<u32> {
 
 #[tokio::test]
 async fn bench_drain_reports_both_rates_and_memory() {
-    let db = test_db().await;
-    let (v, _) = common::bench_json(&db.url, "drain --events 3000 --aggregates 100");
+    let (_db, v, _) = common::bench_fresh("drain --events 3000 --aggregates 100").await;
     assert_eq!(v["events"], 3000);
     assert!(v["reference_events_per_sec"].as_f64().unwrap() > 0.0);
     assert!(v["relay_events_per_sec"].as_f64().unwrap() > 0.0);
@@ -40,11 +37,10 @@ async fn bench_drain_reports_both_rates_and_memory() {
 /// unknown placeholder by name.
 #[tokio::test]
 async fn bench_drain_renders_the_destination_template_asked() {
-    let db = test_db().await;
-    let (v, stdout) = common::bench_json(
-        &db.url,
+    let (_db, v, stdout) = common::bench_fresh(
         "drain --events 2000 --aggregates 50 --destination {aggregate_type}.{event_type}",
-    );
+    )
+    .await;
     assert!(
         stdout.contains("destination {aggregate_type}.{event_type}")
             && stdout.contains("by plain replacing"),
@@ -76,8 +72,7 @@ async fn bench_drain_renders_the_destination_template_asked() {
 
 #[tokio::test]
 async fn bench_latency_reports_percentiles_in_order() {
-    let db = test_db().await;
-    let (v, _) = common::bench_json(&db.url, "latency --rate 200 --seconds 2");
+    let (_db, v, _) = common::bench_fresh("latency --rate 200 --seconds 2").await;
     assert_eq!(v["events"], 400);
     assert_eq!(v["producer"], "library");
     let p = |k: &str| v[k].as_f64().unwrap();
@@ -89,8 +84,7 @@ async fn bench_latency_reports_percentiles_in_order() {
 
 #[tokio::test]
 async fn bench_latency_sql_times_every_line_of_a_child_relay() {
-    let db = test_db().await;
-    let (v, stdout) = common::bench_json(&db.url, "latency --producer sql --rate 50 --seconds 2");
+    let (db, v, stdout) = common::bench_fresh("latency --producer sql --rate 50 --seconds 2").await;
     assert_eq!(v["producer"], "sql", "{v}");
     assert_eq!(v["wakeup_trigger"], "idle", "{v}");
     assert_eq!(v["events"], 100, "{v}");
@@ -135,8 +129,7 @@ fn bench_latency_refuses_an_unknown_wakeup_mode() {
 
 #[tokio::test]
 async fn bench_produce_reports_four_variants_at_each_producer_count() {
-    let db = test_db().await;
-    let (v, _) = common::bench_json(&db.url, "produce --producers 1,2 --seconds 1");
+    let (_db, v, _) = common::bench_fresh("produce --producers 1,2 --seconds 1").await;
     assert_eq!(v["producers"], serde_json::json!([1, 2]), "{v}");
     let rows = v["by_producers"].as_array().expect("by_producers");
     assert_eq!(rows.len(), 2, "{v}");
@@ -167,11 +160,8 @@ async fn bench_produce_reports_four_variants_at_each_producer_count() {
 
 #[tokio::test]
 async fn bench_produce_takes_one_producer_count_and_the_relay_reference() {
-    let db = test_db().await;
-    let (v, _) = common::bench_json(
-        &db.url,
-        "produce --producers 2 --seconds 1 --relay-reference",
-    );
+    let (_db, v, _) =
+        common::bench_fresh("produce --producers 2 --seconds 1 --relay-reference").await;
     assert_eq!(v["producers"], serde_json::json!([2]), "{v}");
     let rows = v["by_producers"].as_array().expect("by_producers");
     assert_eq!(rows.len(), 1, "{v}");
@@ -183,11 +173,9 @@ async fn bench_produce_takes_one_producer_count_and_the_relay_reference() {
 
 #[tokio::test]
 async fn bench_held_snapshot_samples_both_phases_and_compares_them() {
-    let db = test_db().await;
-    let (v, _) = common::bench_json(
-        &db.url,
-        "held-snapshot --rate 200 --before 10 --hold 10 --sample-every 2",
-    );
+    let (db, v, _) =
+        common::bench_fresh("held-snapshot --rate 200 --before 10 --hold 10 --sample-every 2")
+            .await;
     let samples = v["samples"].as_array().expect("samples");
     assert!(samples.iter().any(|s| s["held"] == false));
     assert!(samples.iter().any(|s| s["held"] == true));

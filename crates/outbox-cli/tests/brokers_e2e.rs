@@ -7,22 +7,19 @@
 //! `127.0.0.1` ports the child connects to. `OUTBOX_SKIP_BROKER_TESTS`
 //! naming `rabbitmq` or `kafka` (or `all`) skips the matching test.
 
+#[path = "common/brokers.rs"]
+mod brokers;
 mod common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use lapin::options::{BasicConsumeOptions, QueueDeclareOptions};
-use lapin::types::FieldTable;
 use lapin::{Connection, ConnectionProperties};
 use outbox::Outbox;
 use outbox_testkit::brokers::rabbitmq::RabbitMq;
-use outbox_testkit::brokers::{skipped, SKIP_ENV};
-use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::message::{Headers, Message};
-use rdkafka::mocking::MockCluster;
 use rdkafka::{Offset, TopicPartitionList};
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -160,30 +157,8 @@ async fn relay_program_delivers_to_rabbitmq_end_to_end() {
     let took = common::drain_with(&db.url, &pool, &rabbit.url(), "brokers-e2e").await;
 
     // The relay has exited: every confirmed message is in the queue.
-    let queued = ch
-        .queue_declare(
-            queue.into(),
-            QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .expect("passive queue.declare")
-        .message_count() as usize;
-    let mut consumer = ch
-        .basic_consume(
-            queue.into(),
-            "brokers-e2e".into(),
-            BasicConsumeOptions {
-                no_ack: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .expect("basic.consume");
+    let queued = brokers::amqp_queued(&ch, queue).await;
+    let mut consumer = brokers::amqp_consume(&ch, queue, "brokers-e2e").await;
     let deadline = tokio::time::Instant::now() + CONSUME_DEADLINE;
     let mut got = Vec::new();
     let mut ids = HashSet::new();
@@ -248,13 +223,7 @@ fn kafka_got(m: &rdkafka::message::BorrowedMessage<'_>) -> Got {
 /// it holds (by its high watermarks) and `expected` distinct events arrived,
 /// or `deadline` passed.
 fn kafka_read_back(bootstrap: &str, topic: &str, expected: usize, deadline: Duration) -> Vec<Got> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", format!("brokers-e2e-{}", Uuid::new_v4()))
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .create()
-        .expect("kafka consumer");
+    let consumer = brokers::kafka_consumer(bootstrap, "brokers-e2e");
     let metadata = consumer
         .fetch_metadata(Some(topic), Duration::from_secs(10))
         .expect("topic metadata");
@@ -299,14 +268,10 @@ fn kafka_read_back(bootstrap: &str, topic: &str, expected: usize, deadline: Dura
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_program_delivers_to_kafka_end_to_end() {
-    if skipped("kafka") {
-        eprintln!("skipped: {SKIP_ENV} names kafka");
+    let Some((mock, bootstrap)) = brokers::kafka_mock_or_skip(3, KAFKA_TOPIC, KAFKA_PARTITIONS)
+    else {
         return;
-    }
-    let mock = MockCluster::new(3).expect("starting librdkafka's mock cluster");
-    mock.create_topic(KAFKA_TOPIC, KAFKA_PARTITIONS, 3)
-        .expect("creating the topic");
-    let bootstrap = mock.bootstrap_servers();
+    };
     eprintln!("kafka mock cluster (3 brokers) at {bootstrap}");
     let (db, pool) = outbox_testkit::postgres::migrated_test_db().await;
 

@@ -6,7 +6,7 @@
 mod common;
 
 use outbox::{NewEvent, Outbox};
-use outbox_testkit::postgres::{migrated_test_db, test_db};
+use outbox_testkit::postgres::migrated_test_db;
 use serde_json::Value;
 
 #[test]
@@ -99,11 +99,9 @@ async fn a_relay_writes_cloudevents_the_sdk_reads() {
 /// refused by name.
 #[tokio::test]
 async fn bench_drain_builds_messages_in_the_format_asked() {
-    let db = test_db().await;
-    let (v, stdout) = common::bench_json(
-        &db.url,
-        "drain --events 2000 --aggregates 50 --format cloudevents-binary",
-    );
+    let (_db, v, stdout) =
+        common::bench_fresh("drain --events 2000 --aggregates 50 --format cloudevents-binary")
+            .await;
     assert!(
         stdout.contains("null publisher, cloudevents-binary messages built"),
         "{stdout}"

@@ -7,14 +7,11 @@ mod common;
 use std::time::{Duration, Instant};
 
 use outbox::Outbox;
-use outbox_testkit::postgres::migrated_test_db;
 use rand::Rng;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_at_random_moments_loses_nothing_and_keeps_order() {
-    let (db, pool) = migrated_test_db().await;
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("events.jsonl");
+    let (db, pool, _dir, file) = common::db_and_events_file().await;
 
     // 300 aggregates x 70 events = 21,000 events, written in rounds so each
     // aggregate's events are committed in order: two thirds before the
@@ -23,9 +20,7 @@ async fn sigkill_at_random_moments_loses_nothing_and_keeps_order() {
     let mut all = Vec::new();
     let mut chunks = Vec::new();
     for n in 1..=rounds {
-        let round: Vec<_> = (0..aggs)
-            .map(|a| common::event(&format!("agg-{a}"), n))
-            .collect();
+        let round = common::round(aggs, n);
         all.extend(round.iter().map(|e| e.id));
         chunks.push(round);
     }
@@ -71,18 +66,8 @@ async fn sigkill_at_random_moments_loses_nothing_and_keeps_order() {
     );
 
     let started = Instant::now();
-    let out = common::bin()
-        .env("DATABASE_URL", &db.url)
-        .args(["relay", "--drain", "--publisher"])
-        .arg(format!("file:{}", file.display()))
-        .args(["--instance-id", "crashy", "--lease-ms", "1500"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "drain failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let drain_args = ["--instance-id", "crashy", "--lease-ms", "1500"];
+    common::drain_to_file(&db.url, &file, &drain_args);
     let (lines, dups) = common::check_deliveries(&file, &all);
     eprintln!(
         "{} events, {lines} lines, {dups} duplicates, final drain {:?}",
@@ -128,9 +113,7 @@ async fn insert_plain(pool: &sqlx::PgPool, aggregate: &str) {
 /// send no notification.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_killed_while_idle_stops_costing_producers_once_its_announcement_lapses() {
-    let (db, pool) = migrated_test_db().await;
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("events.jsonl");
+    let (db, pool, _dir, file) = common::db_and_events_file().await;
     let mut child = common::spawn_relay(&db.url, &file, "idle-then-killed", &[]);
     let long = Duration::from_secs(60);
     outbox_testkit::wait_until("the relay to announce that it is idle", long, || async {

@@ -25,6 +25,11 @@ fn ok(db: &TestDb, args: &[&str]) -> String {
     stdout(&out)
 }
 
+/// [`ok`] with the arguments of `line`, split at spaces.
+fn ok_line(db: &TestDb, line: &str) -> String {
+    ok(db, &line.split(' ').collect::<Vec<_>>())
+}
+
 async fn setup() -> (TestDb, PgPool) {
     let db = test_db().await;
     ok(&db, &["migrate"]);
@@ -94,24 +99,12 @@ async fn list_retry_list_round_trip_and_the_relay_delivers_in_original_order() {
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v[0]["payload"]["n"], 1);
     assert_eq!(v[0]["attempts"], 10);
-    let by_type = ok(
-        &db,
-        &[
-            "dead-letters",
-            "list",
-            "--json",
-            "--event-type",
-            "order.created",
-        ],
-    );
+    let by_type = ok_line(&db, "dead-letters list --json --event-type order.created");
     assert_eq!(json_ids(&by_type), [b1]);
     let limited = common::run(&["dead-letters", "list", "--limit", "2"], Some(&db.url));
     assert!(stdout(&limited).contains("showing 2 of 4 dead letters"));
 
-    let dry = ok(
-        &db,
-        &["dead-letters", "retry", "--aggregate-id", "a", "--dry-run"],
-    );
+    let dry = ok_line(&db, "dead-letters retry --aggregate-id a --dry-run");
     assert!(
         dry.starts_with("would retry 3 dead letters (aggregate id a)\n"),
         "{dry}"
@@ -181,15 +174,9 @@ async fn discard_needs_a_selector_and_prints_what_it_deleted() {
     assert!(stderr(&both).contains("--all"), "{}", stderr(&both));
     assert_eq!(dead_ids(&pool).await.len(), 4, "nothing discarded");
 
-    let dry = ok(
+    let dry = ok_line(
         &db,
-        &[
-            "dead-letters",
-            "discard",
-            "--event-type",
-            "order.created",
-            "--dry-run",
-        ],
+        "dead-letters discard --event-type order.created --dry-run",
     );
     assert!(
         dry.starts_with("would discard 2 dead letters (event type order.created)\n"),
@@ -197,16 +184,9 @@ async fn discard_needs_a_selector_and_prints_what_it_deleted() {
     );
     assert_eq!(dead_ids(&pool).await.len(), 4, "a dry run changes nothing");
 
-    let by_type = ok(
+    let by_type = ok_line(
         &db,
-        &[
-            "dead-letters",
-            "discard",
-            "--event-type",
-            "order.created",
-            "--aggregate-id",
-            "b",
-        ],
+        "dead-letters discard --event-type order.created --aggregate-id b",
     );
     assert_eq!(
         by_type,

@@ -108,26 +108,6 @@ fn spawn_relay(url: &str, file: &Path, instance: &str, lease_ms: u64) -> Child {
         .unwrap()
 }
 
-async fn drain(url: &str, file: &Path) {
-    let out = common::bin()
-        .env("DATABASE_URL", url)
-        .args([
-            "relay",
-            "--drain",
-            "--instance-id",
-            "drainer",
-            "--publisher",
-        ])
-        .arg(format!("file:{}", file.display()))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_restarts_under_load_lose_nothing_and_duplicate_nothing() {
     let db = test_db().await;
@@ -174,7 +154,7 @@ async fn graceful_restarts_under_load_lose_nothing_and_duplicate_nothing() {
         "stops must land under load ({stopped_mid_run})"
     );
 
-    drain(&db.url, &file).await;
+    common::drain_to_file(&db.url, &file, &["--instance-id", "drainer"]);
     let (lines, dups) = common::check_deliveries(&file, &all);
     assert_eq!(all.len(), 17_000);
     assert_eq!(

@@ -6,14 +6,11 @@ mod common;
 use std::time::Duration;
 
 use outbox::Outbox;
-use outbox_testkit::postgres::migrated_test_db;
 use outbox_testkit::wait_until;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_relays_one_killed_one_joining_keep_per_aggregate_order() {
-    let (db, pool) = migrated_test_db().await;
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("events.jsonl");
+    let (db, pool, _dir, file) = common::db_and_events_file().await;
     let mut a = common::spawn_relay(&db.url, &file, "relay-a", &[]);
     let mut b = common::spawn_relay(&db.url, &file, "relay-b", &[]);
 
@@ -21,9 +18,7 @@ async fn two_relays_one_killed_one_joining_keep_per_aggregate_order() {
     let mut all = Vec::new();
     let outbox = Outbox::new();
     for n in 1..=rounds {
-        let round: Vec<_> = (0..aggs)
-            .map(|a| common::event(&format!("agg-{a}"), n))
-            .collect();
+        let round = common::round(aggs, n);
         all.extend(round.iter().map(|e| e.id));
         outbox.enqueue_many(&pool, &round).await.unwrap();
         if n == rounds / 3 {

@@ -6,6 +6,8 @@
 //! decodes the exported publish span and the Kafka message names it.
 //! `OUTBOX_SKIP_BROKER_TESTS` naming `kafka` or `rabbitmq` skips a test.
 
+#[path = "common/brokers.rs"]
+mod brokers;
 mod common;
 
 use std::collections::BTreeMap;
@@ -20,20 +22,15 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use lapin::options::BasicConsumeOptions;
-use lapin::types::FieldTable;
 use lapin::{Connection, ConnectionProperties};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use outbox_testkit::brokers::rabbitmq::RabbitMq;
-use outbox_testkit::brokers::{skipped, SKIP_ENV};
 use prost::Message as _;
-use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::message::{Headers, Message};
-use rdkafka::mocking::MockCluster;
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -186,13 +183,7 @@ fn hex(bytes: &[u8]) -> String {
 // ---- Kafka ----
 
 fn kafka_read_back(bootstrap: &str, expected: usize) -> Received {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", format!("trace-context-{}", Uuid::new_v4()))
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .create()
-        .expect("kafka consumer");
+    let consumer = brokers::kafka_consumer(bootstrap, "trace-context");
     consumer.subscribe(&[KAFKA_TOPIC]).expect("subscribing");
     let end = Instant::now() + Duration::from_secs(60);
     let mut got = Received::new();
@@ -211,14 +202,9 @@ fn kafka_read_back(bootstrap: &str, expected: usize) -> Received {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_messages_keep_the_rows_trace_id_and_name_the_exported_publish_span() {
-    if skipped("kafka") {
-        eprintln!("skipped: {SKIP_ENV} names kafka");
+    let Some((mock, bootstrap)) = brokers::kafka_mock_or_skip(1, KAFKA_TOPIC, 1) else {
         return;
-    }
-    let mock = MockCluster::new(1).expect("starting librdkafka's mock cluster");
-    mock.create_topic(KAFKA_TOPIC, 1, 1)
-        .expect("creating the topic");
-    let bootstrap = mock.bootstrap_servers();
+    };
     let otlp = Otlp::default();
     let collector = otlp.start().await;
     let (db, pool) = outbox_testkit::postgres::migrated_test_db().await;
@@ -302,18 +288,7 @@ async fn rabbitmq_messages_carry_the_rows_traceparent_unchanged_without_an_expor
         .args(["--publisher", &rabbit.url()]);
     common::drain(cmd, &pool).await;
 
-    let mut consumer = ch
-        .basic_consume(
-            queue.into(),
-            "trace-context".into(),
-            BasicConsumeOptions {
-                no_ack: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .expect("basic.consume");
+    let mut consumer = brokers::amqp_consume(&ch, queue, "trace-context").await;
     let mut got = Received::new();
     while got.len() < 3 {
         let delivery = tokio::time::timeout(Duration::from_secs(30), consumer.next())

@@ -53,6 +53,16 @@ pub fn bench_json(url: &str, args: &str) -> (serde_json::Value, String) {
     (v, stdout)
 }
 
+/// [`bench_json`] with `args` on a fresh test database; the database (kept
+/// until the caller drops it) with the results.
+pub async fn bench_fresh(
+    args: &str,
+) -> (outbox_testkit::postgres::TestDb, serde_json::Value, String) {
+    let db = outbox_testkit::postgres::test_db().await;
+    let (v, stdout) = bench_json(&db.url, args);
+    (db, v, stdout)
+}
+
 /// The `--batch-size` of relays started by [`spawn_relay`].
 pub const BATCH_SIZE: usize = 200;
 
@@ -88,6 +98,42 @@ pub fn spawn_relay(url: &str, file: &Path, instance: &str, extra: &[&str]) -> Ch
 /// Event `n` of aggregate `agg`.
 pub fn event(agg: &str, n: i64) -> NewEvent {
     NewEvent::json("order", agg, "order.updated", serde_json::json!({ "n": n }))
+}
+
+/// Round `n` of a backlog: event `n` of each aggregate `agg-0` …
+/// `agg-{aggregates - 1}`.
+pub fn round(aggregates: usize, n: i64) -> Vec<NewEvent> {
+    (0..aggregates)
+        .map(|a| event(&format!("agg-{a}"), n))
+        .collect()
+}
+
+/// A migrated test database, a pool on it, and a temporary directory
+/// (kept until dropped) with the path of a JSON-lines file in it for
+/// relays to publish to.
+pub async fn db_and_events_file() -> (
+    outbox_testkit::postgres::TestDb,
+    sqlx::PgPool,
+    tempfile::TempDir,
+    std::path::PathBuf,
+) {
+    let (db, pool) = outbox_testkit::postgres::migrated_test_db().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("events.jsonl");
+    (db, pool, dir, file)
+}
+
+/// Runs `outbox relay --drain`, with `extra` arguments, on the database at
+/// `url` publishing to the JSON-lines file `file`; it must succeed.
+pub fn drain_to_file(url: &str, file: &Path, extra: &[&str]) {
+    let out = bin()
+        .env("DATABASE_URL", url)
+        .args(["relay", "--drain", "--publisher"])
+        .arg(format!("file:{}", file.display()))
+        .args(extra)
+        .output()
+        .expect("run outbox relay --drain");
+    assert!(out.status.success(), "drain failed: {}", text(&out.stderr));
 }
 
 /// A delivered line: (event id, aggregate id, position). A last line
