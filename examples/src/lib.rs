@@ -57,13 +57,18 @@ impl Database {
         })
     }
 
-    /// Installs the outbox schema (`outbox::migrate`, which also creates the
-    /// inbox table `processed_events`) and then runs `ddl`, the example's
-    /// own `CREATE TABLE IF NOT EXISTS`.
-    pub async fn prepare(&self, ddl: &str) -> Result<()> {
-        let mut conn = self.pool.acquire().await?;
+    /// [`Database::open`] for the example `program` (which it names on
+    /// stderr, with where it runs), then installs the outbox schema
+    /// (`outbox::migrate`, which also creates the inbox table
+    /// `processed_events`) and runs `ddl`, the example's own
+    /// `CREATE TABLE IF NOT EXISTS`.
+    pub async fn prepared(program: &str, max_connections: u32, ddl: &str) -> Result<Database> {
+        let db = Database::open(max_connections).await?;
+        eprintln!("{program}: using {}", db.description);
+        let mut conn = db.pool.acquire().await?;
         outbox::migrate(&mut conn, &Default::default(), &Default::default()).await?;
         sqlx::query(ddl).execute(&mut *conn).await?;
-        Ok(())
+        drop(conn);
+        Ok(db)
     }
 }

@@ -126,6 +126,12 @@ fn sample() -> Vec<String> {
     ]
 }
 
+/// The read model this consumer keeps: orders and spend per customer.
+const TOTALS_TABLE: &str = "CREATE TABLE IF NOT EXISTS example_customer_totals (
+         customer    TEXT PRIMARY KEY,
+         orders      BIGINT NOT NULL,
+         total_cents BIGINT NOT NULL)";
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let lines = match std::env::args().skip(1).collect::<Vec<_>>().as_slice() {
@@ -137,16 +143,8 @@ async fn main() -> Result<()> {
         _ => bail!("usage: inbox_consumer [--stdin]"),
     };
 
-    let db = Database::open(2).await?;
-    eprintln!("inbox_consumer: using {}", db.description);
+    let db = Database::prepared("inbox_consumer", 2, TOTALS_TABLE).await?;
     let pool = db.pool.clone();
-    db.prepare(
-        "CREATE TABLE IF NOT EXISTS example_customer_totals (
-             customer    TEXT PRIMARY KEY,
-             orders      BIGINT NOT NULL,
-             total_cents BIGINT NOT NULL)",
-    )
-    .await?;
 
     let inbox = Inbox::new();
     let (mut read, mut applied, mut duplicates) = (0, 0, 0);

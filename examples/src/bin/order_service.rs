@@ -167,6 +167,13 @@ impl RelayObserver for Published {
     }
 }
 
+/// The business table the service writes, next to its events.
+const ORDERS_TABLE: &str = "CREATE TABLE IF NOT EXISTS example_orders (
+         id          BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+         customer    TEXT NOT NULL,
+         total_cents BIGINT NOT NULL,
+         created_at  TIMESTAMPTZ NOT NULL DEFAULT now())";
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let serve_addr = match std::env::args().skip(1).collect::<Vec<_>>().as_slice() {
@@ -175,17 +182,8 @@ async fn main() -> Result<()> {
         _ => bail!("usage: order_service [--serve ADDR]"),
     };
 
-    let db = Database::open(10).await?;
-    eprintln!("order_service: using {}", db.description);
+    let db = Database::prepared("order_service", 10, ORDERS_TABLE).await?;
     let pool = db.pool.clone();
-    db.prepare(
-        "CREATE TABLE IF NOT EXISTS example_orders (
-             id          BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-             customer    TEXT NOT NULL,
-             total_cents BIGINT NOT NULL,
-             created_at  TIMESTAMPTZ NOT NULL DEFAULT now())",
-    )
-    .await?;
 
     // The relay shares the producer's wake-up, so `outbox.wake()` after a
     // commit reaches it at once.

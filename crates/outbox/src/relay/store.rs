@@ -194,12 +194,8 @@ impl Store {
         } else {
             &self.delete_delivered
         };
-        let done = sqlx::query(sql)
-            .bind(ids)
-            .execute(&self.pool)
+        self.run(sqlx::query(sql).bind(ids), "acknowledging a batch")
             .await
-            .map_err(Error::db("acknowledging a batch"))?;
-        Ok(done.rows_affected())
     }
 
     /// Records failures in one statement, fenced by partition ownership.
@@ -216,37 +212,28 @@ impl Store {
             .map(|f| f.delay.as_millis().min(i64::MAX as u128) as i64)
             .collect();
         let dead: Vec<bool> = failures.iter().map(|f| f.dead).collect();
-        let done = sqlx::query(&self.mark_failed)
+        let query = sqlx::query(&self.mark_failed)
             .bind(&ids)
             .bind(&errors)
             .bind(&delays)
             .bind(&dead)
             .bind(owner)
-            .bind(epochs)
-            .execute(&self.pool)
-            .await
-            .map_err(Error::db("recording failed events"))?;
-        Ok(done.rows_affected())
+            .bind(epochs);
+        self.run(query, "recording failed events").await
     }
 
     /// Refreshes this instance's heartbeat.
     pub async fn instance_heartbeat(&self, me: &str) -> Result<()> {
-        sqlx::query(&self.heartbeat)
-            .bind(me)
-            .execute(&self.pool)
-            .await
-            .map_err(Error::db("sending a heartbeat"))?;
-        Ok(())
+        let query = sqlx::query(&self.heartbeat).bind(me);
+        self.run(query, "sending a heartbeat").await.map(drop)
     }
 
     /// Announces that a relay sleeps, for `ttl`.
     pub async fn idle_announce(&self, ttl: Duration) -> Result<()> {
-        sqlx::query(&self.idle_announce)
-            .bind(ttl.as_millis() as i64)
-            .execute(&self.pool)
+        let query = sqlx::query(&self.idle_announce).bind(ttl.as_millis() as i64);
+        self.run(query, "announcing that the relay is idle")
             .await
-            .map_err(Error::db("announcing that the relay is idle"))?;
-        Ok(())
+            .map(drop)
     }
 
     /// A transaction id assigned now (after an announcement has returned,
@@ -289,12 +276,8 @@ impl Store {
 
     /// Removes this instance from the membership table.
     pub async fn instance_remove(&self, me: &str) -> Result<()> {
-        sqlx::query(&self.remove)
-            .bind(me)
-            .execute(&self.pool)
-            .await
-            .map_err(Error::db("leaving the relay group"))?;
-        Ok(())
+        let query = sqlx::query(&self.remove).bind(me);
+        self.run(query, "leaving the relay group").await.map(drop)
     }
 
     /// Renews leases; returns `(partition, epoch)` of those still held.
@@ -341,12 +324,8 @@ impl Store {
 
     /// Asks the other instances for a lease round now.
     pub async fn rebalance_notify(&self, channel: &str) -> Result<()> {
-        sqlx::query(q::REBALANCE_NOTIFY)
-            .bind(channel)
-            .execute(&self.pool)
-            .await
-            .map_err(Error::db("announcing a rebalance"))?;
-        Ok(())
+        let query = sqlx::query(q::REBALANCE_NOTIFY).bind(channel);
+        self.run(query, "announcing a rebalance").await.map(drop)
     }
 
     /// Releases partitions.
@@ -354,13 +333,8 @@ impl Store {
         if partitions.is_empty() {
             return Ok(());
         }
-        sqlx::query(&self.release)
-            .bind(me)
-            .bind(partitions)
-            .execute(&self.pool)
-            .await
-            .map_err(Error::db("releasing partitions"))?;
-        Ok(())
+        let query = sqlx::query(&self.release).bind(me).bind(partitions);
+        self.run(query, "releasing partitions").await.map(drop)
     }
 
     /// The schema's partition count.
@@ -382,11 +356,18 @@ impl Store {
 
     /// Runs `sql`, which takes no parameters and returns no rows.
     async fn execute(&self, sql: &str, during: &'static str) -> Result<()> {
-        sqlx::query(sql)
-            .execute(&self.pool)
-            .await
-            .map_err(Error::db(during))?;
-        Ok(())
+        self.run(sqlx::query(sql), during).await.map(drop)
+    }
+
+    /// Runs `query` (its parameters bound), which returns no rows; returns
+    /// how many rows it changed.
+    async fn run(
+        &self,
+        query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+        during: &'static str,
+    ) -> Result<u64> {
+        let done = query.execute(&self.pool).await.map_err(Error::db(during))?;
+        Ok(done.rows_affected())
     }
 }
 
