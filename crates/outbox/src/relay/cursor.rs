@@ -236,6 +236,15 @@ mod tests {
         }
     }
 
+    /// A cursor over [`P`] settled past seq 100, the time it was made, and
+    /// the next free transaction id.
+    fn settled_past_100() -> (Cursor, Instant, i64) {
+        let (now, mut xid) = (Instant::now(), 10);
+        let mut c = Cursor::new();
+        settle(&mut c, P, now, 100, &mut xid);
+        (c, now, xid)
+    }
+
     #[test]
     fn the_cursor_never_passes_the_stable_bound_or_goes_back() {
         let now = Instant::now();
@@ -255,11 +264,8 @@ mod tests {
     }
 
     #[test]
-    fn new_partitions_or_time_start_over() {
-        let now = Instant::now();
-        let mut xid = 10;
-        let mut c = Cursor::new();
-        settle(&mut c, P, now, 100, &mut xid);
+    fn new_partitions_start_over_and_time_alone_does_not() {
+        let (mut c, now, mut xid) = settled_past_100();
         assert_eq!(c.start(P, now), 101);
         assert_eq!(c.start(&[0, 1, 2], now), 0, "a partition was added");
         settle(&mut c, &[0, 1, 2], now, 100, &mut xid);
@@ -299,10 +305,7 @@ mod tests {
 
     #[test]
     fn a_look_at_partitions_no_longer_owned_teaches_nothing() {
-        let now = Instant::now();
-        let mut xid = 10;
-        let mut c = Cursor::new();
-        settle(&mut c, P, now, 100, &mut xid);
+        let (mut c, now, mut xid) = settled_past_100();
         let probe = c.probe_due(now + RESCAN_EVERY).expect("a look is due");
         c.start(&[0, 1, 2], now + RESCAN_EVERY);
         settle(&mut c, &[0, 1, 2], now, 100, &mut xid);
