@@ -3,8 +3,6 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod cloudevents;
-mod error;
 #[cfg(any(
     feature = "kafka",
     feature = "amqp",
@@ -13,7 +11,9 @@ mod error;
     feature = "http",
     feature = "sqs"
 ))]
-mod settings;
+mod broker;
+pub mod cloudevents;
+mod error;
 pub mod stream;
 pub mod template;
 #[cfg(test)]

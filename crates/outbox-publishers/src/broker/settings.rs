@@ -90,7 +90,7 @@ macro_rules! settings_debug {
                 f.debug_struct(stringify!($name))
                     $(.field(
                         stringify!($field),
-                        &$crate::settings::settings_debug!(@shown self.$field $(, $show)?),
+                        &$crate::broker::settings::settings_debug!(@shown self.$field $(, $show)?),
                     ))+
                     .finish()
             }
@@ -105,6 +105,17 @@ macro_rules! settings_debug {
 }
 #[allow(unused_imports)]
 pub(crate) use settings_debug;
+
+/// Asserts that `checked` (what a `validate` said) is an error whose
+/// message says each of `needles`.
+#[cfg(test)]
+#[track_caller]
+pub(crate) fn assert_refused(checked: Result<(), Error>, needles: &[&str]) {
+    let e = checked.expect_err("the settings were accepted").to_string();
+    for needle in needles {
+        assert!(e.contains(needle), "{needle:?} is not in: {e}");
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use super::request::{reserved_header, UrlTemplate};
 use super::sign::SigningKey;
-use crate::settings::{hidden, settings_debug, Settings};
+use crate::broker::settings::{hidden, settings_debug, Settings};
 use crate::Error;
 
 /// The prefix of a Standard Webhooks secret: `whsec_` + base64 key.

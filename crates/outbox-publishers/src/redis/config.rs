@@ -5,7 +5,7 @@ use std::fmt;
 use outbox::redact::redact_url;
 use serde::{Deserialize, Serialize};
 
-use crate::settings::{settings_debug, Settings};
+use crate::broker::settings::{settings_debug, Settings};
 use crate::{Error, Template};
 
 /// The default stream-key template.
@@ -213,6 +213,7 @@ impl RedisConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::broker::settings::assert_refused;
 
     #[test]
     fn defaults_are_valid() {
@@ -262,11 +263,7 @@ mod tests {
             stream: "outbox:{aggregate}".into(),
             ..RedisConfig::default()
         };
-        let e = c.validate().unwrap_err().to_string();
-        assert!(
-            e.contains("stream") && e.contains("unknown placeholder {aggregate}"),
-            "{e}"
-        );
+        assert_refused(c.validate(), &["stream", "unknown placeholder {aggregate}"]);
         let c = RedisConfig {
             maxlen: Some(0),
             ..RedisConfig::default()
@@ -277,10 +274,9 @@ mod tests {
             wait_timeout_ms: 20_000,
             ..RedisConfig::default()
         };
-        let e = c.validate().unwrap_err().to_string();
-        assert!(
-            e.contains("wait_timeout_ms = 20000") && e.contains("response_timeout_ms"),
-            "{e}"
+        assert_refused(
+            c.validate(),
+            &["wait_timeout_ms = 20000", "response_timeout_ms"],
         );
         let c = RedisConfig {
             max_message_bytes: 0,

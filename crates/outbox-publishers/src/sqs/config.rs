@@ -5,7 +5,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::settings::Settings;
+use crate::broker::settings::Settings;
 use crate::Error;
 
 /// SQS's and SNS's limit on one message, in bytes (body and attributes), and

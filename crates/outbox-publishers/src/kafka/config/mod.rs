@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::settings::{settings_debug, Settings};
+use crate::broker::settings::{settings_debug, Settings};
 use crate::{Error, Template};
 
 use serde::{Deserialize, Serialize};

@@ -5,7 +5,7 @@ use std::fmt;
 use outbox::redact::{redact_url, REDACTED};
 use serde::{Deserialize, Serialize};
 
-use crate::settings::{hidden, settings_debug, Settings};
+use crate::broker::settings::{hidden, settings_debug, Settings};
 use crate::{Error, Template};
 
 /// The default subject template.

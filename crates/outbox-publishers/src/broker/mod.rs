@@ -1,0 +1,3 @@
+//! What the broker publishers share: the checks of their settings.
+
+pub(crate) mod settings;
