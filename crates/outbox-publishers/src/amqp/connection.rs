@@ -10,6 +10,7 @@ use tokio::time::timeout;
 
 use super::config::ExchangeType;
 use super::publisher::AmqpPublisher;
+use crate::broker::publisher::connect_within;
 
 /// A connection and the confirm-mode channel the publisher sends on.
 pub(super) struct Link {
@@ -28,23 +29,14 @@ impl AmqpPublisher {
         let wait = Duration::from_millis(self.config.connect_timeout_ms);
         let props = ConnectionProperties::default()
             .with_connection_name(self.config.connection_name.clone().into());
-        let connection = match timeout(wait, Connection::connect_uri(self.uri.clone(), props)).await
-        {
-            Err(_) => {
-                return Err(format!(
-                    "connecting to rabbitmq at {} timed out after {} ms",
-                    self.where_(),
-                    wait.as_millis()
-                ))
-            }
-            Ok(Err(e)) => {
-                return Err(self.scrub(format!(
-                    "cannot connect to rabbitmq at {}: {e}",
-                    self.where_()
-                )))
-            }
-            Ok(Ok(c)) => c,
-        };
+        let connection = connect_within(
+            "rabbitmq",
+            &self.where_(),
+            wait,
+            Connection::connect_uri(self.uri.clone(), props),
+            |text| self.scrub(text),
+        )
+        .await?;
         let channel = match timeout(wait, self.open_channel(&connection)).await {
             Err(_) => Err(format!(
                 "opening a channel on {} timed out after {} ms",

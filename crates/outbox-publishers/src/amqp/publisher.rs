@@ -16,6 +16,7 @@ use tokio::time::{timeout, timeout_at, Instant};
 use super::classify::{classify, Failure};
 use super::config::{redact_url, AmqpConfig, Unroutable};
 use super::connection::{close_quietly, Link};
+use crate::broker::publisher::{broker_publisher, or_retry, partial_outage};
 use crate::{Envelope, Error, Template};
 
 /// An event ready to send: its index in the batch, routing key,
@@ -56,13 +57,12 @@ pub struct AmqpPublisher {
     link: Mutex<Option<Link>>,
 }
 
-impl std::fmt::Debug for AmqpPublisher {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AmqpPublisher")
-            .field("config", &self.config)
-            .finish_non_exhaustive()
-    }
-}
+broker_publisher!(AmqpPublisher(AmqpConfig) {
+    /// Messages follow `envelope` (plain by default).
+    fn with_envelope;
+    /// A publisher for `amqp://USER:PASS@HOST:PORT/VHOST` with default settings.
+    fn from_url;
+});
 
 impl AmqpPublisher {
     /// Validates `config`. Nothing is connected until the first publish or
@@ -78,22 +78,6 @@ impl AmqpPublisher {
             envelope: Envelope::plain(),
             link: Mutex::new(None),
         })
-    }
-
-    /// Messages follow `envelope` (plain by default).
-    pub fn with_envelope(mut self, envelope: Envelope) -> Self {
-        self.envelope = envelope;
-        self
-    }
-
-    /// A publisher for `amqp://USER:PASS@HOST:PORT/VHOST` with default settings.
-    pub fn from_url(url: &str) -> Result<Self, Error> {
-        Self::new(AmqpConfig::from_url(url)?)
-    }
-
-    /// The settings in use.
-    pub fn config(&self) -> &AmqpConfig {
-        &self.config
     }
 
     pub(super) fn where_(&self) -> String {
@@ -307,10 +291,7 @@ impl Publisher for AmqpPublisher {
                 }
             }
         }
-        Ok(outcomes
-            .into_iter()
-            .map(|o| o.unwrap_or_else(|| Outcome::Retry("rabbitmq gave no confirm".to_owned())))
-            .collect())
+        Ok(or_retry(outcomes, "rabbitmq gave no confirm"))
     }
 
     async fn health(&self) -> Result<(), Unavailable> {
@@ -329,22 +310,6 @@ impl Publisher for AmqpPublisher {
             let _ = timeout(wait, link.connection.close(200, "relay stopping".into())).await;
         }
     }
-}
-
-/// After a lost connection: confirmed events stay delivered and the rest are
-/// [`Outcome::Unavailable`]; with nothing confirmed the whole batch is an
-/// outage.
-fn partial_outage(
-    outcomes: Vec<Option<Outcome>>,
-    message: String,
-) -> Result<Vec<Outcome>, Unavailable> {
-    if !outcomes.iter().any(|o| o == &Some(Outcome::Delivered)) {
-        return Err(Unavailable::new(message));
-    }
-    Ok(outcomes
-        .into_iter()
-        .map(|o| o.unwrap_or_else(|| Outcome::Unavailable(message.clone())))
-        .collect())
 }
 
 #[cfg(test)]

@@ -7,6 +7,8 @@ use outbox::redact::redact_text;
 use outbox::Outcome;
 use reqwest::StatusCode;
 
+use crate::broker::publisher::push_causes;
+
 /// How much of an answer's body an error quotes.
 pub(super) const QUOTED_BODY_BYTES: usize = 200;
 
@@ -75,15 +77,7 @@ pub(super) fn transport_error(target: &str, e: reqwest::Error, timeout_ms: u64) 
         ));
     } else {
         text.push_str(&e.to_string());
-        let mut source = std::error::Error::source(&e);
-        while let Some(cause) = source {
-            let cause_text = cause.to_string();
-            if !text.contains(&cause_text) {
-                text.push_str(": ");
-                text.push_str(&cause_text);
-            }
-            source = cause.source();
-        }
+        push_causes(&mut text, &e);
     }
     redact_text(&text)
 }

@@ -17,6 +17,7 @@ use super::classify::{outcome, retry_after, transport_error, QUOTED_BODY_BYTES};
 use super::config::HttpConfig;
 use super::request::{cloudevent_headers, event_headers, UrlTemplate};
 use super::sign::{sign, SigningKey};
+use crate::broker::publisher::broker_publisher;
 use crate::cloudevents::Format;
 use crate::{Envelope, Error};
 
@@ -49,13 +50,15 @@ pub struct HttpPublisher {
     envelope: Envelope,
 }
 
-impl std::fmt::Debug for HttpPublisher {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HttpPublisher")
-            .field("config", &self.config)
-            .finish_non_exhaustive()
-    }
-}
+broker_publisher!(HttpPublisher(HttpConfig) {
+    /// Requests follow `envelope` (plain by default): with CloudEvents,
+    /// binary mode sends the attributes as `ce-*` headers (values
+    /// percent-encoded) with `Content-Type: application/json` instead of
+    /// the `outbox-*` headers; structured mode posts the CloudEvent with
+    /// `Content-Type: application/cloudevents+json`. The signature covers
+    /// the body that is sent.
+    fn with_envelope;
+});
 
 /// What one request came to.
 enum Sent {
@@ -107,22 +110,6 @@ impl HttpPublisher {
             client,
             envelope: Envelope::plain(),
         })
-    }
-
-    /// Requests follow `envelope` (plain by default): with CloudEvents,
-    /// binary mode sends the attributes as `ce-*` headers (values
-    /// percent-encoded) with `Content-Type: application/json` instead of
-    /// the `outbox-*` headers; structured mode posts the CloudEvent with
-    /// `Content-Type: application/cloudevents+json`. The signature covers
-    /// the body that is sent.
-    pub fn with_envelope(mut self, envelope: Envelope) -> Self {
-        self.envelope = envelope;
-        self
-    }
-
-    /// The settings in use.
-    pub fn config(&self) -> &HttpConfig {
-        &self.config
     }
 
     /// `POST URL` as messages show it, password hidden.

@@ -19,6 +19,7 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::ClientContext;
 
 use super::config::{topic_problem, KafkaConfig};
+use crate::broker::publisher::broker_publisher;
 use crate::cloudevents::{Format, KAFKA};
 use crate::{Envelope, Error, Template};
 
@@ -142,13 +143,12 @@ pub struct KafkaPublisher {
     envelope: Envelope,
 }
 
-impl std::fmt::Debug for KafkaPublisher {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KafkaPublisher")
-            .field("config", &self.config)
-            .finish_non_exhaustive()
-    }
-}
+broker_publisher!(KafkaPublisher(KafkaConfig) {
+    /// Messages follow `envelope` (plain by default).
+    fn with_envelope;
+    /// A publisher for `kafka://HOST:PORT[,HOST:PORT…]` with default settings.
+    fn from_url;
+});
 
 impl KafkaPublisher {
     /// Validates `config` and creates the producer. Nothing is sent yet: a
@@ -168,22 +168,6 @@ impl KafkaPublisher {
             producer: RwLock::new(producer),
             envelope: Envelope::plain(),
         })
-    }
-
-    /// Messages follow `envelope` (plain by default).
-    pub fn with_envelope(mut self, envelope: Envelope) -> Self {
-        self.envelope = envelope;
-        self
-    }
-
-    /// A publisher for `kafka://HOST:PORT[,HOST:PORT…]` with default settings.
-    pub fn from_url(url: &str) -> Result<Self, Error> {
-        Self::new(KafkaConfig::from_url(url)?)
-    }
-
-    /// The settings in use.
-    pub fn config(&self) -> &KafkaConfig {
-        &self.config
     }
 
     fn producer(&self) -> Inner {

@@ -23,6 +23,7 @@ use tokio::time::timeout;
 use super::classify::{classify, Answer};
 use super::config::NatsConfig;
 use super::message::message;
+use crate::broker::publisher::{broker_publisher, connect_within, or_retry, partial_outage};
 use crate::{Envelope, Error, Template};
 
 /// The largest message a server takes unless configured otherwise; used
@@ -67,13 +68,17 @@ struct Link {
     js: jetstream::Context,
 }
 
-impl std::fmt::Debug for NatsPublisher {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NatsPublisher")
-            .field("config", &self.config)
-            .finish_non_exhaustive()
-    }
-}
+broker_publisher!(NatsPublisher(NatsConfig) {
+    /// Messages follow `envelope` (plain by default): with CloudEvents,
+    /// binary mode puts the attributes in `ce-*` headers (values
+    /// percent-encoded, as in HTTP) with `content-type: application/json`,
+    /// structured mode sends the CloudEvent as the body with
+    /// `content-type: application/cloudevents+json`; `Nats-Msg-Id` and the
+    /// producer's headers (but for ones named `ce-…`) stay.
+    fn with_envelope;
+    /// A publisher for `nats://HOST:PORT[,HOST:PORT…]` with default settings.
+    fn from_url;
+});
 
 impl NatsPublisher {
     /// Validates `config` and reads its credentials file, if any. Nothing
@@ -136,27 +141,6 @@ impl NatsPublisher {
         })
     }
 
-    /// Messages follow `envelope` (plain by default): with CloudEvents,
-    /// binary mode puts the attributes in `ce-*` headers (values
-    /// percent-encoded, as in HTTP) with `content-type: application/json`,
-    /// structured mode sends the CloudEvent as the body with
-    /// `content-type: application/cloudevents+json`; `Nats-Msg-Id` and the
-    /// producer's headers (but for ones named `ce-…`) stay.
-    pub fn with_envelope(mut self, envelope: Envelope) -> Self {
-        self.envelope = envelope;
-        self
-    }
-
-    /// A publisher for `nats://HOST:PORT[,HOST:PORT…]` with default settings.
-    pub fn from_url(url: &str) -> Result<Self, Error> {
-        Self::new(NatsConfig::from_url(url)?)
-    }
-
-    /// The settings in use.
-    pub fn config(&self) -> &NatsConfig {
-        &self.config
-    }
-
     fn where_(&self) -> String {
         self.config.where_()
     }
@@ -213,22 +197,14 @@ impl NatsPublisher {
             * u32::try_from(self.options.servers.len())
                 .unwrap_or(1)
                 .max(1);
-        let client = match timeout(whole, options.connect(self.options.servers.clone())).await {
-            Err(_) => {
-                return Err(format!(
-                    "connecting to nats at {} timed out after {} ms",
-                    self.where_(),
-                    whole.as_millis()
-                ))
-            }
-            Ok(Err(e)) => {
-                return Err(redact_text(&format!(
-                    "cannot connect to nats at {}: {e}",
-                    self.where_()
-                )))
-            }
-            Ok(Ok(client)) => client,
-        };
+        let client = connect_within(
+            "nats",
+            &self.where_(),
+            whole,
+            options.connect(self.options.servers.clone()),
+            |text| redact_text(&text),
+        )
+        .await?;
         let js = jetstream::ContextBuilder::new()
             .timeout(Duration::from_millis(self.config.ack_timeout_ms))
             .build(client.clone());
@@ -344,21 +320,12 @@ impl Publisher for NatsPublisher {
             })
             .collect();
         let Some(mut why) = outage else {
-            return Ok(outcomes
-                .into_iter()
-                .map(|o| o.unwrap_or_else(|| Outcome::Retry("nats gave no answer".into())))
-                .collect());
+            return Ok(or_retry(outcomes, "nats gave no answer"));
         };
         if down || reconnected {
             why = format!("{why} ({})", self.disconnected());
         }
-        if !outcomes.iter().any(|o| o == &Some(Outcome::Delivered)) {
-            return Err(Unavailable::new(why));
-        }
-        Ok(outcomes
-            .into_iter()
-            .map(|o| o.unwrap_or_else(|| Outcome::Unavailable(why.clone())))
-            .collect())
+        partial_outage(outcomes, why)
     }
 
     async fn health(&self) -> Result<(), Unavailable> {

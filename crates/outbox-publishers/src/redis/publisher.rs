@@ -15,10 +15,10 @@ use outbox::{Event, Outcome, Publisher, Unavailable};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Value};
 use tokio::sync::Mutex;
-use tokio::time::timeout;
 
 use super::classify::{classify_reply, is_transport, Answer};
 use super::config::RedisConfig;
+use crate::broker::publisher::{broker_publisher, connect_within, or_retry, partial_outage};
 use crate::cloudevents::{Format, REDIS};
 use crate::{Envelope, Error, Template};
 
@@ -52,13 +52,13 @@ pub struct RedisPublisher {
     envelope: Envelope,
 }
 
-impl std::fmt::Debug for RedisPublisher {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisPublisher")
-            .field("config", &self.config)
-            .finish_non_exhaustive()
-    }
-}
+broker_publisher!(RedisPublisher(RedisConfig) {
+    /// Entries follow `envelope` (plain by default).
+    fn with_envelope;
+    /// A publisher for `redis://[USER:PASS@]HOST:PORT[/DB]` with default
+    /// settings.
+    fn from_url;
+});
 
 /// The field names of an entry, in order.
 pub(super) const FIELDS: [&str; 7] = [
@@ -87,23 +87,6 @@ impl RedisPublisher {
         })
     }
 
-    /// Entries follow `envelope` (plain by default).
-    pub fn with_envelope(mut self, envelope: Envelope) -> Self {
-        self.envelope = envelope;
-        self
-    }
-
-    /// A publisher for `redis://[USER:PASS@]HOST:PORT[/DB]` with default
-    /// settings.
-    pub fn from_url(url: &str) -> Result<Self, Error> {
-        Self::new(RedisConfig::from_url(url)?)
-    }
-
-    /// The settings in use.
-    pub fn config(&self) -> &RedisConfig {
-        &self.config
-    }
-
     fn where_(&self) -> String {
         redact_url(&self.config.url)
     }
@@ -130,32 +113,21 @@ impl RedisPublisher {
             .set_response_timeout(Some(Duration::from_millis(self.config.response_timeout_ms)));
         // The client's timeout covers the TCP connect; this one the
         // handshake (authentication, database selection) too.
-        match timeout(
+        let mut conn = connect_within(
+            "redis",
+            &self.where_(),
             connect * 2,
             self.client
                 .get_multiplexed_async_connection_with_config(&settings),
+            |text| self.scrub(text),
         )
-        .await
-        {
-            Err(_) => Err(format!(
-                "connecting to redis at {} timed out after {} ms",
-                self.where_(),
-                connect.as_millis() * 2
-            )),
-            Ok(Err(e)) => {
-                Err(self.scrub(format!("cannot connect to redis at {}: {e}", self.where_())))
-            }
-            Ok(Ok(mut conn)) => {
-                // A server that wants a password accepts the connection
-                // without one and refuses each command after: find out now.
-                let pong: Result<String, _> = redis::cmd("PING").query_async(&mut conn).await;
-                match pong {
-                    Ok(_) => Ok(conn),
-                    Err(e) => {
-                        Err(self.scrub(format!("cannot use redis at {}: {e}", self.where_())))
-                    }
-                }
-            }
+        .await?;
+        // A server that wants a password accepts the connection without
+        // one and refuses each command after: find out now.
+        let pong: Result<String, _> = redis::cmd("PING").query_async(&mut conn).await;
+        match pong {
+            Ok(_) => Ok(conn),
+            Err(e) => Err(self.scrub(format!("cannot use redis at {}: {e}", self.where_()))),
         }
     }
 
@@ -372,21 +344,12 @@ impl Publisher for RedisPublisher {
         }
 
         let Some(why) = outage else {
-            return Ok(outcomes
-                .into_iter()
-                .map(|o| o.unwrap_or_else(|| Outcome::Retry("redis gave no answer".into())))
-                .collect());
+            return Ok(or_retry(outcomes, "redis gave no answer"));
         };
         // Start afresh: after a protocol error the server has closed this
         // connection, and a new one says at once what is wrong with it.
         self.drop_connection().await;
-        match outcomes.iter().any(|o| o == &Some(Outcome::Delivered)) {
-            false => Err(Unavailable::new(why)),
-            true => Ok(outcomes
-                .into_iter()
-                .map(|o| o.unwrap_or_else(|| Outcome::Unavailable(why.clone())))
-                .collect()),
-        }
+        partial_outage(outcomes, why)
     }
 
     async fn health(&self) -> Result<(), Unavailable> {

@@ -8,6 +8,8 @@ use aws_sdk_sqs::config::http::HttpResponse;
 use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use outbox::Outcome;
 
+use crate::broker::publisher::push_causes;
+
 /// What a whole batch call came to, when it did not answer per entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum CallFailure {
@@ -99,15 +101,7 @@ pub(super) fn scrub(text: &str) -> String {
 /// own context printer adds the debug form, which says it all again).
 fn chain(error: &(dyn StdError + 'static)) -> String {
     let mut out = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        let text = e.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = e.source();
-    }
+    push_causes(&mut out, error);
     out
 }
 
