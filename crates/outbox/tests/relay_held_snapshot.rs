@@ -17,12 +17,7 @@ use uuid::Uuid;
 /// Index entries of the unprocessed-rows index read so far (what a claim
 /// walks, dead entries included).
 async fn index_entries_read(pool: &PgPool) -> i64 {
-    sqlx::query_scalar(
-        "SELECT idx_tup_read FROM pg_stat_user_indexes WHERE indexrelname = 'idx_outbox_unprocessed'",
-    )
-    .fetch_one(pool)
-    .await
-    .unwrap()
+    common::count(pool, "SELECT idx_tup_read FROM pg_stat_user_indexes WHERE indexrelname = 'idx_outbox_unprocessed'").await
 }
 
 /// `n` events by plain SQL, 20 per transaction, paced so the relay keeps up
@@ -53,6 +48,12 @@ async fn drained(pool: &PgPool) {
     // Let the relay's backends report their statistics (at most once a
     // second in PostgreSQL 15).
     tokio::time::sleep(Duration::from_millis(2_500)).await;
+}
+
+/// [`produce`] `n` events, then waits until they are [`drained`].
+async fn produce_and_drain(pool: &PgPool, n: usize) {
+    produce(pool, n).await;
+    drained(pool).await;
 }
 
 /// Index entries read per event for 2,000 events with 2,000 held dead rows
@@ -99,22 +100,16 @@ async fn dead_rows_are_not_walked_again(
         .unwrap();
 
     let before = index_entries_read(&ctx.pool).await;
-    produce(&ctx.pool, 2_000).await;
-    drained(&ctx.pool).await;
+    produce_and_drain(&ctx.pool, 2_000).await;
     let early = index_entries_read(&ctx.pool).await;
     // Ten times as many dead rows...
-    produce(&ctx.pool, 20_000).await;
-    drained(&ctx.pool).await;
+    produce_and_drain(&ctx.pool, 20_000).await;
     if analyze {
-        sqlx::query("ANALYZE outbox_events")
-            .execute(&ctx.pool)
-            .await
-            .unwrap();
+        common::execute(&ctx.pool, "ANALYZE outbox_events").await;
     }
     let middle = index_entries_read(&ctx.pool).await;
     // ...then the same 2,000 events again.
-    produce(&ctx.pool, 2_000).await;
-    drained(&ctx.pool).await;
+    produce_and_drain(&ctx.pool, 2_000).await;
     let late = index_entries_read(&ctx.pool).await;
 
     let (first, last) = ((early - before) as f64, (late - middle) as f64);
@@ -137,38 +132,38 @@ async fn dead_rows_are_not_walked_again(
     relay.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claims_do_not_walk_the_dead_rows_of_a_held_snapshot_again() {
-    dead_rows_are_not_walked_again("held", Retention::Delete, false, false).await;
+/// Defines test `$name`: [`dead_rows_are_not_walked_again`] with `$args`.
+macro_rules! dead_rows_case {
+    ($(#[$doc:meta])* $name:ident: $($args:expr),+) => {
+        $(#[$doc])*
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            dead_rows_are_not_walked_again($($args),+).await;
+        }
+    };
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claims_do_not_walk_held_dead_rows_after_statistics_say_nothing_is_pending() {
-    dead_rows_are_not_walked_again("held-analyzed", Retention::Delete, true, false).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retention_claims_do_not_walk_processed_rows_after_statistics_say_nothing_is_pending() {
-    dead_rows_are_not_walked_again("held-kept", Retention::Keep, true, false).await;
-}
-
-/// A transaction open in another database cannot write to this outbox, so
-/// it must not hold the claim cursor back (it did: the late-commit test's
-/// writers, in their own database, made this test's claims walk the dead
-/// rows again when the two ran side by side).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_writer_open_in_another_database_does_not_hold_the_claims_back() {
-    dead_rows_are_not_walked_again("held-elsewhere", Retention::Delete, false, true).await;
-}
+dead_rows_case!(claims_do_not_walk_the_dead_rows_of_a_held_snapshot_again:
+    "held", Retention::Delete, false, false);
+dead_rows_case!(claims_do_not_walk_held_dead_rows_after_statistics_say_nothing_is_pending:
+    "held-analyzed", Retention::Delete, true, false);
+dead_rows_case!(retention_claims_do_not_walk_processed_rows_after_statistics_say_nothing_is_pending:
+    "held-kept", Retention::Keep, true, false);
+dead_rows_case!(
+    /// A transaction open in another database cannot write to this outbox, so
+    /// it must not hold the claim cursor back (it did: the late-commit test's
+    /// writers, in their own database, made this test's claims walk the dead
+    /// rows again when the two ran side by side).
+    a_writer_open_in_another_database_does_not_hold_the_claims_back:
+    "held-elsewhere", Retention::Delete, false, true);
 
 /// Rows read by sequential scans of the outbox table so far.
 async fn table_rows_scanned(pool: &PgPool) -> i64 {
-    sqlx::query_scalar(
+    common::count(
+        pool,
         "SELECT seq_tup_read FROM pg_stat_user_tables WHERE relname = 'outbox_events'",
     )
-    .fetch_one(pool)
     .await
-    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

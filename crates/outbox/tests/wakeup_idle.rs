@@ -55,15 +55,20 @@ async fn live_idle_announcements(pool: &PgPool) -> i64 {
     .await
 }
 
+/// Waits up to [`LONG`] for `what`: exactly one live idle announcement.
+async fn wait_for_one_idle_announcement(pool: &PgPool, what: &str) {
+    wait_until(what, LONG, || async {
+        live_idle_announcements(pool).await == 1
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_relay_delivers_a_plain_sql_insert_well_before_its_next_poll() {
     let ctx = common::setup().await;
     let publisher = TestPublisher::new();
     let relay = start_relay(&ctx, &publisher, slow_poll("idle")).await;
-    wait_until("the relay to announce that it is idle", LONG, || async {
-        live_idle_announcements(&ctx.pool).await == 1
-    })
-    .await;
+    wait_for_one_idle_announcement(&ctx.pool, "the relay to announce that it is idle").await;
     // Idle longer than a poll interval, then one event at a time: each must
     // arrive far sooner than the 2 s poll would bring it (five in a row
     // could not all be lucky polls).
@@ -126,10 +131,7 @@ async fn bursts_and_pauses_lose_nothing_and_a_missed_signal_is_covered_by_the_po
 
     // A signal that never comes: the insert runs with triggers disabled, as
     // a replication apply would. The poll still brings it within its bound.
-    wait_until("the relay to be idle again", LONG, || async {
-        live_idle_announcements(&ctx.pool).await == 1
-    })
-    .await;
+    wait_for_one_idle_announcement(&ctx.pool, "the relay to be idle again").await;
     let mut tx = ctx.pool.begin().await.unwrap();
     common::execute(&mut *tx, "SET LOCAL session_replication_role = replica").await;
     let silent = insert_plain(&mut *tx, "silent").await;
@@ -158,10 +160,7 @@ async fn a_producer_whose_snapshot_predates_the_announcement_still_wakes_the_rel
         .unwrap();
     assert_eq!(before, 0, "the snapshot is taken");
     let relay = start_relay(&ctx, &publisher, slow_poll("late-snapshot")).await;
-    wait_until("the relay to announce that it is idle", LONG, || async {
-        live_idle_announcements(&ctx.pool).await == 1
-    })
-    .await;
+    wait_for_one_idle_announcement(&ctx.pool, "the relay to announce that it is idle").await;
     // Let the relay's last look after announcing pass, so only a signal
     // brings the row before the poll.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -181,10 +180,7 @@ async fn producers_stop_notifying_once_a_dead_relays_announcement_lapses() {
     let publisher = TestPublisher::new();
     // lease_ms is also how long an idle announcement lasts.
     let relay = start_relay(&ctx, &publisher, slow_poll("doomed")).await;
-    wait_until("the relay to announce that it is idle", LONG, || async {
-        live_idle_announcements(&ctx.pool).await == 1
-    })
-    .await;
+    wait_for_one_idle_announcement(&ctx.pool, "the relay to announce that it is idle").await;
     relay.abort();
     let mut listener = sqlx::postgres::PgListener::connect_with(&ctx.pool)
         .await
