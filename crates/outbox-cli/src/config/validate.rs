@@ -39,6 +39,18 @@ pub(super) fn cut_words(text: &str) -> String {
         .join(" ")
 }
 
+/// The library's refusal `e` of a setting of table `table` (`relay`,
+/// `cleaner`), naming the key and where its value came from (`at`).
+fn in_table(table: &str, e: outbox::Error, at: &dyn Fn(&str) -> String) -> anyhow::Error {
+    match e {
+        outbox::Error::Invalid { field, reason } => {
+            let key = format!("{table}.{field}");
+            anyhow!("invalid {key} ({}): {reason}", at(&key))
+        }
+        other => anyhow!(other),
+    }
+}
+
 /// Checks every setting of `l`.
 pub fn validate(l: &Loaded) -> Result<()> {
     let c = &l.config;
@@ -59,24 +71,10 @@ pub fn validate(l: &Loaded) -> Result<()> {
             );
         }
     }
-    if let Err(e) = c.relay.validate() {
-        return Err(match e {
-            outbox::Error::Invalid { field, reason } => {
-                let key = format!("relay.{field}");
-                anyhow!("invalid {key} ({}): {reason}", at(&key))
-            }
-            other => anyhow!(other),
-        });
-    }
-    if let Err(e) = c.cleaner.validate() {
-        return Err(match e {
-            outbox::Error::Invalid { field, reason } => {
-                let key = format!("cleaner.{field}");
-                anyhow!("invalid {key} ({}): {reason}", at(&key))
-            }
-            other => anyhow!(other),
-        });
-    }
+    c.relay.validate().map_err(|e| in_table("relay", e, &at))?;
+    c.cleaner
+        .validate()
+        .map_err(|e| in_table("cleaner", e, &at))?;
     if let Err(e) = outbox::Schema::new(&c.schema) {
         let reason = match e {
             outbox::Error::Invalid { reason, .. } => reason,
