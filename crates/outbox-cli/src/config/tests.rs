@@ -33,6 +33,18 @@ fn refused(file: Option<file::FileLayer>, env: env::EnvLayer, flags: flags::Flag
     resolve(file, env, flags, true).unwrap_err().to_string()
 }
 
+/// Asserts that the error text `e` holds every one of `needles`.
+fn assert_mentions(e: &str, needles: &[&str]) {
+    for needle in needles {
+        assert!(e.contains(needle), "{needle:?} missing in {e}");
+    }
+}
+
+/// [`refused`] with only the environment variables `vars` set.
+fn refused_by_env(vars: &[(&str, &str)]) -> String {
+    refused(None, env_of(vars), Default::default())
+}
+
 #[test]
 fn flags_beat_env_beat_file_beat_defaults() {
     let f = file("[relay]\nbatch_size = 10\nmax_attempts = 3\nlease_ms = 2000\n");
@@ -111,20 +123,13 @@ fn range_errors_name_key_value_origin_and_range() {
         Default::default(),
         Default::default(),
     );
-    assert!(
-        e.contains("relay.batch_size") && e.contains("/etc/outbox.toml:2"),
-        "{e}"
-    );
-    assert!(e.contains(" 0 ") && e.contains("1 to 100000"), "{e}");
+    assert_mentions(&e, &["relay.batch_size", "/etc/outbox.toml:2"]);
+    assert_mentions(&e, &[" 0 ", "1 to 100000"]);
 
-    let e = refused(
-        None,
-        env_of(&[("OUTBOX_SHUTDOWN_TIMEOUT_SECS", "0")]),
-        Default::default(),
-    );
-    assert!(
-        e.contains("shutdown_timeout_secs = 0") && e.contains("OUTBOX_SHUTDOWN_TIMEOUT_SECS"),
-        "{e}"
+    let e = refused_by_env(&[("OUTBOX_SHUTDOWN_TIMEOUT_SECS", "0")]);
+    assert_mentions(
+        &e,
+        &["shutdown_timeout_secs = 0", "OUTBOX_SHUTDOWN_TIMEOUT_SECS"],
     );
     assert!(e.contains("1 to 3600"), "{e}");
 
@@ -166,10 +171,7 @@ fn broker_tables_must_match_the_publisher() {
     assert!(e.is_ok());
     let f = file("[publisher]\nspec = \"stdout\"\n[publisher.amqp]\nexchange = \"x\"\n");
     let e = refused(f, Default::default(), Default::default());
-    assert!(
-        e.contains("[publisher.amqp]") && e.contains("stdout"),
-        "{e}"
-    );
+    assert_mentions(&e, &["[publisher.amqp]", "stdout"]);
 }
 
 /// Every scalar key of the schema, found by serialising a config with every
@@ -266,19 +268,14 @@ fn the_message_format_is_checked_naming_key_value_and_choices() {
     );
     let f = file("[publisher]\nspec = \"stdout\"\nformat = \"xml\"\n");
     let e = refused(f, Default::default(), Default::default());
-    assert!(
-        e.contains("publisher.format = \"xml\"") && e.contains("/etc/outbox.toml:3"),
-        "{e}"
-    );
-    let e = refused(
-        None,
-        env_of(&[("OUTBOX_PUBLISHER_CLOUDEVENTS_SOURCE", "not a uri")]),
-        Default::default(),
-    );
-    assert!(
-        e.contains("publisher.cloudevents_source = \"not a uri\"")
-            && e.contains("OUTBOX_PUBLISHER_CLOUDEVENTS_SOURCE"),
-        "{e}"
+    assert_mentions(&e, &["publisher.format = \"xml\"", "/etc/outbox.toml:3"]);
+    let e = refused_by_env(&[("OUTBOX_PUBLISHER_CLOUDEVENTS_SOURCE", "not a uri")]);
+    assert_mentions(
+        &e,
+        &[
+            "publisher.cloudevents_source = \"not a uri\"",
+            "OUTBOX_PUBLISHER_CLOUDEVENTS_SOURCE",
+        ],
     );
 }
 
