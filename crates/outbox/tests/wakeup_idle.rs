@@ -206,6 +206,39 @@ async fn producers_stop_notifying_once_a_dead_relays_announcement_lapses() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steady_stream_keeps_the_relay_awake_and_producers_send_almost_no_notifications() {
+    let ctx = common::setup().await;
+    let publisher = TestPublisher::new();
+    let relay = start_relay(&ctx, &publisher, fast_config("steady")).await;
+    wait_for_one_idle_announcement(&ctx.pool, "the relay to announce that it is idle").await;
+    let mut listener = sqlx::postgres::PgListener::connect_with(&ctx.pool)
+        .await
+        .unwrap();
+    listener.listen("outbox_event").await.unwrap();
+
+    // 300 commits, one every 5 ms: shorter gaps than the relay lingers
+    // after work, so only the first should find it announced as asleep.
+    let mut ids = Vec::new();
+    for n in 0..300 {
+        ids.push(insert_plain(&ctx.pool, &format!("steady-{}", n % 10)).await);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    wait_for_count(&ctx.pool, "the stream to be delivered", EVENTS, 0).await;
+    let mut notifications = 0;
+    while let Ok(Ok(_)) = tokio::time::timeout(Duration::from_millis(200), listener.recv()).await {
+        notifications += 1;
+    }
+    relay.shutdown().await.unwrap();
+
+    let delivered = publisher.deliveries();
+    assert!(ids.iter().all(|id| delivered.iter().any(|e| e.id == *id)));
+    assert!(
+        (1..=30).contains(&notifications),
+        "{notifications} notifications for 300 steady commits: the relay flipped between busy and idle"
+    );
+}
+
 #[tokio::test]
 async fn the_wakeup_trigger_modes_switch_and_report() {
     let ctx = common::setup().await;

@@ -6,6 +6,17 @@ use std::time::{Duration, Instant};
 
 use super::Worker;
 
+/// How long a worker that just published keeps polling, every
+/// [`IDLE_LINGER_POLL`], before it announces that it sleeps. A steady
+/// stream (gaps shorter than this) then never flips the worker between busy
+/// and idle: no announcement, no withdrawal, and producers' commits send no
+/// `NOTIFY` (each one takes PostgreSQL's global notify lock and wakes the
+/// relay for one event); a lone event after a quiet spell still wakes it at
+/// once. Events that arrive meanwhile wait at most one poll.
+pub(super) const IDLE_LINGER: Duration = Duration::from_millis(25);
+/// The poll while lingering.
+pub(super) const IDLE_LINGER_POLL: Duration = Duration::from_millis(2);
+
 /// How long, at most, an announcement waits for the inserts that could not
 /// see it to commit before the last look.
 const ANNOUNCE_SETTLE_MAX: Duration = Duration::from_millis(50);
@@ -26,6 +37,17 @@ impl Worker {
             }
         }
         self.idle_trigger == Some(true)
+    }
+
+    /// Whether an empty claim should poll again soon instead of announcing:
+    /// the worker published within [`IDLE_LINGER`], has not announced yet,
+    /// and producers' commits would wake it (it listens, and the schema has
+    /// the idle trigger). Without the trigger the idle polls are unchanged.
+    pub(super) async fn lingering(&mut self) -> bool {
+        self.idle_announced.is_none()
+            && self.last_work.is_some_and(|at| at.elapsed() < IDLE_LINGER)
+            && self.deps.config.listen
+            && self.idle_trigger().await
     }
 
     /// Waits, briefly, until every transaction with an id below `xid` has

@@ -43,6 +43,9 @@ pub(crate) struct Worker {
     /// When this instance last announced that it sleeps (producers' wake-up
     /// trigger then notifies); `None` while it has work.
     idle_announced: Option<Instant>,
+    /// When this instance last published a batch: for [`idle::IDLE_LINGER`]
+    /// after it, an empty claim polls again instead of announcing.
+    last_work: Option<Instant>,
     /// A withdrawal of the idle announcement still running off the publish
     /// path; the next announcement waits for it, so they cannot cross.
     retracting: Option<tokio::task::JoinHandle<()>>,
@@ -87,6 +90,7 @@ impl Worker {
             idle,
             outage,
             idle_announced: None,
+            last_work: None,
             retracting: None,
             cursor: Cursor::new(),
             probe: None,
@@ -177,6 +181,10 @@ impl Worker {
     }
 
     async fn idle(&mut self, claim: Claimable) -> Phase {
+        if self.lingering().await {
+            self.wait(idle::IDLE_LINGER_POLL).await;
+            return Phase::Decide;
+        }
         let ttl = Duration::from_millis(self.deps.config.lease_ms);
         // About to sleep: announce it (only where the schema's idle trigger
         // is installed, and a relay that does not LISTEN has nothing to be
@@ -212,6 +220,7 @@ impl Worker {
     /// parallel with publishing.
     async fn publish(&mut self, claim: Claimable, batch: Claimed) -> Phase {
         self.idle.reset();
+        self.last_work = Some(Instant::now());
         if self.idle_announced.take().is_some() && self.deps.ownership.alone() {
             // Busy again: producers stop notifying (where no other relay may
             // be asleep on the announcement). Off the publish path.
