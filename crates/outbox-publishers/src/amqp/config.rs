@@ -52,9 +52,6 @@ pub enum Unroutable {
     Drop,
 }
 
-/// The checks of these settings, their errors naming `amqp`.
-const AMQP: Settings = Settings::of("amqp");
-
 /// Settings of [`crate::amqp::AmqpPublisher`].
 ///
 /// ```
@@ -126,6 +123,9 @@ impl fmt::Display for AmqpConfig {
         write!(f, "{} exchange {}", redact_url(&self.url), self.exchange)
     }
 }
+
+/// The checks of these settings, their errors naming `amqp`.
+const AMQP: Settings = Settings::of("amqp");
 
 impl AmqpConfig {
     /// Settings for `amqp://USER:PASS@HOST:PORT/VHOST`, every other field at

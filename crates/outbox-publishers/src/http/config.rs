@@ -21,9 +21,6 @@ pub const DEFAULT_TIMEOUT_MS: u64 = 10_000;
 /// How many requests of a wave are in flight at once by default.
 pub const DEFAULT_MAX_CONCURRENCY: usize = 16;
 
-/// The checks of these settings, their errors naming `http`.
-const HTTP: Settings = Settings::of("http");
-
 /// Settings of [`crate::http::HttpPublisher`].
 ///
 /// ```
@@ -97,6 +94,9 @@ impl fmt::Display for HttpConfig {
         write!(f, "POST {}", redact_url(&self.url))
     }
 }
+
+/// The checks of these settings, their errors naming `http`.
+const HTTP: Settings = Settings::of("http");
 
 impl HttpConfig {
     /// Settings for `url` signed with `secret`, every other field at its

@@ -14,9 +14,6 @@ pub const DEFAULT_STREAM: &str = "outbox:{aggregate_type}";
 /// Redis's own limit on one value (`proto-max-bulk-len`, 512 MiB).
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 512 * 1024 * 1024;
 
-/// The checks of these settings, their errors naming `redis`.
-const REDIS: Settings = Settings::of("redis");
-
 /// Settings of [`crate::redis::RedisPublisher`].
 ///
 /// ```
@@ -81,6 +78,9 @@ impl fmt::Display for RedisConfig {
         write!(f, "{} stream {}", redact_url(&self.url), self.stream)
     }
 }
+
+/// The checks of these settings, their errors naming `redis`.
+const REDIS: Settings = Settings::of("redis");
 
 impl RedisConfig {
     /// Settings for `redis://[USER:PASS@]HOST:PORT[/DB]`, every other field

@@ -48,9 +48,6 @@ fn is_secret(name: &str) -> bool {
     outbox::redact::is_secret_key(name)
 }
 
-/// The checks of these settings, their errors naming `kafka`.
-const KAFKA: Settings = Settings::of("kafka");
-
 /// Settings of [`crate::kafka::KafkaPublisher`].
 ///
 /// ```
@@ -250,6 +247,9 @@ pub(crate) fn topic_problem(name: &str) -> Option<String> {
     }
     None
 }
+
+/// The checks of these settings, their errors naming `kafka`.
+const KAFKA: Settings = Settings::of("kafka");
 
 impl KafkaConfig {
     /// Settings for `kafka://HOST:PORT[,HOST:PORT…]`, every other field at

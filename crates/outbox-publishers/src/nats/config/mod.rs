@@ -29,9 +29,6 @@ pub enum NoStream {
     Reject,
 }
 
-/// The checks of these settings, their errors naming `nats`.
-const NATS: Settings = Settings::of("nats");
-
 /// Settings of [`crate::nats::NatsPublisher`].
 ///
 /// ```
@@ -118,6 +115,9 @@ impl fmt::Display for NatsConfig {
         write!(f, "{} subject {}", self.where_(), self.subject)
     }
 }
+
+/// The checks of these settings, their errors naming `nats`.
+const NATS: Settings = Settings::of("nats");
 
 impl NatsConfig {
     /// Settings for `nats://[USER:PASS@|TOKEN@]HOST:PORT[,HOST:PORT…]`,
