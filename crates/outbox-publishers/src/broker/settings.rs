@@ -46,6 +46,39 @@ impl Settings {
         }
     }
 
+    /// Checks `field`, a list of `HOST:PORT` addresses of a `what` (e.g.
+    /// `broker`) each, `example` being one: the list names at least one,
+    /// and each has a host that `host_ok` accepts and a port from 1 to
+    /// 65535. A refused address is shown as `shown` makes it.
+    // The NATS and Kafka publishers take such lists.
+    #[allow(dead_code)]
+    pub(crate) fn host_ports(
+        self,
+        field: &str,
+        addresses: &[String],
+        (what, example): (&str, &str),
+        host_ok: impl Fn(&str) -> bool,
+        shown: impl Fn(&str) -> String,
+    ) -> Result<(), Error> {
+        if addresses.is_empty() {
+            let fix = format!("name at least one {what} as HOST:PORT, e.g. [\"{example}\"]");
+            return Err(self.invalid(field, "[] (empty)", fix));
+        }
+        let valid = |address: &str| {
+            address.rsplit_once(':').is_some_and(|(host, port)| {
+                !host.is_empty() && host_ok(host) && port.parse::<u16>().is_ok_and(|p| p > 0)
+            })
+        };
+        match addresses.iter().find(|a| !valid(a)) {
+            Some(refused) => Err(self.invalid(
+                field,
+                shown(refused),
+                format!("each {what} is HOST:PORT with a port from 1 to 65535, e.g. {example}"),
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// A timeout of connecting or of a health check: 100 ms to 10 minutes.
     // Unused when the webhook publisher, which has none, is built alone.
     #[allow(dead_code)]
@@ -128,6 +161,22 @@ mod tests {
         TEST.within("n", 5, 1..=5, "use 1 to 5").unwrap();
         let e = TEST.within("n", 6, 1..=5, "use 1 to 5").unwrap_err();
         assert_eq!(e.to_string(), "invalid test setting n = 6: use 1 to 5");
+        let ok = |host: &str| !host.contains('/');
+        TEST.host_ports("hosts", &["h:1".into()], ("host", "h:1"), ok, str::to_owned)
+            .unwrap();
+        for (list, shown) in [
+            (vec![], "[] (empty)"),
+            (vec!["h:1".into(), "h/x:1".into()], "h/x:1"),
+        ] {
+            let e = TEST
+                .host_ports("hosts", &list, ("host", "h:1"), ok, str::to_owned)
+                .unwrap_err();
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("invalid test setting hosts = {shown}: ")),
+                "{e}"
+            );
+        }
         let e = TEST.connect_timeout("connect_timeout_ms", 99).unwrap_err();
         assert_eq!(
             e.to_string(),

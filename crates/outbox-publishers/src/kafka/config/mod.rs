@@ -292,27 +292,13 @@ impl KafkaConfig {
 
     /// Checks every field; the error names the field, its value and the fix.
     pub fn validate(&self) -> Result<(), Error> {
-        if self.brokers.is_empty() {
-            return Err(KAFKA.invalid(
-                "brokers",
-                "[] (empty)",
-                "name at least one broker as HOST:PORT, e.g. [\"127.0.0.1:9092\"]",
-            ));
-        }
-        for broker in &self.brokers {
-            let ok = broker.rsplit_once(':').is_some_and(|(host, port)| {
-                !host.is_empty()
-                    && !host.contains([',', ' ', '/'])
-                    && port.parse::<u16>().is_ok_and(|p| p > 0)
-            });
-            if !ok {
-                return Err(KAFKA.invalid(
-                    "brokers",
-                    broker,
-                    "each broker is HOST:PORT with a port from 1 to 65535, e.g. 127.0.0.1:9092",
-                ));
-            }
-        }
+        KAFKA.host_ports(
+            "brokers",
+            &self.brokers,
+            ("broker", "127.0.0.1:9092"),
+            |host| !host.contains([',', ' ', '/']),
+            str::to_owned,
+        )?;
         self.destination_template()?;
         KAFKA.publish_timeout(
             "message_timeout_ms",

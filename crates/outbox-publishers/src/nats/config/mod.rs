@@ -205,28 +205,16 @@ impl NatsConfig {
 
     /// Checks every field; the error names the field, its value and the fix.
     pub fn validate(&self) -> Result<(), Error> {
-        if self.servers.is_empty() {
-            return Err(NATS.invalid(
-                "servers",
-                "[] (empty)",
-                "name at least one server as HOST:PORT, e.g. [\"127.0.0.1:4222\"]",
-            ));
-        }
-        for server in &self.servers {
-            let ok = server.rsplit_once(':').is_some_and(|(host, port)| {
-                !host.is_empty()
-                    && !host.contains([',', ' ', '/', '@', '?', '#'])
+        NATS.host_ports(
+            "servers",
+            &self.servers,
+            ("server", "127.0.0.1:4222"),
+            |host| {
+                !host.contains([',', ' ', '/', '@', '?', '#'])
                     && !host.chars().any(char::is_control)
-                    && port.parse::<u16>().is_ok_and(|p| p > 0)
-            });
-            if !ok {
-                return Err(NATS.invalid(
-                    "servers",
-                    redact_url(server),
-                    "each server is HOST:PORT with a port from 1 to 65535, e.g. 127.0.0.1:4222",
-                ));
-            }
-        }
+            },
+            redact_url,
+        )?;
         self.destination_template()?;
         let logins = [
             self.user.is_some() || self.password.is_some(),
