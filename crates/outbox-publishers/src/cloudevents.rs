@@ -25,6 +25,9 @@
 //! stored. In structured mode the body is one JSON object
 //! (`application/cloudevents+json`) whose `data` is the payload's stored
 //! JSON text, embedded without being parsed into numbers and back.
+//!
+//! Longer than most files: the three formats and the per-protocol bindings
+//! are one mapping, checked together by the unit tests at the end.
 
 use std::borrow::Cow;
 use std::fmt;

@@ -12,6 +12,9 @@
 //!
 //! Needs `python3` with `cloudevents>=2.2` (`pip install 'cloudevents>=2.2,<3'`;
 //! `.ci/run` installs it).
+//!
+//! Longer than most files: one test per broker, each capturing a binary and
+//! a structured message and handing both to the SDK.
 
 /// The unit tests' events, shared with these tests.
 #[path = "../src/test_support.rs"]

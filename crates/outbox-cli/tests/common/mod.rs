@@ -1,4 +1,8 @@
 //! Helpers for tests that run the `outbox` program as a child process.
+//!
+//! Longer than most files: the helpers every CLI test binary shares
+//! (spawning the program, its databases, reading its output), kept in one
+//! module so each binary compiles them once.
 #![allow(dead_code)]
 
 use std::path::Path;

@@ -4,6 +4,9 @@
 //! One file for the producer's life cycle and its error classification:
 //! librdkafka's error codes are only meaningful next to the calls that
 //! return them.
+//!
+//! Longer than most files: the publisher, its delivery-error classes and
+//! its unit tests (at the end).
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -4,6 +4,8 @@
 //!
 //! One file for the entry's shape and the settling of a wave: an error
 //! reply concerns one event, a failed round trip the whole wave.
+//!
+//! Longer than most files: the publisher and its unit tests (at the end).
 
 use std::borrow::Cow;
 use std::time::Duration;

@@ -1,5 +1,8 @@
 //! Settings of the SQS and SNS publishers, and the forms of their specs
 //! (`sqs://QUEUE_NAME`, `sqs://https://…/QUEUE_NAME`, `sns://TOPIC_ARN`).
+//!
+//! Longer than most files: the SQS and SNS settings share their spec forms,
+//! region lookup and checks, and their unit tests are here too.
 
 use std::fmt;
 

@@ -6,6 +6,10 @@
 //!
 //! One core serves both services: they differ only in the call that sends
 //! a batch, in how a destination is named and in the health check.
+//!
+//! Longer than most files: SQS and SNS share one core (batching, the size
+//! split, outcome classes) that the two publishers wrap; its unit tests are
+//! at the end.
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -8,6 +8,10 @@
 //! Install it with `pip install "moto[server]"` (`.ci/run` does when it is
 //! missing). `OUTBOX_MOTO_PYTHON` may name another Python interpreter.
 //! Clients need any credentials and a region: see [`Moto::env`].
+//!
+//! Longer than most files: the server and the SDK client the tests read it
+//! back with (`client`) are kept together, since the client is set up for
+//! this server only.
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -44,6 +44,10 @@
 //! One file (its tests live beside it): the URL, query-string and key=value
 //! scanners share their token rules, and a quarter of it is this
 //! documentation.
+//!
+//! Longer than most files: one rule for what a secret looks like, applied
+//! to URLs, `key=value` text and whole messages, whose masking functions
+//! share the same small scanners (the tests are in `tests.rs`).
 
 /// What a hidden secret is replaced with.
 pub const REDACTED: &str = "***";
