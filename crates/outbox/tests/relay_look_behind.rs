@@ -11,6 +11,14 @@ use std::time::{Duration, Instant};
 use common::{count, execute, fast_config, start_relay, wait_for_count, EVENTS};
 use outbox_testkit::{wait_until, TestPublisher};
 
+/// Whether an event of `aggregate` has been delivered.
+fn has_delivered(publisher: &TestPublisher, aggregate: &str) -> bool {
+    publisher
+        .deliveries()
+        .iter()
+        .any(|e| e.aggregate_id == aggregate)
+}
+
 #[tokio::test]
 async fn a_pending_row_behind_the_cursor_is_found_by_the_look_behind() {
     let ctx = common::setup().await;
@@ -52,19 +60,11 @@ async fn a_pending_row_behind_the_cursor_is_found_by_the_look_behind() {
     wait_until(
         "the row ahead of the cursor to be delivered",
         Duration::from_secs(10),
-        || async {
-            publisher
-                .deliveries()
-                .iter()
-                .any(|e| e.aggregate_id == "ahead")
-        },
+        || async { has_delivered(&publisher, "ahead") },
     )
     .await;
     assert!(
-        !publisher
-            .deliveries()
-            .iter()
-            .any(|e| e.aggregate_id == "behind"),
+        !has_delivered(&publisher, "behind"),
         "the row behind came first: the claims read from the beginning, not from the cursor"
     );
 
@@ -73,12 +73,7 @@ async fn a_pending_row_behind_the_cursor_is_found_by_the_look_behind() {
     wait_until(
         "the row behind the cursor to be delivered",
         Duration::from_secs(45),
-        || async {
-            publisher
-                .deliveries()
-                .iter()
-                .any(|e| e.aggregate_id == "behind")
-        },
+        || async { has_delivered(&publisher, "behind") },
     )
     .await;
     let waited = inserted.elapsed();
