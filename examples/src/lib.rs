@@ -24,7 +24,7 @@ pub struct Database {
 impl Database {
     /// Connects to `DATABASE_URL`, or starts a throwaway cluster, with a
     /// pool of at most `max_connections` (an embedded relay needs 3 of its
-    /// own).
+    /// own, and a 4th while it looks behind its claim cursor, every 30 s).
     pub async fn open(max_connections: u32) -> Result<Database> {
         let (cluster, url, description) = match std::env::var("DATABASE_URL") {
             Ok(url) if !url.trim().is_empty() => {
