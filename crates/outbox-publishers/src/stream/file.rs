@@ -3,18 +3,27 @@
 
 use std::fs::{File, FileType, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use outbox::{Event, Outcome, Publisher, Unavailable};
+use rustix::fs::FlockOperation;
 
 use crate::Envelope;
 
 /// Appends each batch to a file with a single `write` in append mode, then
 /// `fsync`s it; only then are the events reported delivered. Several
-/// processes may append to one file: each batch lands whole.
+/// processes may append to one file: each batch is written under an
+/// exclusive `flock`, so batches never interleave.
+///
+/// A process killed in the middle of its `write` (SIGKILL cuts a large
+/// write short) leaves a torn last line; it was never acknowledged, so its
+/// events come again. Before each batch, under the lock, a tail that does
+/// not end in a newline is cut back to the last complete line, so the next
+/// batch never glues onto it and every line of the file stays one JSON
+/// document.
 #[derive(Debug, Clone)]
 pub struct FilePublisher {
     path: PathBuf,
@@ -35,6 +44,7 @@ impl FilePublisher {
         // changes nothing for a regular file.
         let file = OpenOptions::new()
             .create(true)
+            .read(true)
             .append(true)
             .custom_flags(libc::O_NONBLOCK)
             .open(&path)?;
@@ -97,14 +107,19 @@ impl Publisher for FilePublisher {
         let bytes = super::json_lines(batch, &self.envelope);
         let file = self.file.clone();
         let path = self.path.clone();
+        let shown = path.clone();
         tokio::task::spawn_blocking(move || {
             let mut f = file.lock().expect("file lock");
-            f.write_all(&bytes)?;
-            f.sync_data()
+            flock(&f, FlockOperation::LockExclusive)?;
+            let written = cut_torn_tail(&f, &path)
+                .and_then(|()| f.write_all(&bytes))
+                .and_then(|()| f.sync_data());
+            let unlocked = flock(&f, FlockOperation::Unlock);
+            written.and(unlocked)
         })
         .await
         .map_err(|e| Unavailable::new(format!("file writer failed: {e}")))?
-        .map_err(|e| Unavailable::new(format!("writing {}: {e}", path.display())))?;
+        .map_err(|e| Unavailable::new(format!("writing {}: {e}", shown.display())))?;
         Ok(vec![Outcome::Delivered; batch.len()])
     }
 
@@ -114,6 +129,41 @@ impl Publisher for FilePublisher {
             .map(|_| ())
             .map_err(|e| Unavailable::new(format!("{}: {e}", self.path.display())))
     }
+}
+
+/// `flock(2)` on `file`, as an `io::Result`.
+fn flock(file: &File, operation: FlockOperation) -> io::Result<()> {
+    rustix::fs::flock(file, operation).map_err(io::Error::from)
+}
+
+/// Cuts a last line without its newline (left by a writer killed in the
+/// middle of its `write`) back to the end of the last complete line. Call
+/// with the file's `flock` held: then no live writer is half-way through.
+fn cut_torn_tail(file: &File, path: &Path) -> io::Result<()> {
+    let len = file.metadata()?.len();
+    let mut last = [0u8; 1];
+    if len == 0 || (file.read_exact_at(&mut last, len - 1).is_ok() && last[0] == b'\n') {
+        return Ok(());
+    }
+    let mut keep = 0;
+    let mut end = len;
+    let mut chunk = vec![0u8; 64 * 1024];
+    while end > 0 {
+        let start = end.saturating_sub(chunk.len() as u64);
+        let part = &mut chunk[..(end - start) as usize];
+        file.read_exact_at(part, start)?;
+        if let Some(i) = part.iter().rposition(|&b| b == b'\n') {
+            keep = start + i as u64 + 1;
+            break;
+        }
+        end = start;
+    }
+    tracing::warn!(
+        path = %path.display(),
+        bytes = len - keep,
+        "dropping a torn last line (a writer died in the middle of a batch; its events come again)"
+    );
+    file.set_len(keep)
 }
 
 /// An error unless `kind` is a regular file, naming what it is instead.
@@ -154,6 +204,31 @@ mod tests {
             .expect("mkfifo");
         assert!(status.success());
         path
+    }
+
+    #[tokio::test]
+    async fn a_torn_last_line_is_cut_before_the_next_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        std::fs::write(&path, "{\"whole\":1}\n{\"torn\":").unwrap();
+        let publisher = FilePublisher::open(&path).unwrap();
+        let batch = [
+            crate::test_support::event("a", &[]),
+            crate::test_support::event("b", &[]),
+        ];
+        publisher.publish(&batch).await.unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert_eq!(lines[0], "{\"whole\":1}");
+        for line in &lines {
+            serde_json::from_str::<Box<serde_json::value::RawValue>>(line)
+                .unwrap_or_else(|e| panic!("not one JSON document: {line:?}: {e}"));
+        }
+        // A file that ends in a newline keeps every byte.
+        publisher.publish(&batch[..1]).await.unwrap();
+        let again = std::fs::read_to_string(&path).unwrap();
+        assert!(again.starts_with(&text) && again.lines().count() == 4);
     }
 
     #[test]
