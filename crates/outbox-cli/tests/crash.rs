@@ -44,8 +44,19 @@ async fn sigkill_at_random_moments_loses_nothing_and_keeps_order() {
 
     let mut kills_mid_run = 0;
     for round in 0..6 {
+        let before = common::read_deliveries(&file).len();
         let mut child = common::spawn_relay(&db.url, &file, "crashy", &[]);
-        let wait = rand::rng().random_range(60..350);
+        // Kill at a random moment of the delivery, not of the start-up: a
+        // relay that delivers faster than the rounds are long would
+        // otherwise drain everything before most kills (seen: all 21,400
+        // lines by the third kill).
+        let started = Instant::now();
+        while common::read_deliveries(&file).len() == before
+            && started.elapsed() < Duration::from_secs(3)
+        {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let wait = rand::rng().random_range(0..150);
         tokio::time::sleep(Duration::from_millis(wait)).await;
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
@@ -54,7 +65,9 @@ async fn sigkill_at_random_moments_loses_nothing_and_keeps_order() {
             .await
             .unwrap();
         let delivered = common::read_deliveries(&file).len();
-        eprintln!("kill {round} after {wait} ms: {delivered} lines written, {pending} pending");
+        eprintln!(
+            "kill {round} {wait} ms into delivering: {delivered} lines written, {pending} pending"
+        );
         if pending > 0 && delivered > 0 {
             kills_mid_run += 1;
         }
