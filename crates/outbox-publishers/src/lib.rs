@@ -1,7 +1,7 @@
 //! Publishers for the outbox relay. The JSON-lines publishers (stdout, file)
 //! have no dependencies; each broker sits behind a cargo feature.
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 #[cfg(any(
     feature = "kafka",

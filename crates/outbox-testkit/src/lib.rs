@@ -1,5 +1,6 @@
 //! Test kit for the outbox: a throwaway PostgreSQL, a publisher that records
 //! and fails on command, and checks of the guarantees.
+#![deny(missing_docs)]
 
 pub mod brokers;
 pub mod cloudevents;
