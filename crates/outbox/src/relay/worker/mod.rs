@@ -335,17 +335,19 @@ impl Worker {
     }
 
     /// Where a claim of `partitions` starts reading fresh rows now. Takes in
-    /// the answer of a finished look behind the cursor, and starts the next
-    /// look when one is due; neither waits for the database.
+    /// the answer of a finished look behind the cursor first (so this claim
+    /// reads from what it found), then starts the next look when one is due
+    /// for the partitions this claim reads; neither waits for the database.
     fn cursor_start(&mut self, partitions: &[i32]) -> Start {
         let now = Instant::now();
         self.probe_collect();
+        let start = self.cursor.start_claim(partitions, now);
         if self.probe.is_none() {
             if let Some(probe) = self.cursor.probe_due(now) {
                 self.probe_spawn(probe);
             }
         }
-        self.cursor.start_claim(partitions, now)
+        start
     }
 
     /// Waits for a wake-up, `delay`, or shutdown.
