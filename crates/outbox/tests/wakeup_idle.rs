@@ -63,12 +63,31 @@ async fn wait_for_one_idle_announcement(pool: &PgPool, what: &str) {
     .await;
 }
 
+/// A relay started with `config` that has announced itself idle.
+async fn idle_relay(
+    ctx: &common::Ctx,
+    publisher: &TestPublisher,
+    config: RelayConfig,
+) -> outbox::RelayHandle {
+    let relay = start_relay(ctx, publisher, config).await;
+    wait_for_one_idle_announcement(&ctx.pool, "the relay to announce that it is idle").await;
+    relay
+}
+
+/// A connection listening on the default schema's wake-up channel.
+async fn wakeup_listener(pool: &PgPool) -> sqlx::postgres::PgListener {
+    let mut listener = sqlx::postgres::PgListener::connect_with(pool)
+        .await
+        .unwrap();
+    listener.listen("outbox_event").await.unwrap();
+    listener
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_relay_delivers_a_plain_sql_insert_well_before_its_next_poll() {
     let ctx = common::setup().await;
     let publisher = TestPublisher::new();
-    let relay = start_relay(&ctx, &publisher, slow_poll("idle")).await;
-    wait_for_one_idle_announcement(&ctx.pool, "the relay to announce that it is idle").await;
+    let relay = idle_relay(&ctx, &publisher, slow_poll("idle")).await;
     // Idle longer than a poll interval, then one event at a time: each must
     // arrive far sooner than the 2 s poll would bring it (five in a row
     // could not all be lucky polls).
@@ -159,8 +178,7 @@ async fn a_producer_whose_snapshot_predates_the_announcement_still_wakes_the_rel
         .await
         .unwrap();
     assert_eq!(before, 0, "the snapshot is taken");
-    let relay = start_relay(&ctx, &publisher, slow_poll("late-snapshot")).await;
-    wait_for_one_idle_announcement(&ctx.pool, "the relay to announce that it is idle").await;
+    let relay = idle_relay(&ctx, &publisher, slow_poll("late-snapshot")).await;
     // Let the relay's last look after announcing pass, so only a signal
     // brings the row before the poll.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -179,13 +197,9 @@ async fn producers_stop_notifying_once_a_dead_relays_announcement_lapses() {
     let ctx = common::setup().await;
     let publisher = TestPublisher::new();
     // lease_ms is also how long an idle announcement lasts.
-    let relay = start_relay(&ctx, &publisher, slow_poll("doomed")).await;
-    wait_for_one_idle_announcement(&ctx.pool, "the relay to announce that it is idle").await;
+    let relay = idle_relay(&ctx, &publisher, slow_poll("doomed")).await;
     relay.abort();
-    let mut listener = sqlx::postgres::PgListener::connect_with(&ctx.pool)
-        .await
-        .unwrap();
-    listener.listen("outbox_event").await.unwrap();
+    let mut listener = wakeup_listener(&ctx.pool).await;
     insert_plain(&ctx.pool, "while-announced").await;
     tokio::time::timeout(Duration::from_secs(5), listener.recv())
         .await
@@ -210,12 +224,8 @@ async fn producers_stop_notifying_once_a_dead_relays_announcement_lapses() {
 async fn a_steady_stream_keeps_the_relay_awake_and_producers_send_almost_no_notifications() {
     let ctx = common::setup().await;
     let publisher = TestPublisher::new();
-    let relay = start_relay(&ctx, &publisher, fast_config("steady")).await;
-    wait_for_one_idle_announcement(&ctx.pool, "the relay to announce that it is idle").await;
-    let mut listener = sqlx::postgres::PgListener::connect_with(&ctx.pool)
-        .await
-        .unwrap();
-    listener.listen("outbox_event").await.unwrap();
+    let relay = idle_relay(&ctx, &publisher, fast_config("steady")).await;
+    let mut listener = wakeup_listener(&ctx.pool).await;
 
     // 300 commits, one every 5 ms: shorter gaps than the relay lingers
     // after work, so only the first should find it announced as asleep.
