@@ -25,6 +25,7 @@ broker_harness! {
     /// The suite's view of [`AmqpPublisher`] and its RabbitMQ node.
     struct AmqpHarness { rabbit: RabbitMqServer }
     publishes AmqpPublisher as "amqp (rabbitmq)", common::restartable(MAX_MESSAGE_BYTES + 100_000);
+    after_restart: AmqpHarness::bind_again;
     faithful_up_to: Some(MAX_MESSAGE_BYTES - 1_000);
 
     fn default_destination(&self, scope: &Scope) -> String {
@@ -32,11 +33,9 @@ broker_harness! {
     }
 
     async fn prepare(&self, scope: &Scope) {
-        let conn = self.connect().await;
-        let ch = conn.create_channel().await.expect("channel");
-        let pattern = format!("{}.#", scope.name());
-        rabbitmq::bind_queue(&ch, "outbox", &queue(scope), &pattern).await;
-        let _ = conn.close(200, "prepared".into()).await;
+        let binding = (queue(scope), format!("{}.#", scope.name()));
+        self.bind(std::slice::from_ref(&binding)).await;
+        BOUND.lock().unwrap().push(binding);
     }
 
     async fn consume(&self, scope: &Scope, expected: usize, deadline: Duration) -> Vec<Received> {
@@ -66,7 +65,31 @@ broker_harness! {
     }
 }
 
+/// The `(queue, pattern)` bindings the cases prepared, for
+/// [`AmqpHarness::bind_again`].
+static BOUND: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+
 impl AmqpHarness {
+    /// Declares each `(queue, pattern)` bound to the `outbox` exchange.
+    async fn bind(&self, bindings: &[(String, String)]) {
+        let conn = self.connect().await;
+        let ch = conn.create_channel().await.expect("channel");
+        for (queue, pattern) in bindings {
+            rabbitmq::bind_queue(&ch, "outbox", queue, pattern).await;
+        }
+        let _ = conn.close(200, "prepared".into()).await;
+    }
+
+    /// After a restart, declares the prepared queues and bindings again,
+    /// as their consumer would when it reconnects: a node killed within a
+    /// second or so of a declaration can come back without it (its
+    /// metadata log was not yet written), and every message would then
+    /// come back unroutable and be retried until the case gives up.
+    async fn bind_again(&self) {
+        let bound = BOUND.lock().unwrap().clone();
+        self.bind(&bound).await;
+    }
+
     fn config(&self) -> AmqpConfig {
         AmqpConfig {
             url: self.rabbit.url(),

@@ -50,6 +50,9 @@ macro_rules! harness {
 /// the broker stopped and restarted through the test kit), and the
 /// conformance suite's tests on it.
 ///
+/// `after_restart`, if named, runs after every restart (a consumer's
+/// declarations made again, as a consumer does when it reconnects).
+///
 /// Both constructors give `None` when the broker is skipped
 /// (`OUTBOX_SKIP_BROKER_TESTS`), and so does every test then.
 macro_rules! broker_harness {
@@ -57,6 +60,7 @@ macro_rules! broker_harness {
         $(#[$meta:meta])*
         struct $harness:ident { $field:ident: $server:ty }
         publishes $publisher:ident as $name:literal, $capabilities:expr;
+        $(after_restart: $after_restart:path;)?
         faithful_up_to: $limit:expr;
         $($methods:tt)*
     ) => {
@@ -95,6 +99,7 @@ macro_rules! broker_harness {
 
             async fn start_broker(&self) {
                 self.$field.restart().await;
+                $($after_restart(self).await;)?
             }
 
             $($methods)*

@@ -10,7 +10,7 @@ use outbox::{NewEvent, Publisher};
 use sqlx::PgPool;
 
 use super::events::{enqueue, enqueue_interleaved, event, new_event};
-use super::relay::{dead_letters, migrated_scope, spawn_relay};
+use super::relay::{dead_letters, migrated_scope, relay_state, spawn_relay};
 use super::scope::Scope;
 use super::verify::{check_delivered, read_back, Run};
 use super::Harness;
@@ -166,12 +166,19 @@ pub async fn survives_a_broker_restart<H: Harness>(h: &H, pool: &PgPool) {
     )
     .await;
     h.start_broker().await;
-    wait_until(
-        &format!("{name}: 500 more deliveries after the restart"),
-        Duration::from_secs(180),
-        delivered_at_least(at_stop + 500),
-    )
+    let resumed = tokio::time::timeout(Duration::from_secs(180), async {
+        while relay.stats().delivered < at_stop + 500 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
     .await;
+    if resumed.is_err() {
+        panic!(
+            "{name}: fewer than 500 more deliveries within 180 s of the restart; relay {:?}; {}",
+            relay.stats(),
+            relay_state(pool).await
+        );
+    }
     stop.store(true, Ordering::SeqCst);
     let expected = producer.await.expect("producer task");
     let stats = run

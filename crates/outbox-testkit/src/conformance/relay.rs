@@ -51,25 +51,50 @@ pub(super) async fn migrated_scope<H: Harness>(h: &H, pool: &PgPool, case: &str)
     scope
 }
 
+/// How often a repeated outage message is printed again (with its count).
+const REPEATS_SHOWN_EVERY: u64 = 50;
+
 /// Prints each outage the relay meets when its message differs from the
-/// previous one, so a case that times out shows what the relay was seeing
+/// previous one, and every [`REPEATS_SHOWN_EVERY`]th repeat of it, so a case
+/// that times out shows what the relay was seeing and whether it still was
 /// (the test harness shows this output only for failed tests).
 struct OutageLog {
     started: Instant,
-    last: Mutex<String>,
+    last: Mutex<(String, u64)>,
 }
 
 impl RelayObserver for OutageLog {
     fn on_outage(&self, kind: OutageKind, error: &str) {
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        if *last != error {
-            eprintln!(
-                "relay outage ({kind:?}) at {:.2?}: {error}",
-                self.started.elapsed()
-            );
-            *last = error.to_owned();
+        let at = self.started.elapsed();
+        if last.0 != error {
+            eprintln!("relay outage ({kind:?}) at {at:.2?}: {error}");
+            *last = (error.to_owned(), 1);
+        } else {
+            last.1 += 1;
+            if last.1 % REPEATS_SHOWN_EVERY == 0 {
+                eprintln!(
+                    "relay outage ({kind:?}) at {at:.2?}, {} times in a row: {error}",
+                    last.1
+                );
+            }
         }
     }
+}
+
+/// What the relay's database says, for a case that timed out: pending
+/// events, and each partition's owner and lease.
+pub(super) async fn relay_state(pool: &PgPool) -> String {
+    let owners: Vec<(i32, Option<String>, Option<String>)> = sqlx::query_as(
+        "SELECT partition, owner, (lease_until - now())::text FROM outbox_partitions ORDER BY partition",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap_or_default();
+    format!(
+        "{} pending; partitions (owner, lease left): {owners:?}",
+        pending(pool).await
+    )
 }
 
 /// A relay on `pool` publishing with a new publisher of the harness,
@@ -81,7 +106,7 @@ pub(super) async fn spawn_relay<H: Harness>(
 ) -> RelayHandle {
     let log = OutageLog {
         started: Instant::now(),
-        last: Mutex::new(String::new()),
+        last: Mutex::new((String::new(), 0)),
     };
     Relay::builder(pool.clone(), h.publisher().await)
         .config(relay_config(batch_size))
