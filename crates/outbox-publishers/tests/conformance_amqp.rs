@@ -35,7 +35,7 @@ broker_harness! {
     async fn prepare(&self, scope: &Scope) {
         let binding = (queue(scope), format!("{}.#", scope.name()));
         self.bind(std::slice::from_ref(&binding)).await;
-        BOUND.lock().unwrap().push(binding);
+        BOUND.lock().unwrap().push((self.rabbit.url(), binding));
     }
 
     async fn consume(&self, scope: &Scope, expected: usize, deadline: Duration) -> Vec<Received> {
@@ -65,9 +65,9 @@ broker_harness! {
     }
 }
 
-/// The `(queue, pattern)` bindings the cases prepared, for
-/// [`AmqpHarness::bind_again`].
-static BOUND: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+/// The `(queue, pattern)` bindings the cases prepared, by the URL of the
+/// node they were made on, for [`AmqpHarness::bind_again`].
+static BOUND: std::sync::Mutex<Vec<(String, (String, String))>> = std::sync::Mutex::new(Vec::new());
 
 impl AmqpHarness {
     /// Declares each `(queue, pattern)` bound to the `outbox` exchange.
@@ -86,7 +86,14 @@ impl AmqpHarness {
     /// metadata log was not yet written), and every message would then
     /// come back unroutable and be retried until the case gives up.
     async fn bind_again(&self) {
-        let bound = BOUND.lock().unwrap().clone();
+        let url = self.rabbit.url();
+        let bound: Vec<_> = BOUND
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(on, _)| *on == url)
+            .map(|(_, binding)| binding.clone())
+            .collect();
         self.bind(&bound).await;
     }
 

@@ -5,10 +5,26 @@ use std::time::{Duration, Instant};
 
 /// Polls `cond` every 10 ms until it is true or `deadline` passes; panics
 /// with `what` on timeout.
-pub async fn wait_until<F, Fut>(what: &str, deadline: Duration, mut cond: F)
+pub async fn wait_until<F, Fut>(what: &str, deadline: Duration, cond: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
+{
+    wait_until_or_explain(what, deadline, cond, || async { String::new() }).await;
+}
+
+/// [`wait_until`], whose panic on timeout also carries what `explain`
+/// reads then (the state that kept `cond` false).
+pub async fn wait_until_or_explain<F, Fut, E, EFut>(
+    what: &str,
+    deadline: Duration,
+    mut cond: F,
+    explain: E,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+    E: FnOnce() -> EFut,
+    EFut: Future<Output = String>,
 {
     let end = Instant::now() + deadline;
     loop {
@@ -16,7 +32,13 @@ where
             return;
         }
         if Instant::now() > end {
-            panic!("timed out after {deadline:?} waiting for {what}");
+            let why = explain().await;
+            let why = if why.is_empty() {
+                why
+            } else {
+                format!("; {why}")
+            };
+            panic!("timed out after {deadline:?} waiting for {what}{why}");
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

@@ -14,7 +14,7 @@ use super::relay::{dead_letters, migrated_scope, relay_state, spawn_relay};
 use super::scope::Scope;
 use super::verify::{check_delivered, read_back, Run};
 use super::Harness;
-use crate::wait::wait_until;
+use crate::wait::{wait_until, wait_until_or_explain};
 
 /// How long a relay may take to deliver everything once the broker is back.
 const RESUMED_WITHIN: Duration = Duration::from_secs(180);
@@ -166,19 +166,13 @@ pub async fn survives_a_broker_restart<H: Harness>(h: &H, pool: &PgPool) {
     )
     .await;
     h.start_broker().await;
-    let resumed = tokio::time::timeout(Duration::from_secs(180), async {
-        while relay.stats().delivered < at_stop + 500 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
+    wait_until_or_explain(
+        &format!("{name}: 500 more deliveries after the restart"),
+        Duration::from_secs(180),
+        delivered_at_least(at_stop + 500),
+        || async { format!("relay {:?}; {}", relay.stats(), relay_state(pool).await) },
+    )
     .await;
-    if resumed.is_err() {
-        panic!(
-            "{name}: fewer than 500 more deliveries within 180 s of the restart; relay {:?}; {}",
-            relay.stats(),
-            relay_state(pool).await
-        );
-    }
     stop.store(true, Ordering::SeqCst);
     let expected = producer.await.expect("producer task");
     let stats = run
