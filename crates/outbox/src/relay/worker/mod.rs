@@ -8,6 +8,7 @@
 mod ack;
 mod idle;
 mod look_behind;
+mod pace;
 mod phase;
 mod publish;
 
@@ -26,6 +27,7 @@ use crate::relay::ownership::{Claimable, Ownership};
 use crate::relay::store::{Claimed, Store};
 use crate::wakeup::Wakeup;
 use ack::Published;
+use pace::Pace;
 use phase::{decide, idle_wait, Phase, Situation};
 
 /// The relay worker: what it works with, and its own state between phases.
@@ -34,8 +36,11 @@ pub(crate) struct Worker {
     /// Published but not yet acknowledged; the acknowledgement rides on the
     /// next claim.
     unacked: Option<Published>,
-    /// The next batch, claimed while the previous one was being published.
+    /// The next batch, claimed while the previous (full) one was being
+    /// published.
     prefetched: Option<Claimed>,
+    /// How long a worker that keeps up waits between claims.
+    pace: Pace,
     /// Idle polling: from `poll_min_ms`, doubling to `poll_max_ms`.
     idle: DoublingDelay,
     /// Waits after an outage, doubling to `outage_backoff_max_ms`.
@@ -87,6 +92,7 @@ impl Worker {
             deps,
             unacked: None,
             prefetched: None,
+            pace: Pace::default(),
             idle,
             outage,
             idle_announced: None,
@@ -151,6 +157,14 @@ impl Worker {
     }
 
     async fn claim(&mut self, claim: Claimable) -> Phase {
+        let pace = self.pace.wait(Instant::now());
+        if !pace.is_zero() {
+            self.sleep(pace).await;
+            if *self.deps.shutdown.borrow() {
+                return Phase::Decide;
+            }
+        }
+        let started = Instant::now();
         let acked = self.unacked_refs();
         let start = self.cursor_start(&claim.partitions);
         let claimed = self
@@ -170,6 +184,8 @@ impl Worker {
                     self.cursor.observe(&claim.partitions, start.from, meta);
                 }
                 self.unacked_acknowledged();
+                self.pace
+                    .observe(started, batch.events.len(), self.deps.config.batch_size);
                 if batch.events.is_empty() {
                     Phase::Idle(claim)
                 } else {
@@ -214,10 +230,12 @@ impl Worker {
         Phase::Decide
     }
 
-    /// Publishes `batch` while, on its own task, the database acknowledges
-    /// the previous batch and claims the next (excluding this one, still in
-    /// flight), so the round trip and the decoding of the rows run in
-    /// parallel with publishing.
+    /// Publishes `batch`. A full batch (a backlog) is published while, on
+    /// its own task, the database acknowledges the previous batch and claims
+    /// the next (excluding this one, still in flight), so the round trip and
+    /// the decoding of the rows run in parallel with publishing. A short one
+    /// means the worker has caught up: nothing is claimed ahead, and its
+    /// acknowledgement rides on the next claim, one pace later.
     async fn publish(&mut self, claim: Claimable, batch: Claimed) -> Phase {
         self.idle.reset();
         self.last_work = Some(Instant::now());
@@ -231,41 +249,47 @@ impl Worker {
                 }
             }));
         }
-        let acked = self.unacked_refs();
-        let mut exclude = acked.ids.clone();
-        exclude.extend(batch.events.iter().map(|e| e.id));
-        let start = self.cursor_start(&claim.partitions);
-        let prefetch = {
+        let batch_size = self.deps.config.batch_size;
+        let prefetch = (!Pace::caught_up(batch.events.len(), batch_size)).then(|| {
+            let acked = self.unacked_refs();
+            let mut exclude = acked.ids.clone();
+            exclude.extend(batch.events.iter().map(|e| e.id));
+            let start = self.cursor_start(&claim.partitions);
             let (store, partitions) = (self.deps.store.clone(), claim.partitions.clone());
-            let limit = self.deps.config.batch_size;
-            tokio::spawn(async move {
+            let started = Instant::now();
+            let task = tokio::spawn(async move {
                 store
-                    .event_ack_and_claim(&partitions, limit, &acked, &exclude, start)
+                    .event_ack_and_claim(&partitions, batch_size, &acked, &exclude, start)
                     .await
-            })
-        };
+            });
+            (task, start, started)
+        });
         let published = self.publish_batch(batch, &claim).await;
-        let next = match prefetch.await {
-            Ok(result) => result.map_err(|e| e.with_causes()),
-            Err(panicked) => Err(format!("prefetch task failed: {panicked}")),
-        };
-        match next {
-            Ok(next) => {
-                if let Some(meta) = next.meta {
-                    self.cursor.observe(&claim.partitions, start.from, meta);
+        if let Some((task, start, started)) = prefetch {
+            let next = match task.await {
+                Ok(result) => result.map_err(|e| e.with_causes()),
+                Err(panicked) => Err(format!("prefetch task failed: {panicked}")),
+            };
+            match next {
+                Ok(next) => {
+                    if let Some(meta) = next.meta {
+                        self.cursor.observe(&claim.partitions, start.from, meta);
+                    }
+                    self.unacked_acknowledged();
+                    self.pace.observe(started, next.events.len(), batch_size);
+                    // The next batch was claimed before this one's outcome
+                    // was known: it is only safe to publish if every event
+                    // of this one was delivered (otherwise a successor could
+                    // overtake an event that is to be retried).
+                    if published.all_delivered() {
+                        self.prefetched = Some(next);
+                    }
                 }
-                self.unacked_acknowledged();
-                // The next batch was claimed before this one's outcome was
-                // known: it is only safe to publish if every event of this
-                // one was delivered (otherwise a successor could overtake an
-                // event that is to be retried).
-                if published.all_delivered() {
-                    self.prefetched = Some(next);
-                }
+                Err(e) => tracing::debug!(error = %e, "prefetch failed; claiming afresh"),
             }
-            Err(e) => tracing::debug!(error = %e, "prefetch failed; claiming afresh"),
         }
-        // If the prefetch could not acknowledge the previous batch, do it now.
+        // If no prefetch acknowledged the previous batch (it failed, or this
+        // batch followed a backlog's last prefetch), do it now.
         self.acknowledge_or_give_up().await;
         let outage = published.settlement.outage.clone();
         self.unacked = Some(published);
