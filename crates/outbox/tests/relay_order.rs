@@ -5,41 +5,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{event, fast_config, position, start_relay, wait_for_count, EVENTS, LONG};
+use common::{event, fast_config, position, produce, start_relay, wait_for_count, EVENTS, LONG};
 use outbox::NewEvent;
 use outbox_testkit::{wait_until, Fail, Match, TestPublisher};
-
-/// Producers write `per_agg` events to each of `aggs` aggregates, one
-/// transaction per event, serialised per aggregate (as the contract asks)
-/// but interleaved across aggregates.
-async fn produce(
-    pool: sqlx::PgPool,
-    outbox: outbox::Outbox,
-    aggs: usize,
-    per_agg: i64,
-    producers: usize,
-) {
-    let mut tasks = Vec::new();
-    for p in 0..producers {
-        let (pool, outbox) = (pool.clone(), outbox.clone());
-        tasks.push(tokio::spawn(async move {
-            for n in 1..=per_agg {
-                for a in (p..aggs).step_by(producers) {
-                    let mut tx = pool.begin().await.unwrap();
-                    outbox
-                        .enqueue(&mut *tx, &event(&format!("agg-{a}"), n))
-                        .await
-                        .unwrap();
-                    tx.commit().await.unwrap();
-                }
-                outbox.wake();
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn order_holds_across_two_relays_a_crash_and_a_join() {

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{assert_first_deliveries_in_order, event, fast_config, start_relay, wait_for_count};
+use common::{assert_first_deliveries_in_order, fast_config, produce, start_relay, wait_for_count};
 use common::{EVENTS, LONG};
 use outbox_testkit::{wait_until, TestPublisher};
 
@@ -22,27 +22,18 @@ async fn a_paced_relay_delivers_every_event_once_in_order_and_never_claims_faste
     let started = Instant::now();
     let relay = start_relay(&ctx, &publisher, fast_config("paced")).await;
 
-    // Producers wake the relay after every commit, which never cuts a pace
-    // short: claims stay at most one per `PACE_MIN` however often they do.
+    // One aggregate per producer: each wakes the relay after every commit,
+    // which never cuts a pace short: claims stay at most one per
+    // `PACE_MIN` however often they do.
     let (producers, per_producer) = (4usize, 600i64);
-    let mut tasks = Vec::new();
-    for p in 0..producers {
-        let (pool, outbox) = (ctx.pool.clone(), ctx.outbox.clone());
-        tasks.push(tokio::spawn(async move {
-            for n in 1..=per_producer {
-                let mut tx = pool.begin().await.unwrap();
-                outbox
-                    .enqueue(&mut *tx, &event(&format!("agg-{p}"), n))
-                    .await
-                    .unwrap();
-                tx.commit().await.unwrap();
-                outbox.wake();
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
+    produce(
+        ctx.pool.clone(),
+        ctx.outbox.clone(),
+        producers,
+        per_producer,
+        producers,
+    )
+    .await;
     let produced_in = started.elapsed();
     wait_for_count(&ctx.pool, "every event delivered", EVENTS, 0).await;
     let total = (producers as i64 * per_producer) as u64;

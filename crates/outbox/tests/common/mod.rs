@@ -106,3 +106,37 @@ where
         .await
         .unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
+
+/// Producers write `per_agg` events to each of `aggs` aggregates, one
+/// transaction per event, serialised per aggregate (as the contract asks)
+/// but interleaved across aggregates; each producer wakes the relay after
+/// every round of its aggregates (with one aggregate each: after every
+/// commit).
+pub async fn produce(
+    pool: sqlx::PgPool,
+    outbox: outbox::Outbox,
+    aggs: usize,
+    per_agg: i64,
+    producers: usize,
+) {
+    let mut tasks = Vec::new();
+    for p in 0..producers {
+        let (pool, outbox) = (pool.clone(), outbox.clone());
+        tasks.push(tokio::spawn(async move {
+            for n in 1..=per_agg {
+                for a in (p..aggs).step_by(producers) {
+                    let mut tx = pool.begin().await.unwrap();
+                    outbox
+                        .enqueue(&mut *tx, &event(&format!("agg-{a}"), n))
+                        .await
+                        .unwrap();
+                    tx.commit().await.unwrap();
+                }
+                outbox.wake();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
