@@ -133,6 +133,14 @@ impl Store {
             .fetch_all(&self.pool)
             .await
             .map_err(Error::db("acknowledging and claiming a batch"))?;
+        if let Some(row) = rows.first() {
+            use sqlx::Row;
+            let pages: i64 = row
+                .try_get(17)
+                .map_err(Error::db("reading the table's size"))?;
+            self.ack_and_claim.table_pages(pages);
+            self.next_retry.table_pages(pages);
+        }
         let mut claimed = Claimed {
             events: Vec::with_capacity(rows.len()),
             ctids: HashMap::with_capacity(rows.len()),
