@@ -2,6 +2,7 @@
 //! [`crate::queries`].
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,7 +60,13 @@ pub struct Failure {
 #[derive(Debug, Clone)]
 pub struct Store {
     pool: PgPool,
+    /// The claim with the plain xmin ([`q::SNAPSHOT_XMIN_PLAIN`]), and with
+    /// the per-database one ([`q::SNAPSHOT_XMIN_HERE`]).
     ack_and_claim: Arc<Replanned>,
+    ack_and_claim_wide: Arc<Replanned>,
+    /// Whether the last claim's plain xmin fell short of what the cursor
+    /// waited for: the next one then reads the per-database xmin.
+    xmin_wide: Arc<AtomicBool>,
     next_retry: Arc<Replanned>,
     fresh_below: String,
     delete_delivered: String,
@@ -88,7 +95,13 @@ impl Store {
             pool,
             ack_and_claim: Replanned::new(r(&q::EVENT_ACK_AND_CLAIM
                 .replace("{ack}", ack)
-                .replace("{xmin}", &xmin_reaching("$7")))),
+                .replace("{xmin}", q::SNAPSHOT_XMIN_PLAIN)
+                .replace("{xmin_plain}", q::SNAPSHOT_XMIN_PLAIN))),
+            ack_and_claim_wide: Replanned::new(r(&q::EVENT_ACK_AND_CLAIM
+                .replace("{ack}", ack)
+                .replace("{xmin}", &xmin_reaching("$7"))
+                .replace("{xmin_plain}", q::SNAPSHOT_XMIN_PLAIN))),
+            xmin_wide: Arc::new(AtomicBool::new(false)),
             next_retry: Replanned::new(r(q::EVENT_NEXT_RETRY_MS)),
             fresh_below: r(q::EVENT_FRESH_LOWEST_BELOW),
             delete_delivered: r(q::EVENT_DELETE_DELIVERED),
@@ -121,7 +134,11 @@ impl Store {
         exclude: &[Uuid],
         start: Start,
     ) -> Result<Claimed> {
-        let sql = self.ack_and_claim.sql();
+        let sql = if self.xmin_wide.load(Ordering::Relaxed) {
+            self.ack_and_claim_wide.sql()
+        } else {
+            self.ack_and_claim.sql()
+        };
         let rows = sqlx::query(&sql)
             .bind(partitions)
             .bind(limit as i64)
@@ -139,7 +156,13 @@ impl Store {
                 .try_get(17)
                 .map_err(Error::db("reading the table's size"))?;
             self.ack_and_claim.table_pages(pages);
+            self.ack_and_claim_wide.table_pages(pages);
             self.next_retry.table_pages(pages);
+            let plain_xmin: i64 = row
+                .try_get(18)
+                .map_err(Error::db("reading the claim's snapshot"))?;
+            self.xmin_wide
+                .store(plain_xmin < start.waiting_for, Ordering::Relaxed);
         }
         let mut claimed = Claimed {
             events: Vec::with_capacity(rows.len()),
