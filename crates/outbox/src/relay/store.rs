@@ -151,16 +151,11 @@ impl Store {
             .await
             .map_err(Error::db("acknowledging and claiming a batch"))?;
         if let Some(row) = rows.first() {
-            use sqlx::Row;
-            let pages: i64 = row
-                .try_get(17)
-                .map_err(Error::db("reading the table's size"))?;
+            let (pages, plain_xmin) =
+                claim_tail(row).map_err(Error::db("reading the claim's snapshot"))?;
             self.ack_and_claim.table_pages(pages);
             self.ack_and_claim_wide.table_pages(pages);
             self.next_retry.table_pages(pages);
-            let plain_xmin: i64 = row
-                .try_get(18)
-                .map_err(Error::db("reading the claim's snapshot"))?;
             self.xmin_wide
                 .store(plain_xmin < start.waiting_for, Ordering::Relaxed);
         }
@@ -407,7 +402,15 @@ fn xmin_reaching(param: &str) -> String {
     q::SNAPSHOT_XMIN_HERE.replace("{waiting_for}", param)
 }
 
-/// The last columns of a claim row: the same on every row.
+/// The table's size in pages and the snapshot's plain xmin: the columns
+/// after [`claim_meta`]'s, for the store itself (which text the next claim
+/// runs).
+fn claim_tail(row: &sqlx::postgres::PgRow) -> std::result::Result<(i64, i64), sqlx::Error> {
+    use sqlx::Row;
+    Ok((row.try_get(17)?, row.try_get(18)?))
+}
+
+/// The last columns of a claim row for the cursor: the same on every row.
 fn claim_meta(row: &sqlx::postgres::PgRow) -> std::result::Result<ClaimMeta, sqlx::Error> {
     use sqlx::Row;
     Ok(ClaimMeta {
