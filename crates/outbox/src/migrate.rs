@@ -45,6 +45,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "idle_flag_in_a_sequence",
         include_str!("../migrations/0007_idle_flag_in_a_sequence.sql"),
     ),
+    (
+        8,
+        "seq_always_positive",
+        include_str!("../migrations/0008_seq_always_positive.sql"),
+    ),
 ];
 
 const TRIGGER_ON: &str = include_str!("../migrations/notify_trigger_on.sql");

@@ -55,7 +55,8 @@ async fn migrating_twice_is_a_no_op() {
             "0004_xid_first".to_owned(),
             "0005_retry_index".to_owned(),
             "0006_one_wakeup_trigger".to_owned(),
-            "0007_idle_flag_in_a_sequence".to_owned()
+            "0007_idle_flag_in_a_sequence".to_owned(),
+            "0008_seq_always_positive".to_owned()
         ]
     );
     assert_eq!(first.partitions, 32);
@@ -242,7 +243,8 @@ async fn upgrading_a_first_release_schema_keeps_pending_events_and_their_order()
             "0004_xid_first",
             "0005_retry_index",
             "0006_one_wakeup_trigger",
-            "0007_idle_flag_in_a_sequence"
+            "0007_idle_flag_in_a_sequence",
+            "0008_seq_always_positive"
         ]
     );
     assert_eq!(report.partitions, 32);

@@ -44,6 +44,7 @@ async fn a_pending_row_behind_the_cursor_is_found_by_the_look_behind() {
         &ctx.pool,
         &format!(
             "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, seq)
+             OVERRIDING SYSTEM VALUE
              VALUES ('order', 'behind', 'order.created', '{{}}', {behind})"
         ),
     )
