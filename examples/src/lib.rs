@@ -6,7 +6,7 @@
 //! exits). See the programs in `src/bin/`.
 
 use anyhow::{Context, Result};
-use outbox_testkit::postgres::PgCluster;
+use outbox_embedded_pg::PgCluster;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
