@@ -55,13 +55,15 @@ async fn migrated() -> (TestDb, PgPool) {
 }
 
 /// Inserts rows as they could be written before migration 2 refused
-/// unreadable timestamps (the constraint is put back unvalidated).
+/// unreadable timestamps (migrations 2 and 9 put the checks back
+/// unvalidated).
 async fn insert_legacy(pool: &PgPool, sql: &str) {
     sqlx::raw_sql(&format!(
         "BEGIN;
-         ALTER TABLE outbox_events DROP CONSTRAINT outbox_events_finite_times;
+         ALTER DOMAIN outbox_time DROP CONSTRAINT outbox_events_finite_times;
+         ALTER TABLE outbox_events DROP CONSTRAINT outbox_events_finite_marks;
          {sql}
-         DELETE FROM outbox_schema_migrations WHERE version = 2;
+         DELETE FROM outbox_schema_migrations WHERE version IN (2, 9);
          COMMIT;"
     ))
     .execute(pool)

@@ -50,21 +50,24 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "seq_always_positive",
         include_str!("../migrations/0008_seq_always_positive.sql"),
     ),
+    (
+        9,
+        "cheaper_inserts",
+        include_str!("../migrations/0009_cheaper_inserts.sql"),
+    ),
 ];
 
 const TRIGGER_ON: &str = include_str!("../migrations/notify_trigger_on.sql");
 const TRIGGER_OFF: &str = include_str!("../migrations/notify_trigger_off.sql");
-/// The idle wake-up trigger, whose `WHEN` also takes the transaction id
-/// before any row draws its seq (migration 7), in place of
-/// `outbox_xid_first`.
+/// The idle wake-up trigger. Its function (migration 9) takes the
+/// transaction id before any row draws its seq, in place of
+/// `outbox_xid_first`, and sends the NOTIFY only while a relay sleeps; it
+/// has no `WHEN`, which PostgreSQL would parse again at every statement.
 const IDLE_TRIGGER_ON: &str = "
 DROP TRIGGER IF EXISTS outbox_wake_idle_relay ON {schema}.outbox_events;
 CREATE TRIGGER outbox_wake_idle_relay
 BEFORE INSERT ON {schema}.outbox_events
 FOR EACH STATEMENT
-WHEN (CASE WHEN pg_current_xact_id() IS NULL THEN false
-      ELSE pg_sequence_last_value('{schema}.outbox_relay_idle_until')
-           > date_part('epoch', now()) * 1000 END)
 EXECUTE FUNCTION {schema}.outbox_wake_idle_relay();
 DROP TRIGGER IF EXISTS outbox_xid_first ON {schema}.outbox_events;";
 /// No idle wake-up trigger; `outbox_xid_first` (migrations 4 and 7) takes
@@ -227,10 +230,14 @@ pub async fn migrate(
         Some(false) => Some(WakeupTrigger::Idle),
         None => None,
     });
-    // Migration 7 moved the triggers' tests into their `WHEN`: a schema that
-    // has just received it gets its own mode's triggers again, in that form.
+    // Migrations 7 and 9 changed how the triggers test their conditions: a
+    // schema that has just received one gets its own mode's triggers again,
+    // in today's form.
     let wanted = match wanted {
-        None if applied.iter().any(|m| m.starts_with("0007_")) => {
+        None if applied
+            .iter()
+            .any(|m| m.starts_with("0007_") || m.starts_with("0009_")) =>
+        {
             Some(installed_mode(&mut tx, schema).await?)
         }
         wanted => wanted,

@@ -15,20 +15,20 @@ use sqlx::PgPool;
 /// Timestamps PostgreSQL stores but no client library can represent.
 const UNREADABLE_TIMES: &[&str] = &["infinity", "-infinity", "294276-12-31 00:00:00+00"];
 
-/// Writes rows as they could be written before migration 2: the check is
-/// dropped for the insert and put back unvalidated, as the migration does.
+/// Writes rows as they could be written before migration 2: the checks
+/// (a table constraint, and since migration 9 a domain's too) are dropped
+/// for the insert and put back unvalidated by migrations 2 and 9
+/// themselves, so the constraints are exactly the shipped ones.
 async fn insert_legacy(pool: &PgPool, sql: &str) {
     let mut tx = pool.begin().await.unwrap();
-    common::execute(
-        &mut *tx,
-        "ALTER TABLE outbox_events DROP CONSTRAINT outbox_events_finite_times",
-    )
-    .await;
+    sqlx::raw_sql(DROP_TIME_CHECKS)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
     sqlx::raw_sql(sql).execute(&mut *tx).await.unwrap();
-    // Re-apply migration 2 itself, so the constraint is exactly the shipped one.
     common::execute(
         &mut *tx,
-        "DELETE FROM outbox_schema_migrations WHERE version = 2",
+        "DELETE FROM outbox_schema_migrations WHERE version IN (2, 9)",
     )
     .await;
     tx.commit().await.unwrap();
@@ -36,8 +36,19 @@ async fn insert_legacy(pool: &PgPool, sql: &str) {
     let report = outbox::migrate(&mut conn, &Schema::default(), &Default::default())
         .await
         .unwrap();
-    assert_eq!(report.applied, vec!["0002_finite_timestamps".to_owned()]);
+    assert_eq!(
+        report.applied,
+        vec![
+            "0002_finite_timestamps".to_owned(),
+            "0009_cheaper_inserts".to_owned()
+        ]
+    );
 }
+
+/// Every check of the timestamps' range, as migrations 2 and 9 left them.
+const DROP_TIME_CHECKS: &str = "
+ALTER DOMAIN outbox_time DROP CONSTRAINT outbox_events_finite_times;
+ALTER TABLE outbox_events DROP CONSTRAINT outbox_events_finite_marks";
 
 #[tokio::test]
 async fn an_undecodable_row_is_dead_lettered_alone_and_its_aggregate_moves_on() {

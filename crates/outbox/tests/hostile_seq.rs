@@ -99,7 +99,11 @@ async fn rows_written_below_one_before_migration_8_are_renumbered_in_aggregate_o
     drop(conn);
     assert_eq!(report.applied, ["0008_seq_always_positive"]);
     assert_eq!(
-        common::count(&ctx.pool, "SELECT count(*) FROM outbox_events WHERE seq <= 0").await,
+        common::count(
+            &ctx.pool,
+            "SELECT count(*) FROM outbox_events WHERE seq <= 0"
+        )
+        .await,
         0,
         "every row below 1 renumbered"
     );

@@ -56,7 +56,8 @@ async fn migrating_twice_is_a_no_op() {
             "0005_retry_index".to_owned(),
             "0006_one_wakeup_trigger".to_owned(),
             "0007_idle_flag_in_a_sequence".to_owned(),
-            "0008_seq_always_positive".to_owned()
+            "0008_seq_always_positive".to_owned(),
+            "0009_cheaper_inserts".to_owned()
         ]
     );
     assert_eq!(first.partitions, 32);
@@ -244,7 +245,8 @@ async fn upgrading_a_first_release_schema_keeps_pending_events_and_their_order()
             "0005_retry_index",
             "0006_one_wakeup_trigger",
             "0007_idle_flag_in_a_sequence",
-            "0008_seq_always_positive"
+            "0008_seq_always_positive",
+            "0009_cheaper_inserts"
         ]
     );
     assert_eq!(report.partitions, 32);
