@@ -13,8 +13,6 @@ mod outcomes;
 mod ownership;
 mod replan;
 mod store;
-#[cfg(test)]
-mod store_plans;
 mod waves;
 mod worker;
 

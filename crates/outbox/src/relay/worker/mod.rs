@@ -348,6 +348,7 @@ impl Worker {
             }
         }
         self.deps.publisher.close().await;
+        self.deps.store.connection_release();
     }
 
     /// Asks the other instances for a lease round now. Best effort: without
