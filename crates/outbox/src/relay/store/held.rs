@@ -15,6 +15,11 @@
 //!   checked by the pool before it is used again);
 //! - it is not held when the pool has no idle connection left and is at
 //!   its size limit: someone may be waiting for one.
+//!
+//! And the worker gives it back ([`super::Store::connection_release`])
+//! before every wait but its pace (idle, outage, parked) and once
+//! publishing a batch has taken longer than the longest pace, so a relay
+//! waiting on a broker or for work holds no connection idle.
 
 use std::sync::{Arc, Mutex};
 

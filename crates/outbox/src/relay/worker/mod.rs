@@ -264,7 +264,7 @@ impl Worker {
             });
             (task, start, started)
         });
-        let published = self.publish_batch(batch, &claim).await;
+        let published = self.publish_releasing(batch, &claim).await;
         if let Some((task, start, started)) = prefetch {
             let next = match task.await {
                 Ok(result) => result.map_err(|e| e.with_causes()),
@@ -310,6 +310,7 @@ impl Worker {
         }
         // Acknowledge what got through before waiting.
         self.acknowledge_unacked().await;
+        self.deps.store.connection_release();
         self.sleep(delay).await;
         Phase::Decide
     }
@@ -328,6 +329,7 @@ impl Worker {
         if let Some(o) = &self.deps.observer {
             o.on_outage(OutageKind::Database, &message);
         }
+        self.deps.store.connection_release();
         self.sleep(delay).await;
         Phase::Decide
     }
@@ -375,8 +377,9 @@ impl Worker {
         start
     }
 
-    /// Waits for a wake-up, `delay`, or shutdown.
+    /// Waits for a wake-up, `delay`, or shutdown, holding no connection.
     async fn wait(&mut self, delay: Duration) {
+        self.deps.store.connection_release();
         let wakeup = self.deps.wakeup.clone();
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}

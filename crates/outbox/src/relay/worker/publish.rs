@@ -13,7 +13,28 @@ use crate::relay::ownership::Claimable;
 use crate::relay::store::Claimed;
 use crate::relay::waves::into_waves;
 
+/// How long publishing may take before the connection kept for the next
+/// claim goes back to the pool: the longest pace, so a broker that answers
+/// as fast as the worker claims keeps it, and a slow one does not keep it
+/// from the pool's other users.
+const KEEP_WHILE_PUBLISHING: Duration = super::pace::PACE_MAX;
+
 impl Worker {
+    /// [`Worker::publish_batch`], giving the connection kept by the claim
+    /// back to the pool once publishing has taken
+    /// [`KEEP_WHILE_PUBLISHING`].
+    pub(super) async fn publish_releasing(&self, batch: Claimed, claim: &Claimable) -> Published {
+        let publishing = self.publish_batch(batch, claim);
+        tokio::pin!(publishing);
+        tokio::select! {
+            published = &mut publishing => published,
+            _ = tokio::time::sleep(KEEP_WHILE_PUBLISHING) => {
+                self.deps.store.connection_release();
+                publishing.await
+            }
+        }
+    }
+
     /// Publishes `batch` and records its failures. The deliveries are
     /// acknowledged later, with the next claim.
     ///
