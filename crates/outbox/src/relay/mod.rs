@@ -13,6 +13,8 @@ mod outcomes;
 mod ownership;
 mod replan;
 mod store;
+#[doc(hidden)]
+pub mod test_seam;
 mod waves;
 mod worker;
 

@@ -3,8 +3,6 @@
 
 mod claim;
 mod held;
-#[cfg(test)]
-mod plans;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -15,7 +13,7 @@ use sqlx::{PgPool, Postgres};
 use uuid::Uuid;
 
 pub use claim::Claimed;
-use held::Held;
+pub use held::Held;
 
 use crate::error::{Error, Result};
 use crate::queries as q;
