@@ -5,6 +5,7 @@ use sqlx::PgConnection;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
+use crate::queries as q;
 use crate::schema::Schema;
 
 /// Longest consumer name, in characters.
@@ -43,10 +44,7 @@ impl Inbox {
     /// An inbox in `schema`.
     pub fn with_schema(schema: Schema) -> Self {
         Inbox {
-            insert: schema.render(
-                "INSERT INTO {schema}.processed_events (consumer, event_id) VALUES ($1, $2)
-                 ON CONFLICT (consumer, event_id) DO NOTHING",
-            ),
+            insert: schema.render(q::INBOX_PROCESSED_INSERT),
         }
     }
 

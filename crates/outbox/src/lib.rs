@@ -44,3 +44,8 @@ pub use relay::{
 pub use schema::Schema;
 pub use status::{PartitionOwner, Status};
 pub use wakeup::Wakeup;
+
+/// Not part of the API: what the crate's own integration tests reach of
+/// its insides. No stability promise; do not use.
+#[doc(hidden)]
+pub use relay::test_seam;

@@ -3,6 +3,7 @@
 use sqlx::{Connection, PgConnection};
 
 use crate::error::{Error, Result};
+use crate::queries as q;
 use crate::schema::Schema;
 
 /// Default number of ownership partitions.
@@ -59,26 +60,6 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
 
 const TRIGGER_ON: &str = include_str!("../migrations/notify_trigger_on.sql");
 const TRIGGER_OFF: &str = include_str!("../migrations/notify_trigger_off.sql");
-/// The idle wake-up trigger. Its function (migration 9) takes the
-/// transaction id before any row draws its seq, in place of
-/// `outbox_xid_first`, and sends the NOTIFY only while a relay sleeps; it
-/// has no `WHEN`, which PostgreSQL would parse again at every statement.
-const IDLE_TRIGGER_ON: &str = "
-DROP TRIGGER IF EXISTS outbox_wake_idle_relay ON {schema}.outbox_events;
-CREATE TRIGGER outbox_wake_idle_relay
-BEFORE INSERT ON {schema}.outbox_events
-FOR EACH STATEMENT
-EXECUTE FUNCTION {schema}.outbox_wake_idle_relay();
-DROP TRIGGER IF EXISTS outbox_xid_first ON {schema}.outbox_events;";
-/// No idle wake-up trigger; `outbox_xid_first` (migrations 4 and 7) takes
-/// the transaction id first instead, in its `WHEN`.
-const IDLE_TRIGGER_OFF: &str = "
-DROP TRIGGER IF EXISTS outbox_wake_idle_relay ON {schema}.outbox_events;
-DROP TRIGGER IF EXISTS outbox_xid_first ON {schema}.outbox_events;
-CREATE TRIGGER outbox_xid_first
-BEFORE INSERT ON {schema}.outbox_events
-FOR EACH STATEMENT WHEN (pg_current_xact_id() IS NULL)
-EXECUTE FUNCTION {schema}.outbox_xid_first();";
 
 /// How rows inserted by plain SQL wake a relay in another process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -159,35 +140,26 @@ pub async fn migrate(
         .begin()
         .await
         .map_err(Error::db("starting migration"))?;
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('outbox.migrate.' || $1))")
+    sqlx::query(q::MIGRATION_LOCK)
         .bind(schema.name())
         .execute(&mut *tx)
         .await
         .map_err(Error::db("locking for migration"))?;
-    let setup = schema.render(
-        "CREATE SCHEMA IF NOT EXISTS {schema};
-         CREATE TABLE IF NOT EXISTS {schema}.outbox_schema_migrations (
-             version    INT PRIMARY KEY,
-             name       TEXT NOT NULL,
-             applied_at TIMESTAMPTZ NOT NULL DEFAULT NOW());",
-    );
+    let setup = schema.render(q::MIGRATION_TABLE_CREATE);
     sqlx::raw_sql(&setup)
         .execute(&mut *tx)
         .await
         .map_err(Error::db("creating the migrations table"))?;
-    let done: Vec<i32> = sqlx::query_scalar(
-        &schema.render("SELECT version FROM {schema}.outbox_schema_migrations ORDER BY version"),
-    )
-    .fetch_all(&mut *tx)
-    .await
-    .map_err(Error::db("reading applied migrations"))?;
+    let done: Vec<i32> = sqlx::query_scalar(&schema.render(q::MIGRATION_APPLIED))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(Error::db("reading applied migrations"))?;
 
     if done.contains(&1) {
-        let existing: i64 =
-            sqlx::query_scalar(&schema.render("SELECT count(*) FROM {schema}.outbox_partitions"))
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(Error::db("reading the partition count"))?;
+        let existing: i64 = sqlx::query_scalar(&schema.render(q::MIGRATION_PARTITION_COUNT))
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(Error::db("reading the partition count"))?;
         if let Some(wanted) = options.partitions {
             if i64::from(wanted) != existing {
                 return Err(Error::invalid(
@@ -214,14 +186,12 @@ pub async fn migrate(
             .execute(&mut *tx)
             .await
             .map_err(Error::db("applying a migration"))?;
-        sqlx::query(&schema.render(
-            "INSERT INTO {schema}.outbox_schema_migrations (version, name) VALUES ($1, $2)",
-        ))
-        .bind(version)
-        .bind(name)
-        .execute(&mut *tx)
-        .await
-        .map_err(Error::db("recording a migration"))?;
+        sqlx::query(&schema.render(q::MIGRATION_RECORD))
+            .bind(version)
+            .bind(name)
+            .execute(&mut *tx)
+            .await
+            .map_err(Error::db("recording a migration"))?;
         applied.push(format!("{version:04}_{name}"));
     }
 
@@ -244,9 +214,9 @@ pub async fn migrate(
     };
     if let Some(mode) = wanted {
         let (every_insert, idle) = match mode {
-            WakeupTrigger::Idle => (TRIGGER_OFF, IDLE_TRIGGER_ON),
-            WakeupTrigger::EveryInsert => (TRIGGER_ON, IDLE_TRIGGER_OFF),
-            WakeupTrigger::Off => (TRIGGER_OFF, IDLE_TRIGGER_OFF),
+            WakeupTrigger::Idle => (TRIGGER_OFF, q::IDLE_TRIGGER_ON),
+            WakeupTrigger::EveryInsert => (TRIGGER_ON, q::IDLE_TRIGGER_OFF),
+            WakeupTrigger::Off => (TRIGGER_OFF, q::IDLE_TRIGGER_OFF),
         };
         for sql in [every_insert, idle] {
             let sql = schema.render(sql).replace("{channel}", &schema.channel());
@@ -256,11 +226,10 @@ pub async fn migrate(
                 .map_err(Error::db("changing the wake-up trigger"))?;
         }
     }
-    let partitions: i64 =
-        sqlx::query_scalar(&schema.render("SELECT count(*) FROM {schema}.outbox_partitions"))
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(Error::db("reading the partition count"))?;
+    let partitions: i64 = sqlx::query_scalar(&schema.render(q::MIGRATION_PARTITION_COUNT))
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(Error::db("reading the partition count"))?;
     let wakeup = installed_mode(&mut tx, schema).await?;
     let notify_trigger = wakeup == WakeupTrigger::EveryInsert;
     tx.commit()
@@ -276,16 +245,11 @@ pub async fn migrate(
 
 /// The wake-up mode `schema`'s triggers implement.
 async fn installed_mode(conn: &mut PgConnection, schema: &Schema) -> Result<WakeupTrigger> {
-    let triggers: Vec<String> = sqlx::query_scalar(
-        "SELECT t.tgname::text FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
-           JOIN pg_namespace n ON n.oid = c.relnamespace
-          WHERE t.tgname IN ('outbox_insert_notify', 'outbox_wake_idle_relay')
-            AND n.nspname = $1 AND c.relname = 'outbox_events'",
-    )
-    .bind(schema.name())
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(Error::db("reading the wake-up triggers"))?;
+    let triggers: Vec<String> = sqlx::query_scalar(q::WAKEUP_TRIGGERS_INSTALLED)
+        .bind(schema.name())
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(Error::db("reading the wake-up triggers"))?;
     Ok(if triggers.iter().any(|t| t == "outbox_insert_notify") {
         WakeupTrigger::EveryInsert
     } else if triggers.iter().any(|t| t == "outbox_wake_idle_relay") {
@@ -303,7 +267,7 @@ pub async fn ensure_migrated(conn: &mut PgConnection, schema: &Schema) -> Result
         "outbox_relay_instances",
         "outbox_relay_idle_until",
     ] {
-        let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
+        let exists: bool = sqlx::query_scalar(q::TABLE_EXISTS)
             .bind(format!("{}.{table}", schema.name()))
             .fetch_one(&mut *conn)
             .await

@@ -10,27 +10,9 @@ use uuid::Uuid;
 
 use crate::error::{Error, Result};
 use crate::event::NewEvent;
+use crate::queries as q;
 use crate::schema::Schema;
 use crate::wakeup::Wakeup;
-
-// The common case (no headers, no topic) leaves those columns to their
-// defaults: less to encode and parse on the producer's hot path.
-const INSERT_PLAIN: &str = "INSERT INTO {schema}.outbox_events
-    (id, aggregate_type, aggregate_id, event_type, payload)
-VALUES ($1, $2, $3, $4, $5)";
-
-const INSERT_ONE: &str = "INSERT INTO {schema}.outbox_events
-    (id, aggregate_type, aggregate_id, event_type, payload, headers, topic)
-VALUES ($1, $2, $3, $4, $5, $6, $7)";
-
-// One statement for many events; WITH ORDINALITY + ORDER BY keeps the
-// caller's order in `seq`.
-const INSERT_MANY: &str = "INSERT INTO {schema}.outbox_events
-    (id, aggregate_type, aggregate_id, event_type, payload, headers, topic)
-SELECT id, aggregate_type, aggregate_id, event_type, payload::jsonb, headers::jsonb, topic
-FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
-     WITH ORDINALITY AS e(id, aggregate_type, aggregate_id, event_type, payload, headers, topic, ord)
-ORDER BY ord";
 
 /// The five columns every insert of one event binds first, in this order:
 /// id, aggregate type, aggregate id, event type, payload.
@@ -97,9 +79,9 @@ impl Outbox {
     /// A handle on `schema`.
     pub fn with_schema(schema: Schema) -> Self {
         Outbox {
-            insert_plain: schema.render(INSERT_PLAIN).into(),
-            insert_one: schema.render(INSERT_ONE).into(),
-            insert_many: schema.render(INSERT_MANY).into(),
+            insert_plain: schema.render(q::EVENT_INSERT_PLAIN).into(),
+            insert_one: schema.render(q::EVENT_INSERT_ONE).into(),
+            insert_many: schema.render(q::EVENT_INSERT_MANY).into(),
             schema,
             wakeup: Wakeup::local(),
         }

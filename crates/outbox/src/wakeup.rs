@@ -14,6 +14,8 @@ use std::time::Duration;
 use sqlx::PgPool;
 use tokio::sync::Notify;
 
+use crate::queries as q;
+
 /// Shared wake-up signal between producers and relays in one process.
 #[derive(Debug, Default)]
 pub struct Wakeup {
@@ -50,7 +52,7 @@ impl Wakeup {
                     let _ = tokio::time::timeout(Duration::from_secs(1), kicked).await;
                     continue;
                 }
-                if let Err(e) = sqlx::query("SELECT pg_notify($1, '')")
+                if let Err(e) = sqlx::query(q::WAKEUP_NOTIFY)
                     .bind(&channel)
                     .execute(&pool)
                     .await

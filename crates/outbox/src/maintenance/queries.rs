@@ -1,5 +1,6 @@
 //! The statements of the maintenance tools (dead letters and cleanup), in one
-//! place. `{schema}` is replaced by the configured schema.
+//! place (the rest are in `crate::queries`). `{schema}` is replaced by the
+//! configured schema.
 //!
 //! The dead-letter statements share one predicate whose parameters are all
 //! optional (NULL matches everything):

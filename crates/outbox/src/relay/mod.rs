@@ -13,8 +13,8 @@ mod outcomes;
 mod ownership;
 mod replan;
 mod store;
-#[cfg(test)]
-mod store_plans;
+#[doc(hidden)]
+pub mod test_seam;
 mod waves;
 mod worker;
 

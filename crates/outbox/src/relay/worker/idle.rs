@@ -1,10 +1,15 @@
 //! The idle announcement: how a worker tells producers' wake-up trigger
 //! (migration 7) that it sleeps, closes the race with inserts that could
-//! not see the announcement yet, and withdraws it when it has work.
+//! not see the announcement yet, and withdraws it when it has work; and the
+//! idle phase that uses it.
 
 use std::time::{Duration, Instant};
 
-use super::Worker;
+use tokio::task::JoinHandle;
+
+use super::phase::{idle_wait, Phase};
+use super::{Deps, Worker};
+use crate::relay::ownership::Claimable;
 
 /// How long a worker that just published keeps polling, every
 /// [`IDLE_LINGER_POLL`], before it announces that it sleeps. A steady
@@ -23,41 +28,118 @@ const ANNOUNCE_SETTLE_MAX: Duration = Duration::from_millis(50);
 /// How often it looks meanwhile.
 const ANNOUNCE_SETTLE_POLL: Duration = Duration::from_millis(1);
 
-impl Worker {
-    /// Whether the schema has the idle wake-up trigger (asked once; a
-    /// schema switched to another mode is seen at the relay's restart).
-    pub(super) async fn idle_trigger(&mut self) -> bool {
-        if self.idle_trigger.is_none() {
-            match self.deps.store.idle_trigger_installed().await {
-                Ok(installed) => self.idle_trigger = Some(installed),
-                Err(e) => {
-                    tracing::debug!(error = %e.with_causes(), "could not look for the wake-up trigger; polling");
-                    return false;
-                }
-            }
+/// What became of [`Announcement::keep_alive`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Announced {
+    /// Nothing announced: not due, not wanted, or it failed (the poll still
+    /// finds every row).
+    No,
+    /// A standing announcement was renewed.
+    Renewed,
+    /// The first announcement of this idle spell: look once more after
+    /// [`Announcement::settle`].
+    First,
+}
+
+/// Whether this worker has told producers that it sleeps, and what that
+/// depends on. The fields change together: an announcement is made,
+/// renewed and withdrawn only through these methods.
+#[derive(Debug, Default)]
+pub(super) struct Announcement {
+    /// When this instance last announced that it sleeps (producers' wake-up
+    /// trigger then notifies); `None` while it has work.
+    at: Option<Instant>,
+    /// When this instance last published a batch: for [`IDLE_LINGER`]
+    /// after it, an empty claim polls again instead of announcing.
+    last_work: Option<Instant>,
+    /// A withdrawal still running off the publish path; the next
+    /// announcement waits for it, so they cannot cross.
+    retracting: Option<JoinHandle<()>>,
+    /// Whether the schema has the idle wake-up trigger (`None`: not known
+    /// yet).
+    trigger: Option<bool>,
+}
+
+impl Announcement {
+    /// The worker has work: from now on an empty claim lingers first, and
+    /// a standing announcement is withdrawn.
+    pub fn busy(&mut self, deps: &Deps) {
+        self.last_work = Some(Instant::now());
+        self.retract(deps);
+    }
+
+    /// Withdraws the announcement, if any, on its own task, when no other
+    /// relay may be asleep on it (otherwise it lapses by itself).
+    /// [`Announcement::retracted`] waits for it.
+    pub fn retract(&mut self, deps: &Deps) {
+        if self.at.take().is_none() || !deps.ownership.alone() {
+            return;
         }
-        self.idle_trigger == Some(true)
+        let store = deps.store.clone();
+        self.retracting = Some(tokio::spawn(async move {
+            if let Err(e) = store.idle_retract().await {
+                tracing::debug!(error = %e.with_causes(), "could not withdraw the idle announcement; it lapses by itself");
+            }
+        }));
+    }
+
+    /// Waits for a withdrawal still running, if any.
+    pub async fn retracted(&mut self) {
+        if let Some(retracting) = self.retracting.take() {
+            let _ = retracting.await;
+        }
     }
 
     /// Whether an empty claim should poll again soon instead of announcing:
     /// the worker published within [`IDLE_LINGER`], has not announced yet,
     /// and producers' commits would wake it (it listens, and the schema has
     /// the idle trigger). Without the trigger the idle polls are unchanged.
-    pub(super) async fn lingering(&mut self) -> bool {
-        self.idle_announced.is_none()
-            && self.last_work.is_some_and(|at| at.elapsed() < IDLE_LINGER)
-            && self.deps.config.listen
-            && self.idle_trigger().await
+    pub async fn lingering(&mut self, deps: &Deps) -> bool {
+        if !lingers(self.at, self.last_work, Instant::now()) || !deps.config.listen {
+            return false;
+        }
+        self.trigger_installed(deps).await
     }
 
-    /// Waits, briefly, until every transaction with an id below `xid` has
-    /// ended: inserts that ran before the announcement could be seen have
-    /// then committed. A long writer elsewhere ends the wait early; the
-    /// poll covers what it leaves.
-    async fn wait_for_transactions_below(&mut self, xid: i64) {
+    /// Announces that the worker sleeps, for `ttl`, if it listens, the
+    /// schema has the idle trigger and no announcement stands younger than
+    /// half of `ttl`.
+    pub async fn keep_alive(&mut self, deps: &Deps, ttl: Duration) -> Announced {
+        if !deps.config.listen || !renewal_due(self.at, Instant::now(), ttl) {
+            return Announced::No;
+        }
+        let first = self.at.is_none();
+        if !self.trigger_installed(deps).await {
+            return Announced::No;
+        }
+        self.retracted().await;
+        if let Err(e) = deps.store.idle_announce(ttl).await {
+            tracing::debug!(error = %e.with_causes(), "could not announce that the relay is idle; polling");
+            return Announced::No;
+        }
+        self.at = Some(Instant::now());
+        if first {
+            Announced::First
+        } else {
+            Announced::Renewed
+        }
+    }
+
+    /// After a first announcement: waits until every insert that read the
+    /// trigger's time before it has committed. Such an insert took its
+    /// transaction id before reading, so below an id taken now. A long
+    /// writer elsewhere ends the wait early; the poll covers what it leaves.
+    pub async fn settle(&self, deps: &Deps) {
+        let xid = match deps.store.transaction_id_new().await {
+            Ok(xid) => xid,
+            Err(e) => {
+                tracing::debug!(error = %e.with_causes(), "could not take a transaction id after announcing; polling");
+                return;
+            }
+        };
         let started = Instant::now();
         while started.elapsed() < ANNOUNCE_SETTLE_MAX {
-            match self.deps.store.transactions_ended_below(xid).await {
+            match deps.store.transactions_ended_below(xid).await {
                 Ok(true) => return,
                 Ok(false) => tokio::time::sleep(ANNOUNCE_SETTLE_POLL).await,
                 Err(e) => {
@@ -68,43 +150,91 @@ impl Worker {
         }
     }
 
-    /// Tells producers' wake-up trigger that a relay sleeps, for `ttl`.
-    /// `false` if it failed (the poll still finds every row).
-    pub(super) async fn announce_idle(&mut self, ttl: Duration) -> bool {
-        if let Some(retracting) = self.retracting.take() {
-            let _ = retracting.await;
-        }
-        match self.deps.store.idle_announce(ttl).await {
-            Ok(()) => {
-                self.idle_announced = Some(Instant::now());
-                true
+    /// Whether the schema has the idle wake-up trigger (asked once; a
+    /// schema switched to another mode is seen at the relay's restart).
+    async fn trigger_installed(&mut self, deps: &Deps) -> bool {
+        if self.trigger.is_none() {
+            match deps.store.idle_trigger_installed().await {
+                Ok(installed) => self.trigger = Some(installed),
+                Err(e) => {
+                    tracing::debug!(error = %e.with_causes(), "could not look for the wake-up trigger; polling");
+                    return false;
+                }
             }
+        }
+        self.trigger == Some(true)
+    }
+}
+
+/// Whether an announcement is to be made now: none stands, or the standing
+/// one is older than half its `ttl`.
+fn renewal_due(at: Option<Instant>, now: Instant, ttl: Duration) -> bool {
+    at.is_none_or(|at| now.duration_since(at) > ttl / 2)
+}
+
+/// Whether a worker that announced nothing yet and last published at
+/// `last_work` still lingers at `now`.
+fn lingers(at: Option<Instant>, last_work: Option<Instant>, now: Instant) -> bool {
+    at.is_none() && last_work.is_some_and(|w| now.duration_since(w) < IDLE_LINGER)
+}
+
+impl Worker {
+    /// Nothing deliverable: linger after work, else announce the sleep
+    /// (only where the schema's idle trigger is installed, and a relay that
+    /// does not LISTEN has nothing to be woken by), wait until every insert
+    /// that could not see the announcement has committed, then look once
+    /// more, so none of them is left for the poll. While asleep, keep the
+    /// announcement alive, and wake for the poll or the earliest backoff.
+    pub(super) async fn idle(&mut self, claim: Claimable) -> Phase {
+        if self.announcement.lingering(&self.deps).await {
+            self.wait(IDLE_LINGER_POLL).await;
+            return Phase::Decide;
+        }
+        let ttl = Duration::from_millis(self.deps.config.lease_ms);
+        if self.announcement.keep_alive(&self.deps, ttl).await == Announced::First {
+            self.announcement.settle(&self.deps).await;
+            return Phase::Claim(claim);
+        }
+        let poll = self.poll.next_delay();
+        let next_retry = match self.deps.store.event_next_retry(&claim.partitions).await {
+            Ok(next) => next,
             Err(e) => {
-                tracing::debug!(error = %e.with_causes(), "could not announce that the relay is idle; polling");
-                false
+                tracing::debug!(error = %e.with_causes(), "could not read the next retry time; polling");
+                None
             }
-        }
+        };
+        self.wait(idle_wait(poll, next_retry)).await;
+        Phase::Decide
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TTL: Duration = Duration::from_secs(10);
+
+    #[test]
+    fn an_announcement_is_renewed_only_past_half_its_ttl() {
+        let now = Instant::now();
+        assert!(renewal_due(None, now, TTL), "none stands");
+        assert!(!renewal_due(Some(now), now + TTL / 2, TTL));
+        assert!(renewal_due(
+            Some(now),
+            now + TTL / 2 + Duration::from_millis(1),
+            TTL
+        ));
     }
 
-    /// After a first announcement: waits until every insert that read the
-    /// trigger's time before it has committed. Such an insert took its
-    /// transaction id before reading, so below an id taken now.
-    pub(super) async fn settle_after_announcing(&mut self) {
-        match self.deps.store.transaction_id_new().await {
-            Ok(xid) => self.wait_for_transactions_below(xid).await,
-            Err(e) => {
-                tracing::debug!(error = %e.with_causes(), "could not take a transaction id after announcing; polling");
-            }
-        }
-    }
-
-    /// Withdraws the idle announcement, if any, when no other relay may be
-    /// asleep on it (otherwise it lapses by itself).
-    pub(super) async fn retract_idle(&mut self) {
-        if self.idle_announced.take().is_some() && self.deps.ownership.alone() {
-            if let Err(e) = self.deps.store.idle_retract().await {
-                tracing::debug!(error = %e.with_causes(), "could not withdraw the idle announcement; it lapses by itself");
-            }
-        }
+    #[test]
+    fn a_worker_lingers_just_after_work_and_never_once_it_announced() {
+        let now = Instant::now();
+        assert!(lingers(None, Some(now), now + IDLE_LINGER / 2));
+        assert!(!lingers(None, Some(now), now + IDLE_LINGER), "linger over");
+        assert!(!lingers(None, None, now), "no work yet");
+        assert!(
+            !lingers(Some(now), Some(now), now),
+            "asleep already: announced"
+        );
     }
 }

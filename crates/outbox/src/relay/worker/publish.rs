@@ -1,25 +1,137 @@
-//! Publishing one claimed batch: in per-aggregate waves, never from a
-//! partition whose lease is lapsing, within the publish timeout; failures
-//! are written (fenced) before the next claim.
+//! Publishing a claimed batch: the publish phase, with the claim of the
+//! next batch running ahead beside it; the batch itself in per-aggregate
+//! waves, never from a partition whose lease is lapsing, within the publish
+//! timeout; failures are written (fenced) before the next claim.
 
 use std::time::{Duration, Instant};
 
+use tokio::task::JoinHandle;
+
 use super::ack::Published;
+use super::pace::Pace;
+use super::phase::Phase;
 use super::Worker;
+use crate::error::Result;
 use crate::event::Event;
 use crate::publisher::Outcome;
+use crate::relay::cursor::Start;
 use crate::relay::outcomes::Settlement;
 use crate::relay::ownership::Claimable;
 use crate::relay::store::Claimed;
 use crate::relay::waves::into_waves;
 
+/// How long publishing may take before the connection kept for the next
+/// claim goes back to the pool: the longest pace, so a broker that answers
+/// as fast as the worker claims keeps it, and a slow one does not keep it
+/// from the pool's other users.
+const KEEP_WHILE_PUBLISHING: Duration = super::pace::PACE_MAX;
+
+/// The claim of the next batch, running on its own task while a batch is
+/// published.
+struct ClaimAhead {
+    task: JoinHandle<Result<Claimed>>,
+    start: Start,
+    started: Instant,
+}
+
 impl Worker {
+    /// Publishes `batch`. A full batch (a backlog) is published while, on
+    /// its own task, the database acknowledges the previous batch and claims
+    /// the next (excluding this one, still in flight), so the round trip and
+    /// the decoding of the rows run in parallel with publishing. A short one
+    /// means the worker has caught up: nothing is claimed ahead, and its
+    /// acknowledgement rides on the next claim, one pace later.
+    pub(super) async fn publish(&mut self, claim: Claimable, batch: Claimed) -> Phase {
+        self.poll.reset();
+        // Busy again: producers stop notifying (where no other relay may be
+        // asleep on the announcement). Off the publish path.
+        self.announcement.busy(&self.deps);
+        let ahead = self.claim_ahead(&claim, &batch);
+        let published = self.publish_releasing(batch, &claim).await;
+        if let Some(ahead) = ahead {
+            self.claimed_ahead(ahead, &claim, &published).await;
+        }
+        // If no claim ahead acknowledged the previous batch (it failed, or
+        // this batch followed a backlog's last one), do it now.
+        self.acknowledge_or_give_up().await;
+        let outage = published.settlement.outage.clone();
+        self.unacked = Some(published);
+        match outage {
+            None => {
+                self.outage.reset();
+                Phase::Decide
+            }
+            Some(error) => Phase::BrokerDown(error),
+        }
+    }
+
+    /// Starts claiming the batch after `batch` (of `claim`), unless `batch`
+    /// is short (the worker has caught up).
+    fn claim_ahead(&mut self, claim: &Claimable, batch: &Claimed) -> Option<ClaimAhead> {
+        let batch_size = self.deps.config.batch_size;
+        if Pace::caught_up(batch.events.len(), batch_size) {
+            return None;
+        }
+        let acked = self.unacked_refs();
+        let mut exclude = acked.ids.clone();
+        exclude.extend(batch.events.iter().map(|e| e.id));
+        let start = self.cursor.start(&self.deps.store, &claim.partitions);
+        let (store, partitions) = (self.deps.store.clone(), claim.partitions.clone());
+        let started = Instant::now();
+        let task = tokio::spawn(async move {
+            store
+                .event_ack_and_claim(&partitions, batch_size, &acked, &exclude, start)
+                .await
+        });
+        Some(ClaimAhead {
+            task,
+            start,
+            started,
+        })
+    }
+
+    /// Takes in the batch claimed ahead while `published` was published. It
+    /// was claimed before that one's outcome was known: it is only kept to
+    /// be published next if every event of that one was delivered
+    /// (otherwise a successor could overtake an event that is to be
+    /// retried).
+    async fn claimed_ahead(&mut self, ahead: ClaimAhead, claim: &Claimable, published: &Published) {
+        let next = match ahead.task.await {
+            Ok(result) => result.map_err(|e| e.with_causes()),
+            Err(panicked) => Err(format!("prefetch task failed: {panicked}")),
+        };
+        match next {
+            Ok(next) => {
+                self.claimed(&claim.partitions, ahead.start, ahead.started, &next);
+                if published.all_delivered() {
+                    self.prefetched = Some(next);
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "prefetch failed; claiming afresh"),
+        }
+    }
+
+    /// [`Worker::publish_batch`], giving the connection kept by the claim
+    /// back to the pool once publishing has taken
+    /// [`KEEP_WHILE_PUBLISHING`].
+    async fn publish_releasing(&self, batch: Claimed, claim: &Claimable) -> Published {
+        let publishing = self.publish_batch(batch, claim);
+        tokio::pin!(publishing);
+        tokio::select! {
+            published = &mut publishing => published,
+            _ = tokio::time::sleep(KEEP_WHILE_PUBLISHING) => {
+                self.deps.store.connection_release();
+                publishing.await
+            }
+        }
+    }
+
     /// Publishes `batch` and records its failures. The deliveries are
     /// acknowledged later, with the next claim.
     ///
     /// Rows that could not be decoded are never sent: each is dead-lettered
     /// with its reason, exactly like an event the broker rejected.
-    pub(super) async fn publish_batch(&self, batch: Claimed, claim: &Claimable) -> Published {
+    async fn publish_batch(&self, batch: Claimed, claim: &Claimable) -> Published {
         let started = Instant::now();
         let claimed = batch.events.len();
         let timeout = Duration::from_millis(self.deps.config.publish_timeout_ms);

@@ -1,38 +1,24 @@
 //! The relay's database calls, one method per statement in
 //! [`crate::queries`].
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+mod claim;
+mod held;
+
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::PgPool;
+use sqlx::pool::PoolConnection;
+use sqlx::{PgPool, Postgres};
 use uuid::Uuid;
 
+pub use claim::Claimed;
+pub use held::Held;
+
 use crate::error::{Error, Result};
-use crate::event::Event;
 use crate::queries as q;
-use crate::relay::cursor::{ClaimMeta, Start};
-use crate::relay::decode;
 use crate::relay::replan::Replanned;
 use crate::schema::Schema;
-
-/// A claimed batch: the events, and where each row lies (its `ctid`), for
-/// a cheap acknowledgement.
-#[derive(Debug, Default)]
-pub struct Claimed {
-    /// The events, in seq order.
-    pub events: Vec<Event>,
-    /// Row locations by event id.
-    pub ctids: HashMap<Uuid, String>,
-    /// Rows that could not be decoded, by event id, with the reason: they
-    /// are in `events` (with what could be read) to be dead-lettered, never
-    /// published.
-    pub undecodable: HashMap<Uuid, String>,
-    /// What the claim saw besides its rows, for the cursor (`None` when it
-    /// returned no row).
-    pub meta: Option<ClaimMeta>,
-}
 
 /// Rows to acknowledge: locations and ids, pairwise.
 #[derive(Debug, Default, Clone)]
@@ -59,7 +45,8 @@ pub struct Failure {
 /// Statements rendered for one schema.
 #[derive(Debug, Clone)]
 pub struct Store {
-    pool: PgPool,
+    /// Where every call takes its connection (see [`held`]).
+    held: Held,
     /// The claim with the plain xmin ([`q::SNAPSHOT_XMIN_PLAIN`]), and with
     /// the per-database one ([`q::SNAPSHOT_XMIN_HERE`]).
     ack_and_claim: Arc<Replanned>,
@@ -92,7 +79,7 @@ impl Store {
         let r = |s: &str| schema.render(s);
         let ack = if keep { q::ACK_KEEP } else { q::ACK_DELETE };
         Store {
-            pool,
+            held: Held::new(pool),
             ack_and_claim: Replanned::new(r(&q::EVENT_ACK_AND_CLAIM
                 .replace("{ack}", ack)
                 .replace("{xmin}", q::SNAPSHOT_XMIN_PLAIN)
@@ -122,74 +109,12 @@ impl Store {
         }
     }
 
-    /// Marks `acked` done and claims up to `limit` deliverable events of
-    /// `partitions`, in seq order, other than `exclude` (which must contain
-    /// the acknowledged ids), fresh ones from `start`'s seq on, in one
-    /// statement.
-    pub async fn event_ack_and_claim(
-        &self,
-        partitions: &[i32],
-        limit: usize,
-        acked: &RowRefs,
-        exclude: &[Uuid],
-        start: Start,
-    ) -> Result<Claimed> {
-        let sql = if self.xmin_wide.load(Ordering::Relaxed) {
-            self.ack_and_claim_wide.sql()
-        } else {
-            self.ack_and_claim.sql()
-        };
-        let rows = sqlx::query(&sql)
-            .bind(partitions)
-            .bind(limit as i64)
-            .bind(&acked.ctids)
-            .bind(&acked.ids)
-            .bind(exclude)
-            .bind(start.from)
-            .bind(start.waiting_for)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(Error::db("acknowledging and claiming a batch"))?;
-        if let Some(row) = rows.first() {
-            let (pages, plain_xmin) =
-                claim_tail(row).map_err(Error::db("reading the claim's snapshot"))?;
-            self.ack_and_claim.table_pages(pages);
-            self.ack_and_claim_wide.table_pages(pages);
-            self.next_retry.table_pages(pages);
-            self.xmin_wide
-                .store(plain_xmin < start.waiting_for, Ordering::Relaxed);
-        }
-        let mut claimed = Claimed {
-            events: Vec::with_capacity(rows.len()),
-            ctids: HashMap::with_capacity(rows.len()),
-            undecodable: HashMap::new(),
-            meta: rows
-                .first()
-                .map(claim_meta)
-                .transpose()
-                .map_err(Error::db("reading the claim's snapshot"))?,
-        };
-        for row in rows {
-            let decoded = decode::claimed_row(&row).map_err(Error::db("decoding a claimed row"))?;
-            let event = match decoded.event {
-                Ok(event) => event,
-                Err(bad) => {
-                    claimed.undecodable.insert(bad.event.id, bad.reason);
-                    bad.event
-                }
-            };
-            claimed.ctids.insert(event.id, decoded.ctid);
-            claimed.events.push(event);
-        }
-        Ok(claimed)
-    }
-
     /// Milliseconds until the earliest backoff in `partitions` ends, if any.
     pub async fn event_next_retry(&self, partitions: &[i32]) -> Result<Option<Duration>> {
         let sql = self.next_retry.sql();
         let ms: Option<i64> = sqlx::query_scalar(&sql)
             .bind(partitions)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *self.connection().await?)
             .await
             .map_err(Error::db("reading the next retry time"))?;
         Ok(ms.map(|ms| Duration::from_millis(ms.max(0) as u64)))
@@ -205,7 +130,7 @@ impl Store {
         sqlx::query_scalar(&self.fresh_below)
             .bind(partitions)
             .bind(below)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *self.connection().await?)
             .await
             .map_err(Error::db(
                 "looking for pending events behind the claim cursor",
@@ -273,7 +198,7 @@ impl Store {
     pub async fn transactions_ended_below(&self, xid: i64) -> Result<bool> {
         sqlx::query_scalar(&self.ended_below)
             .bind(xid)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *self.connection().await?)
             .await
             .map_err(Error::db("reading the oldest running transaction"))
     }
@@ -295,7 +220,7 @@ impl Store {
         sqlx::query_scalar(&self.live)
             .bind(lease.as_millis() as f64)
             .bind(me)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.connection().await?)
             .await
             .map_err(Error::db("listing relay instances"))
     }
@@ -343,7 +268,7 @@ impl Store {
             .bind(me)
             .bind(partitions)
             .bind(lease.as_millis() as f64)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.connection().await?)
             .await
             .map_err(Error::db(during))
     }
@@ -369,13 +294,28 @@ impl Store {
             .await
     }
 
+    /// Gives the connection kept for the next claim back to the pool (the
+    /// relay stops).
+    pub fn connection_release(&self) {
+        self.held.release();
+    }
+
+    /// A connection for one call: the one kept by the last claim, or one
+    /// from the pool.
+    async fn connection(&self) -> Result<PoolConnection<Postgres>> {
+        self.held
+            .connection()
+            .await
+            .map_err(Error::db("taking a connection from the pool"))
+    }
+
     /// Runs `sql`, which takes no parameters and returns one value.
     async fn scalar<T>(&self, sql: &str, during: &'static str) -> Result<T>
     where
         T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send + Unpin,
     {
         sqlx::query_scalar(sql)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *self.connection().await?)
             .await
             .map_err(Error::db(during))
     }
@@ -392,7 +332,8 @@ impl Store {
         query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
         during: &'static str,
     ) -> Result<u64> {
-        let done = query.execute(&self.pool).await.map_err(Error::db(during))?;
+        let mut conn = self.connection().await?;
+        let done = query.execute(&mut *conn).await.map_err(Error::db(during))?;
         Ok(done.rows_affected())
     }
 }
@@ -400,23 +341,4 @@ impl Store {
 /// [`q::SNAPSHOT_XMIN_HERE`] waiting for the id in parameter `param`.
 fn xmin_reaching(param: &str) -> String {
     q::SNAPSHOT_XMIN_HERE.replace("{waiting_for}", param)
-}
-
-/// The table's size in pages and the snapshot's plain xmin: the columns
-/// after [`claim_meta`]'s, for the store itself (which text the next claim
-/// runs).
-fn claim_tail(row: &sqlx::postgres::PgRow) -> std::result::Result<(i64, i64), sqlx::Error> {
-    use sqlx::Row;
-    Ok((row.try_get(17)?, row.try_get(18)?))
-}
-
-/// The last columns of a claim row for the cursor: the same on every row.
-fn claim_meta(row: &sqlx::postgres::PgRow) -> std::result::Result<ClaimMeta, sqlx::Error> {
-    use sqlx::Row;
-    Ok(ClaimMeta {
-        xmin: row.try_get(13)?,
-        xid: row.try_get(14)?,
-        seq_high: row.try_get(15)?,
-        lowest_fresh: row.try_get(16)?,
-    })
 }

@@ -3,13 +3,11 @@
 //! kept while deleted rows grow it to hundreds, must not read the whole
 //! heap at every claim.
 
+use outbox::test_seam::ClaimLoop;
+use outbox::Schema;
 use outbox_testkit::postgres::migrated_test_db;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Executor, PgPool};
-
-use crate::relay::cursor::Start;
-use crate::relay::store::{Claimed, RowRefs, Store};
-use crate::schema::Schema;
 
 /// Sequential scans of the outbox table counted so far, as seen from the
 /// store's own session (which reports its counts first).
@@ -58,19 +56,12 @@ async fn a_claim_planned_on_a_tiny_table_never_scans_the_heap_once_it_has_grown(
     .execute(&setup)
     .await
     .unwrap();
-    let store = Store::new(pool.clone(), &Schema::default(), false);
-    let partitions: Vec<i32> = (0..store.partition_count().await.unwrap()).collect();
-    let start = Start {
-        from: 0,
-        waiting_for: i64::MIN,
-    };
-    // Planned now, on a one-page table.
-    let first = store
-        .event_ack_and_claim(&partitions, 100, &RowRefs::default(), &[], start)
+    let mut claims = ClaimLoop::new(pool.clone(), &Schema::default())
         .await
         .unwrap();
-    assert_eq!(first.events.len(), 20);
-    store.event_next_retry(&partitions).await.unwrap();
+    // Planned now, on a one-page table.
+    assert_eq!(claims.claim(100).await.unwrap(), 20);
+    claims.next_retry().await.unwrap();
 
     // The table grows to hundreds of pages of deleted rows (vacuum has not
     // run: it is off here, as it is behind a held snapshot).
@@ -94,7 +85,6 @@ async fn a_claim_planned_on_a_tiny_table_never_scans_the_heap_once_it_has_grown(
 
     // A busy relay: each claim acknowledges the last batch and finds a few
     // new rows. The first one after the growth sees the table's size.
-    let mut acked = refs(&first);
     let mut before = 0;
     for round in 0..11 {
         if round == 1 {
@@ -107,29 +97,12 @@ async fn a_claim_planned_on_a_tiny_table_never_scans_the_heap_once_it_has_grown(
         .execute(&setup)
         .await
         .unwrap();
-        let batch = store
-            .event_ack_and_claim(&partitions, 100, &acked, &acked.ids, start)
-            .await
-            .unwrap();
-        assert_eq!(batch.events.len(), 5, "round {round}");
-        acked = refs(&batch);
-        store.event_next_retry(&partitions).await.unwrap();
+        assert_eq!(claims.claim(100).await.unwrap(), 5, "round {round}");
+        claims.next_retry().await.unwrap();
     }
     let scans = seq_scans(&pool).await - before;
     assert_eq!(
         scans, 0,
         "claims and retry lookups planned on a one-page table read the whole {pages}-page heap {scans} times in 10 rounds"
     );
-}
-
-/// What acknowledges `batch`.
-fn refs(batch: &Claimed) -> RowRefs {
-    RowRefs {
-        ids: batch.events.iter().map(|e| e.id).collect(),
-        ctids: batch
-            .events
-            .iter()
-            .map(|e| batch.ctids[&e.id].clone())
-            .collect(),
-    }
 }

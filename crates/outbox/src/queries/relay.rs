@@ -1,5 +1,5 @@
-//! Every statement the relay, the status report and the maintenance commands
-//! run, in one place. `{schema}` is replaced by the configured schema.
+//! The relay's statements: claim and acknowledgement, retries, the idle
+//! announcement, membership and partition leases.
 
 /// Acknowledges the previous batch and claims the next in one round trip.
 ///
@@ -319,27 +319,3 @@ WHERE owner = $1 AND partition = ANY($2::int[])";
 
 /// The number of partitions.
 pub const PARTITION_COUNT: &str = "SELECT count(*)::int FROM {schema}.outbox_partitions";
-
-/// Pending (live, not dead-lettered) events left; for `--drain`.
-pub const PENDING_COUNT: &str = "
-SELECT count(*) FROM {schema}.outbox_events
-WHERE processed_at IS NULL AND dead_lettered_at IS NULL";
-
-/// The status report's counters. The oldest age leaves out `created_at`
-/// values that are not finite (only rows older than migration 2 can hold
-/// them): `now() - '-infinity'` is out of an interval's range.
-pub const STATUS_COUNTS: &str = "
-SELECT count(*) FILTER (WHERE dead_lettered_at IS NULL) AS pending,
-       count(*) FILTER (WHERE dead_lettered_at IS NULL AND next_attempt_at IS NOT NULL) AS retrying,
-       count(*) FILTER (WHERE dead_lettered_at IS NOT NULL) AS dead_letters,
-       EXTRACT(EPOCH FROM now() - min(created_at) FILTER (
-           WHERE dead_lettered_at IS NULL AND isfinite(created_at)))::float8
-           AS oldest_pending_age_seconds
-FROM {schema}.outbox_events
-WHERE processed_at IS NULL";
-
-/// The status report's partition owners.
-pub const STATUS_PARTITIONS: &str = "
-SELECT partition, owner, epoch,
-       (EXTRACT(EPOCH FROM lease_until - now()) * 1000)::bigint AS lease_ms_left
-FROM {schema}.outbox_partitions ORDER BY partition";

@@ -1,0 +1,26 @@
+//! Every statement the library runs is a named constant in a queries
+//! module, one per area; `{schema}` is replaced by the configured schema.
+//!
+//! | area | module |
+//! |------|--------|
+//! | the relay: claim, acknowledgement, retries, idle announcement, leases | [`relay`] |
+//! | the status report | [`status`] |
+//! | producers: enqueue, the wake-up after commit | [`producer`] |
+//! | the consumer inbox | [`inbox`] |
+//! | the migration runner (the migrations are `crates/outbox/migrations/*.sql`) | [`migrate`] |
+//! | the maintenance tools: dead letters, cleanup | `crate::maintenance::queries` |
+//!
+//! Callers name them as `queries::NAME` (`use crate::queries as q`); the
+//! areas are for readers, and the names are unique across them.
+
+mod inbox;
+mod migrate;
+mod producer;
+mod relay;
+mod status;
+
+pub use inbox::*;
+pub use migrate::*;
+pub use producer::*;
+pub use relay::*;
+pub use status::*;
