@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::SecondsFormat;
-use outbox::redact::{redact_text, redact_url};
+use outbox::redact::{hide, redact_text, redact_url};
 use outbox::{Event, Outcome, Publisher, Unavailable};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Value};
@@ -96,16 +96,11 @@ impl RedisPublisher {
     /// A client error as text: the URL's password hidden wherever the
     /// client may have quoted it.
     fn scrub(&self, text: String) -> String {
-        let text = text.replace(&self.config.url, &self.where_());
-        let password = self
-            .client
-            .get_connection_info()
-            .redis_settings()
-            .password();
-        match password {
-            Some(p) if !p.is_empty() => redact_text(&text.replace(p, "***")),
-            _ => redact_text(&text),
-        }
+        let shown = self.where_();
+        let text = text.replace(&self.config.url, &shown);
+        let settings = self.client.get_connection_info().redis_settings();
+        let password = settings.password().unwrap_or_default();
+        redact_text(&hide(&text, password, &shown))
     }
 
     async fn connect(&self) -> Result<MultiplexedConnection, String> {
