@@ -18,8 +18,9 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Value};
 use tokio::sync::Mutex;
 
-use super::classify::{classify_reply, is_transport, Answer};
+use super::classify::{classify_reply, is_transport};
 use super::config::RedisConfig;
+use crate::broker::answer::Answer;
 use crate::broker::publisher::{broker_publisher, connect_within, or_retry, partial_outage};
 use crate::cloudevents::{Format, REDIS};
 use crate::{Envelope, Error, Template};
