@@ -6,13 +6,11 @@ use std::fmt;
 use outbox::redact::{is_secret_key, redact_text, redact_url, REDACTED};
 use serde::Deserialize;
 
-use super::request::{reserved_header, UrlTemplate};
-use super::sign::SigningKey;
+use super::message::{reserved_header, UrlTemplate};
+use super::sign::{SigningKey, SECRET_PREFIX};
 use crate::broker::settings::{hidden, settings_debug, Settings};
 use crate::Error;
 
-/// The prefix of a Standard Webhooks secret: `whsec_` + base64 key.
-pub const SECRET_PREFIX: &str = "whsec_";
 /// The environment variable the `outbox` program reads the secret from when
 /// `[publisher.http]` has none.
 pub const SECRET_ENV: &str = "OUTBOX_PUBLISHER_HTTP_SECRET";
