@@ -1,8 +1,10 @@
 //! An event as an SQS/SNS message: body, attributes, group and
-//! de-duplication ids, or why it can never be sent.
+//! de-duplication ids, or why it can never be sent; and messages as the
+//! entries of a batch call.
 
 use std::collections::BTreeMap;
 
+pub(super) use aws_sdk_sqs::error::BuildError;
 use outbox::Event;
 
 use crate::cloudevents;
@@ -187,6 +189,58 @@ pub(super) fn message(
         dedup_id,
         size,
     })
+}
+
+/// The entries of one batch call for `messages`, each entry's id its
+/// position in `messages`: body, group and de-duplication ids, and every
+/// attribute as a `String` attribute. The services' builders differ in
+/// type and in the name of the body, not in what they are given.
+macro_rules! entries {
+    ($messages:expr, $entry:ty, $attribute:ty, $body:ident) => {{
+        let mut entries = Vec::with_capacity($messages.len());
+        for (n, (_, m)) in $messages.iter().enumerate() {
+            let mut b = <$entry>::builder()
+                .id(n.to_string())
+                .$body(&m.body)
+                .set_message_group_id(m.group_id.clone())
+                .set_message_deduplication_id(m.dedup_id.clone());
+            for (name, value) in &m.attributes {
+                let v = <$attribute>::builder()
+                    .data_type(STRING)
+                    .string_value(value)
+                    .build()?;
+                b = b.message_attributes(name, v);
+            }
+            entries.push(b.build()?);
+        }
+        Ok(entries)
+    }};
+}
+
+/// The `SendMessageBatch` entries of `messages` (see `entries!`).
+pub(super) fn sqs_entries(
+    messages: &[(usize, Message)],
+) -> Result<Vec<aws_sdk_sqs::types::SendMessageBatchRequestEntry>, BuildError> {
+    use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
+    entries!(
+        messages,
+        SendMessageBatchRequestEntry,
+        MessageAttributeValue,
+        message_body
+    )
+}
+
+/// The `PublishBatch` entries of `messages` (see `entries!`).
+pub(super) fn sns_entries(
+    messages: &[(usize, Message)],
+) -> Result<Vec<aws_sdk_sns::types::PublishBatchRequestEntry>, BuildError> {
+    use aws_sdk_sns::types::{MessageAttributeValue, PublishBatchRequestEntry};
+    entries!(
+        messages,
+        PublishBatchRequestEntry,
+        MessageAttributeValue,
+        message
+    )
 }
 
 #[cfg(test)]
