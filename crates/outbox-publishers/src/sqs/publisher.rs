@@ -142,7 +142,8 @@ impl Core {
         let target = locate(service, &self.destination, &self.urls)
             .await
             .map_err(failed)?;
-        match service {
+        let context = |call: &str| format!("{} ({call})", target.shown);
+        let checked = match service {
             Service::Sqs(client) => client
                 .get_queue_attributes()
                 .queue_url(&target.address)
@@ -150,25 +151,16 @@ impl Core {
                 .send()
                 .await
                 .map(|_| ())
-                .map_err(|e| {
-                    failed(classify_call(
-                        &e,
-                        &format!("{} (GetQueueAttributes)", target.shown),
-                    ))
-                }),
+                .map_err(|e| classify_call(&e, &context("GetQueueAttributes"))),
             Service::Sns(client) => client
                 .get_topic_attributes()
                 .topic_arn(&target.address)
                 .send()
                 .await
                 .map(|_| ())
-                .map_err(|e| {
-                    failed(classify_call(
-                        &e,
-                        &format!("{} (GetTopicAttributes)", target.shown),
-                    ))
-                }),
-        }
+                .map_err(|e| classify_call(&e, &context("GetTopicAttributes"))),
+        };
+        checked.map_err(failed)
     }
 }
 
