@@ -34,6 +34,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use chrono::SecondsFormat;
+use outbox::redact::shorten;
 use outbox::Event;
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -92,7 +93,7 @@ impl FromStr for Format {
             "cloudevents-structured" => Ok(Format::CloudEventsStructured),
             _ => Err(format!(
                 "{:?} is not a message format: use plain, cloudevents-binary or cloudevents-structured",
-                shorten(s)
+                shorten(s, 60)
             )),
         }
     }
@@ -338,15 +339,6 @@ pub fn percent_encode(value: &str) -> Cow<'_, str> {
         }
     }
     Cow::Owned(out)
-}
-
-/// The first 60 characters of `s`.
-fn shorten(s: &str) -> String {
-    if s.chars().count() <= 60 {
-        return s.to_owned();
-    }
-    let head: String = s.chars().take(60).collect();
-    format!("{head}…")
 }
 
 /// The attribute names of one binding, prefix included.

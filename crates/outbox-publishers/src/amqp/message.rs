@@ -3,6 +3,7 @@
 
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::BasicProperties;
+use outbox::redact::shorten;
 use outbox::Event;
 
 use super::publisher::AmqpPublisher;
@@ -24,8 +25,8 @@ impl AmqpPublisher {
         let key = self.routing_key.destination(event)?;
         if key.len() > 255 {
             return Err(format!(
-                "routing key {:?}… is {} bytes long; AMQP allows 255",
-                key.chars().take(40).collect::<String>(),
+                "routing key {:?} is {} bytes long; AMQP allows 255",
+                shorten(&key, 40),
                 key.len()
             ));
         }

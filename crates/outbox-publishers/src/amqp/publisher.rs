@@ -9,6 +9,7 @@ use lapin::options::BasicPublishOptions;
 use lapin::types::ShortString;
 use lapin::uri::AMQPUri;
 use lapin::{BasicProperties, Channel, Connection};
+use outbox::redact::hide;
 use outbox::{Event, Outcome, Publisher, Unavailable};
 use tokio::sync::Mutex;
 use tokio::time::{timeout, timeout_at, Instant};
@@ -87,15 +88,7 @@ impl AmqpPublisher {
     /// Removes the password from `text`, should a client error quote it
     /// (the already redacted URL in it is left alone).
     pub(super) fn scrub(&self, text: String) -> String {
-        let password = &self.uri.authority.userinfo.password;
-        if password.is_empty() {
-            return text;
-        }
-        let shown = self.where_();
-        text.split(shown.as_str())
-            .map(|part| part.replace(password.as_str(), "***"))
-            .collect::<Vec<_>>()
-            .join(&shown)
+        hide(&text, &self.uri.authority.userinfo.password, &self.where_())
     }
 
     /// A new confirm-mode channel after the broker closed one. lapin can

@@ -12,12 +12,10 @@
 
 mod classify;
 mod config;
+mod message;
 mod publisher;
-mod request;
 mod sign;
 
-pub use config::{
-    HttpConfig, DEFAULT_MAX_CONCURRENCY, DEFAULT_TIMEOUT_MS, SECRET_ENV, SECRET_PREFIX,
-};
+pub use config::{HttpConfig, DEFAULT_MAX_CONCURRENCY, DEFAULT_TIMEOUT_MS, SECRET_ENV};
 pub use publisher::HttpPublisher;
-pub use sign::{sign, SigningKey};
+pub use sign::{sign, SigningKey, SECRET_PREFIX};

@@ -15,7 +15,7 @@ use tokio::task::JoinSet;
 
 use super::classify::{outcome, retry_after, transport_error, QUOTED_BODY_BYTES};
 use super::config::HttpConfig;
-use super::request::{cloudevent_headers, event_headers, UrlTemplate};
+use super::message::{cloudevent_headers, event_headers, UrlTemplate};
 use super::sign::{sign, SigningKey};
 use crate::broker::publisher::broker_publisher;
 use crate::cloudevents::Format;

@@ -8,7 +8,8 @@ use base64::Engine;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use super::config::SECRET_PREFIX;
+/// The prefix of a Standard Webhooks secret: `whsec_` + base64 key.
+pub const SECRET_PREFIX: &str = "whsec_";
 
 /// Standard base64 that accepts the key with or without its `=` padding.
 const KEY_BASE64: GeneralPurpose = GeneralPurpose::new(

@@ -2,7 +2,9 @@
 //! broker speaking its protocol) with an idempotent, `acks=all` producer.
 //! Behind the `kafka` feature.
 
+mod classify;
 mod config;
+mod message;
 mod publisher;
 
 pub use config::{KafkaConfig, DEFAULT_TOPIC_TEMPLATE};

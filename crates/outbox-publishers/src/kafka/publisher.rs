@@ -1,12 +1,8 @@
 //! The Kafka publisher: an idempotent rdkafka `FutureProducer` with
 //! `acks=all`; an event is delivered when its delivery report says so.
 //!
-//! One file for the producer's life cycle and its error classification:
-//! librdkafka's error codes are only meaningful next to the calls that
-//! return them.
-//!
-//! Longer than most files: the publisher, its delivery-error classes and
-//! its unit tests (at the end).
+//! What an error means is in `classify.rs`, the message's headers in
+//! `message.rs`.
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,70 +13,14 @@ use async_trait::async_trait;
 use outbox::{Event, Outcome, Publisher, Unavailable};
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::ClientContext;
 
+use super::classify::{failure, settle, Class, Sent};
 use super::config::{topic_problem, KafkaConfig};
+use super::message::headers;
 use crate::broker::publisher::broker_publisher;
-use crate::cloudevents::{Format, KAFKA};
 use crate::{Envelope, Error, Template};
-
-/// What the publisher does with one failed message, by error kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Class {
-    /// The broker can never take it: dead-letter at once.
-    Permanent,
-    /// May pass for this message: retry after a backoff.
-    Transient,
-    /// The brokers are unreachable: an outage, no attempt counted if the
-    /// whole batch failed this way.
-    Transport,
-}
-
-/// Sorts a librdkafka error code into a [`Class`].
-pub(crate) fn classify(code: RDKafkaErrorCode) -> Class {
-    use RDKafkaErrorCode as C;
-    match code {
-        // The message or its destination is unacceptable, now and later.
-        C::MessageSizeTooLarge
-        | C::InvalidMessageSize
-        | C::MessageBatchTooLarge
-        | C::InvalidMessage
-        | C::InvalidTopic
-        | C::InvalidRecord
-        | C::InvalidTimestamp
-        | C::PolicyViolation
-        | C::UnsupportedForMessageFormat
-        | C::BadMessage
-        | C::InvalidArgument => Class::Permanent,
-        // Nothing reached a broker, or the cluster refuses every request
-        // (credentials, ACLs): no single event is to blame.
-        C::MessageTimedOut
-        | C::AllBrokersDown
-        | C::BrokerTransportFailure
-        | C::BrokerNotAvailable
-        | C::NetworkException
-        | C::RequestTimedOut
-        | C::OperationTimedOut
-        | C::TimedOutQueue
-        | C::Resolve
-        | C::SSL
-        | C::Authentication
-        | C::SaslAuthenticationFailed
-        | C::ClusterAuthorizationFailed
-        | C::TopicAuthorizationFailed
-        | C::BrokerDestroy
-        | C::DestroyBroker
-        | C::PurgeQueue
-        | C::PurgeInflight
-        | C::Fatal
-        | C::QueueFull => Class::Transport,
-        // Leader elections, unknown topics (auto-creation or an operator may
-        // fix them), replicas catching up, and anything unexpected.
-        _ => Class::Transient,
-    }
-}
 
 /// What librdkafka's global errors said: "all brokers down" is remembered
 /// until a delivery or health check succeeds.
@@ -249,7 +189,7 @@ impl KafkaPublisher {
                 format!("invalid kafka topic {topic:?}: it {problem}"),
             ));
         }
-        let headers = self.headers(event);
+        let headers = headers(event, &self.envelope);
         let body = self.envelope.body(event);
         let mut record: FutureRecord<'_, str, [u8]> = FutureRecord::to(&topic)
             .key(event.aggregate_id.as_str())
@@ -268,60 +208,9 @@ impl KafkaPublisher {
                     record = back;
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
-                Err((e, _)) => {
-                    let code = e.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail);
-                    return Err((classify(code), describe(&e, &topic)));
-                }
+                Err((e, _)) => return Err(failure(&e, &topic)),
             }
         }
-    }
-}
-
-impl KafkaPublisher {
-    /// The headers of `event`'s message in the publisher's format.
-    fn headers(&self, event: &Event) -> OwnedHeaders {
-        if self.envelope.is_plain() {
-            let mut headers = OwnedHeaders::new_with_capacity(4 + event.headers.len());
-            for (key, value) in event.message_headers() {
-                headers = headers.insert(Header {
-                    key: &key,
-                    value: Some(value.as_str()),
-                });
-            }
-            return headers;
-        }
-        let mut headers = OwnedHeaders::new_with_capacity(11 + event.headers.len());
-        if self.envelope.format() == Format::CloudEventsBinary {
-            self.envelope
-                .binary_attributes(event, &KAFKA, |key, value| {
-                    headers = std::mem::take(&mut headers).insert(Header {
-                        key,
-                        value: Some(value),
-                    });
-                });
-        }
-        headers = headers.insert(Header {
-            key: "content-type",
-            value: Some(self.envelope.content_type()),
-        });
-        for (key, value) in &event.headers {
-            if Envelope::forwards(&KAFKA, key) {
-                headers = headers.insert(Header {
-                    key,
-                    value: Some(value.as_str()),
-                });
-            }
-        }
-        headers
-    }
-}
-
-fn describe(e: &KafkaError, topic: &str) -> String {
-    match e.rdkafka_error_code() {
-        Some(RDKafkaErrorCode::MessageSizeTooLarge) => format!(
-            "kafka refused the message to topic {topic}: larger than message.max.bytes ({e})"
-        ),
-        _ => format!("kafka, topic {topic}: {e}"),
     }
 }
 
@@ -369,17 +258,14 @@ impl Publisher for KafkaPublisher {
         for event in batch {
             pending.push(self.enqueue(&producer, event).await);
         }
-        let mut results: Vec<Result<(), (Class, String)>> = Vec::with_capacity(batch.len());
+        let mut results: Vec<Sent> = Vec::with_capacity(batch.len());
         for (event, p) in batch.iter().zip(pending) {
             let topic = || self.topic.destination(event).unwrap_or_default();
             let r = match p {
                 Err(failed) => Err(failed),
                 Ok(future) => match future.await {
                     Ok(Ok(_delivery)) => Ok(()),
-                    Ok(Err((e, _message))) => {
-                        let code = e.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail);
-                        Err((classify(code), describe(&e, &topic())))
-                    }
+                    Ok(Err((e, _message))) => Err(failure(&e, &topic())),
                     Err(_canceled) => Err((
                         Class::Transport,
                         format!(
@@ -394,32 +280,10 @@ impl Publisher for KafkaPublisher {
         drop(producer);
         let fatal = self.renew_if_fatal();
 
-        let delivered = results.iter().filter(|r| r.is_ok()).count();
-        if delivered > 0 {
+        if results.iter().any(Result::is_ok) {
             self.state.all_down.store(false, Ordering::SeqCst);
         }
-        let transport = results.iter().find_map(|r| match r {
-            Err((Class::Transport, m)) => Some(m.clone()),
-            _ => None,
-        });
-        if delivered == 0 {
-            if let Some(message) = fatal.or(transport) {
-                // Nothing got through and the transport failed: an outage.
-                // Rejections in this batch are found again on the next try.
-                return Err(Unavailable::new(message));
-            }
-        }
-        Ok(results
-            .into_iter()
-            .map(|r| match r {
-                Ok(()) => Outcome::Delivered,
-                Err((Class::Permanent, m)) => Outcome::Rejected(m),
-                // Others got through: this one waits for the transport
-                // without an attempt counted against it.
-                Err((Class::Transport, m)) => Outcome::Unavailable(m),
-                Err((_, m)) => Outcome::Retry(m),
-            })
-            .collect())
+        settle(results, fatal)
     }
 
     async fn health(&self) -> Result<(), Unavailable> {
@@ -439,28 +303,6 @@ impl Publisher for KafkaPublisher {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn errors_are_classified() {
-        assert_eq!(
-            classify(RDKafkaErrorCode::MessageSizeTooLarge),
-            Class::Permanent
-        );
-        assert_eq!(classify(RDKafkaErrorCode::InvalidTopic), Class::Permanent);
-        assert_eq!(
-            classify(RDKafkaErrorCode::MessageTimedOut),
-            Class::Transport
-        );
-        assert_eq!(classify(RDKafkaErrorCode::AllBrokersDown), Class::Transport);
-        assert_eq!(
-            classify(RDKafkaErrorCode::NotLeaderForPartition),
-            Class::Transient
-        );
-        assert_eq!(
-            classify(RDKafkaErrorCode::UnknownTopicOrPartition),
-            Class::Transient
-        );
-    }
 
     #[test]
     fn creation_needs_no_broker_and_hides_secrets() {

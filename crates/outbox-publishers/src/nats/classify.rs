@@ -7,16 +7,7 @@ use async_nats::jetstream::ErrorCode;
 use outbox::Outcome;
 
 use super::config::NoStream;
-
-/// What one publish came to, before the batch is settled.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Answer {
-    /// An outcome for the event.
-    Outcome(Outcome),
-    /// No answer from the server, or the connection failed: an outage, not
-    /// this event's fault.
-    Transport(String),
-}
+use crate::broker::answer::Answer;
 
 /// JetStream API errors that concern the message itself: it will never be
 /// stored as it is.

@@ -6,6 +6,7 @@ use std::str::FromStr;
 use async_nats::header::{HeaderName, HeaderValue};
 use async_nats::HeaderMap;
 use bytes::Bytes;
+use outbox::redact::shorten;
 use outbox::Event;
 
 use super::config::check_subject;
@@ -41,7 +42,7 @@ pub(super) fn message(
     if let Err(why) = check_subject(&subject) {
         return Err(format!(
             "subject {:?} is not a valid NATS subject: {why}",
-            shorten(&subject)
+            shorten(&subject, 60)
         ));
     }
     let mut headers = HeaderMap::new();
@@ -50,13 +51,13 @@ pub(super) fn message(
         let parsed_name = HeaderName::from_str(name).map_err(|_| {
             format!(
                 "header name {:?} cannot be sent over NATS: names are printable ASCII without ':' or spaces",
-                shorten(name)
+                shorten(name, 60)
             )
         })?;
         let parsed_value = HeaderValue::from_str(value).map_err(|_| {
             format!(
                 "the value of header {:?} contains a line break, which NATS headers cannot carry",
-                shorten(name)
+                shorten(name, 60)
             )
         })?;
         // The identity headers come first and win over a producer header
@@ -109,15 +110,6 @@ pub(super) fn message(
         headers,
         payload,
     })
-}
-
-/// The first 60 characters of `s`, for messages.
-fn shorten(s: &str) -> String {
-    if s.chars().count() <= 60 {
-        return s.to_owned();
-    }
-    let head: String = s.chars().take(60).collect();
-    format!("{head}…")
 }
 
 #[cfg(test)]

@@ -20,9 +20,10 @@ use outbox::{Event, Outcome, Publisher, Unavailable};
 use tokio::sync::Mutex;
 use tokio::time::timeout;
 
-use super::classify::{classify, Answer};
+use super::classify::classify;
 use super::config::NatsConfig;
 use super::message::message;
+use crate::broker::answer::Answer;
 use crate::broker::publisher::{broker_publisher, connect_within, or_retry, partial_outage};
 use crate::{Envelope, Error, Template};
 

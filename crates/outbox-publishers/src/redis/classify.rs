@@ -4,15 +4,7 @@
 use outbox::Outcome;
 use redis::{ErrorKind, RedisError, ServerError};
 
-/// What one `XADD` came to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Answer {
-    /// An outcome for the event.
-    Outcome(Outcome),
-    /// Not this event's fault: the server refuses every write until an
-    /// operator acts (authentication, permissions).
-    Transport(String),
-}
+use crate::broker::answer::Answer;
 
 /// Sorts an error reply to one command of the pipeline, by its code.
 ///

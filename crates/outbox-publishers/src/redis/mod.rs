@@ -4,6 +4,7 @@
 
 mod classify;
 mod config;
+mod message;
 mod publisher;
 
 pub use config::{RedisConfig, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_STREAM};

@@ -2,26 +2,24 @@
 //! go out in one pipelined round trip, and an event is delivered when
 //! Redis answered its `XADD` with an entry id.
 //!
-//! One file for the entry's shape and the settling of a wave: an error
-//! reply concerns one event, a failed round trip the whole wave.
-//!
-//! Longer than most files: the publisher and its unit tests (at the end).
+//! The entry's shape is in `message.rs`, what a reply means in
+//! `classify.rs`; the settling of a wave is here: an error reply concerns
+//! one event, a failed round trip the whole wave.
 
 use std::borrow::Cow;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::SecondsFormat;
-use outbox::redact::{redact_text, redact_url};
+use outbox::redact::{hide, redact_text, redact_url};
 use outbox::{Event, Outcome, Publisher, Unavailable};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Value};
 use tokio::sync::Mutex;
 
-use super::classify::{classify_reply, is_transport, Answer};
+use super::classify::{classify_reply, is_transport};
 use super::config::RedisConfig;
+use crate::broker::answer::Answer;
 use crate::broker::publisher::{broker_publisher, connect_within, or_retry, partial_outage};
-use crate::cloudevents::{Format, REDIS};
 use crate::{Envelope, Error, Template};
 
 /// Appends events to Redis streams.
@@ -47,11 +45,11 @@ use crate::{Envelope, Error, Template};
 /// is opened on the first publish or health check, and again after it was
 /// lost.
 pub struct RedisPublisher {
-    config: RedisConfig,
-    stream: Template,
+    pub(super) config: RedisConfig,
+    pub(super) stream: Template,
     client: redis::Client,
     conn: Mutex<Option<MultiplexedConnection>>,
-    envelope: Envelope,
+    pub(super) envelope: Envelope,
 }
 
 broker_publisher!(RedisPublisher(RedisConfig) {
@@ -61,17 +59,6 @@ broker_publisher!(RedisPublisher(RedisConfig) {
     /// settings.
     fn from_url;
 });
-
-/// The field names of an entry, in order.
-pub(super) const FIELDS: [&str; 7] = [
-    "id",
-    "aggregate_type",
-    "aggregate_id",
-    "event_type",
-    "payload",
-    "headers",
-    "created_at",
-];
 
 impl RedisPublisher {
     /// Validates `config`. Nothing is connected until the first publish or
@@ -96,16 +83,11 @@ impl RedisPublisher {
     /// A client error as text: the URL's password hidden wherever the
     /// client may have quoted it.
     fn scrub(&self, text: String) -> String {
-        let text = text.replace(&self.config.url, &self.where_());
-        let password = self
-            .client
-            .get_connection_info()
-            .redis_settings()
-            .password();
-        match password {
-            Some(p) if !p.is_empty() => redact_text(&text.replace(p, "***")),
-            _ => redact_text(&text),
-        }
+        let shown = self.where_();
+        let text = text.replace(&self.config.url, &shown);
+        let settings = self.client.get_connection_info().redis_settings();
+        let password = settings.password().unwrap_or_default();
+        redact_text(&hide(&text, password, &shown))
     }
 
     async fn connect(&self) -> Result<MultiplexedConnection, String> {
@@ -147,81 +129,6 @@ impl RedisPublisher {
     /// Gives up the connection (the next publish opens a new one).
     async fn drop_connection(&self) {
         self.conn.lock().await.take();
-    }
-
-    /// The `XADD` for `event` and its stream key, or why it can never be
-    /// sent.
-    fn xadd(&self, event: &Event) -> Result<(redis::Cmd, String), String> {
-        let key = self.stream.destination(event)?.into_owned();
-        if key.is_empty() {
-            return Err("the stream key is empty".to_owned());
-        }
-        if !self.envelope.is_plain() {
-            return self.xadd_cloudevent(event, key);
-        }
-        let id = event.id.to_string();
-        let headers = serde_json::to_string(&event.headers).unwrap_or_else(|_| "{}".to_owned());
-        let created_at = event
-            .created_at
-            .to_rfc3339_opts(SecondsFormat::Micros, true);
-        let values: [&[u8]; 7] = [
-            id.as_bytes(),
-            event.aggregate_type.as_bytes(),
-            event.aggregate_id.as_bytes(),
-            event.event_type.as_bytes(),
-            event.payload.as_bytes(),
-            headers.as_bytes(),
-            created_at.as_bytes(),
-        ];
-        let fields = FIELDS.iter().copied().zip(values);
-        self.entry(key, fields, event.payload.len())
-    }
-
-    /// [`RedisPublisher::xadd`] for a CloudEvents envelope.
-    fn xadd_cloudevent(&self, event: &Event, key: String) -> Result<(redis::Cmd, String), String> {
-        let mut fields: Vec<(&str, Vec<u8>)> = Vec::with_capacity(13);
-        if self.envelope.format() == Format::CloudEventsBinary {
-            self.envelope
-                .binary_attributes(event, &REDIS, |name, value| {
-                    fields.push((name, value.as_bytes().to_vec()))
-                });
-        }
-        let payload = self.envelope.body(event);
-        let payload_len = payload.len();
-        fields.push(("content-type", self.envelope.content_type().into()));
-        fields.push(("payload", payload.into_owned()));
-        let headers = serde_json::to_vec(&event.headers).unwrap_or_else(|_| b"{}".to_vec());
-        fields.push(("headers", headers));
-        let fields = fields.iter().map(|(f, v)| (*f, v.as_slice()));
-        self.entry(key, fields, payload_len)
-    }
-
-    /// The `XADD` of an entry of `fields` to stream `key`, or why it is
-    /// larger than `max_message_bytes` (`payload_len` bytes of it being the
-    /// payload).
-    fn entry<'a>(
-        &self,
-        key: String,
-        fields: impl Iterator<Item = (&'a str, &'a [u8])> + Clone,
-        payload_len: usize,
-    ) -> Result<(redis::Cmd, String), String> {
-        let size: usize = fields.clone().map(|(f, v)| f.len() + v.len()).sum();
-        if size > self.config.max_message_bytes {
-            return Err(format!(
-                "entry of {size} bytes ({payload_len} of payload) is larger than max_message_bytes ({})",
-                self.config.max_message_bytes
-            ));
-        }
-        let mut cmd = redis::cmd("XADD");
-        cmd.arg(&key);
-        if let Some(maxlen) = self.config.maxlen {
-            cmd.arg("MAXLEN").arg("~").arg(maxlen);
-        }
-        cmd.arg("*");
-        for (field, value) in fields {
-            cmd.arg(field).arg(value);
-        }
-        Ok((cmd, key))
     }
 
     /// `WAIT wait_replicas wait_timeout_ms` after a batch; `Err` with why
@@ -380,72 +287,10 @@ mod tests {
     use super::*;
     use crate::test_support::{assert_unreachable_is_an_outage, free_port};
 
-    fn event() -> Event {
-        crate::test_support::event("1", &[("traceparent", "00-ab-01")])
-    }
-
     #[tokio::test]
     async fn unreachable_server_is_an_outage_and_hides_the_password() {
         let port = free_port();
         let p = RedisPublisher::from_url(&format!("redis://u:hunter2@127.0.0.1:{port}/0")).unwrap();
         assert_unreachable_is_an_outage(&p, &port.to_string(), &["hunter2"]).await;
     }
-
-    #[test]
-    fn the_entry_carries_every_field_and_the_payload_as_stored() {
-        let p = RedisPublisher::new(RedisConfig {
-            maxlen: Some(1000),
-            ..RedisConfig::default()
-        })
-        .unwrap();
-        let e = event();
-        let (cmd, key) = p.xadd(&e).unwrap();
-        assert_eq!(key, "outbox:order");
-        let args: Vec<Vec<u8>> = cmd
-            .args_iter()
-            .map(|a| match a {
-                redis::Arg::Simple(b) => b.to_vec(),
-                _ => b"<other>".to_vec(),
-            })
-            .collect();
-        let text = |i: usize| String::from_utf8_lossy(&args[i]).into_owned();
-        assert_eq!(
-            (1..6).map(text).collect::<Vec<_>>(),
-            ["outbox:order", "MAXLEN", "~", "1000", "*"]
-        );
-        let fields: Vec<(String, Vec<u8>)> = args[6..]
-            .chunks(2)
-            .map(|kv| (String::from_utf8_lossy(&kv[0]).into_owned(), kv[1].clone()))
-            .collect();
-        assert_eq!(
-            fields.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
-            FIELDS
-        );
-        assert_eq!(fields[0].1, e.id.to_string().as_bytes());
-        assert_eq!(fields[4].1, e.payload.as_bytes(), "the payload as stored");
-        assert_eq!(fields[5].1, br#"{"traceparent":"00-ab-01"}"#);
-        let created = String::from_utf8(fields[6].1.clone()).unwrap();
-        assert_eq!(
-            chrono::DateTime::parse_from_rfc3339(&created).unwrap(),
-            e.created_at.trunc_subsecs(6)
-        );
-    }
-
-    #[test]
-    fn an_entry_above_the_limit_is_refused_before_sending() {
-        let p = RedisPublisher::new(RedisConfig {
-            max_message_bytes: 1_000,
-            ..RedisConfig::default()
-        })
-        .unwrap();
-        let mut e = event();
-        e.payload = format!("\"{}\"", "x".repeat(1_000));
-        let why = p.xadd(&e).err().unwrap();
-        assert!(why.contains("max_message_bytes (1000)"), "{why}");
-        let mut e = event();
-        e.topic = Some("orders-special".into());
-        assert_eq!(p.xadd(&e).unwrap().1, "orders-special");
-    }
-
-    use chrono::SubsecRound;
 }

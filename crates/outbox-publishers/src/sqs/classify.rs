@@ -26,6 +26,36 @@ pub(super) enum CallFailure {
     Invalid(String),
 }
 
+impl CallFailure {
+    /// What the failure says, in a sentence.
+    pub(super) fn into_text(self) -> String {
+        match self {
+            CallFailure::Outage(why) | CallFailure::Retry(why) | CallFailure::Invalid(why) => why,
+        }
+    }
+
+    /// What the failure means for an event it concerns alone (its
+    /// destination cannot be used, or a call of its one entry failed):
+    /// invalid input rejects it.
+    pub(super) fn outcome(self) -> Outcome {
+        match self {
+            CallFailure::Outage(why) => Outcome::Unavailable(why),
+            CallFailure::Retry(why) => Outcome::Retry(why),
+            CallFailure::Invalid(why) => Outcome::Rejected(why),
+        }
+    }
+
+    /// What the failure of a call of `entries` entries means for each of
+    /// them: a call of several refused for its input does not say which
+    /// entry is invalid, so each is retried (and sent again alone).
+    pub(super) fn outcome_of_each(self, entries: usize) -> Outcome {
+        match self {
+            CallFailure::Invalid(why) if entries > 1 => Outcome::Retry(why),
+            other => other.outcome(),
+        }
+    }
+}
+
 /// Error codes that reject a message for good.
 const REJECTED: &[&str] = &[
     "InvalidMessageContents",
@@ -91,6 +121,18 @@ const BATCH_SHAPE: &[&str] = &[
     "InvalidBatchEntryId",
     "AWS.SimpleQueueService.InvalidBatchEntryId",
 ];
+
+/// A hint for errors that come from missing or refused credentials.
+pub(super) fn with_hint(text: String) -> String {
+    let lower = text.to_ascii_lowercase();
+    if lower.contains("credential") && !lower.contains("aws_access_key_id") {
+        format!(
+            "{text} (credentials come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, web identity or an instance role)"
+        )
+    } else {
+        text
+    }
+}
 
 /// `text` on one line, secrets hidden.
 pub(super) fn scrub(text: &str) -> String {
@@ -204,5 +246,35 @@ mod tests {
             why,
             "sqs queue orders: InvalidMessageContents: Invalid binary character in body"
         );
+    }
+
+    #[test]
+    fn an_invalid_call_rejects_an_entry_only_when_it_was_alone() {
+        let invalid = || CallFailure::Invalid("bad".into());
+        assert_eq!(
+            invalid().outcome_of_each(1),
+            Outcome::Rejected("bad".into())
+        );
+        assert_eq!(invalid().outcome_of_each(3), Outcome::Retry("bad".into()));
+        assert_eq!(invalid().outcome(), Outcome::Rejected("bad".into()));
+        let outage = CallFailure::Outage("down".into());
+        assert_eq!(
+            outage.outcome_of_each(3),
+            Outcome::Unavailable("down".into())
+        );
+        let retry = CallFailure::Retry("slow".into());
+        assert_eq!(
+            retry.clone().outcome_of_each(1),
+            Outcome::Retry("slow".into())
+        );
+        assert_eq!(retry.into_text(), "slow");
+    }
+
+    #[test]
+    fn credential_errors_say_where_credentials_come_from() {
+        assert!(with_hint("no credentials".into()).contains("AWS_PROFILE"));
+        assert_eq!(with_hint("throttled".into()), "throttled");
+        let named = "credentials: AWS_ACCESS_KEY_ID is not set".to_owned();
+        assert_eq!(with_hint(named.clone()), named);
     }
 }

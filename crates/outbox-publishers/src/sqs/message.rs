@@ -1,8 +1,10 @@
 //! An event as an SQS/SNS message: body, attributes, group and
-//! de-duplication ids, or why it can never be sent.
+//! de-duplication ids, or why it can never be sent; and messages as the
+//! entries of a batch call.
 
 use std::collections::BTreeMap;
 
+pub(super) use aws_sdk_sqs::error::BuildError;
 use outbox::Event;
 
 use crate::cloudevents;
@@ -189,6 +191,49 @@ pub(super) fn message(
     })
 }
 
+/// `fn $name(messages) -> Result<Vec<$entry>, BuildError>`: the entries
+/// of one batch call for `messages`, each entry's id its position in
+/// `messages`, with the body (set by `$body`), the group and
+/// de-duplication ids, and every attribute as a `String` `$attribute`.
+/// The services' builders differ in type and in the name of the body, not
+/// in what they are given.
+macro_rules! entries_fn {
+    ($(#[$doc:meta])* $name:ident: $entry:ty, $attribute:ty, $body:ident) => {
+        $(#[$doc])*
+        pub(super) fn $name(messages: &[(usize, Message)]) -> Result<Vec<$entry>, BuildError> {
+            let mut entries = Vec::with_capacity(messages.len());
+            for (n, (_, m)) in messages.iter().enumerate() {
+                let mut b = <$entry>::builder()
+                    .id(n.to_string())
+                    .$body(&m.body)
+                    .set_message_group_id(m.group_id.clone())
+                    .set_message_deduplication_id(m.dedup_id.clone());
+                for (name, value) in &m.attributes {
+                    let v = <$attribute>::builder()
+                        .data_type(STRING)
+                        .string_value(value)
+                        .build()?;
+                    b = b.message_attributes(name, v);
+                }
+                entries.push(b.build()?);
+            }
+            Ok(entries)
+        }
+    };
+}
+
+entries_fn! {
+    /// The `SendMessageBatch` entries of `messages`.
+    sqs_entries: aws_sdk_sqs::types::SendMessageBatchRequestEntry,
+        aws_sdk_sqs::types::MessageAttributeValue, message_body
+}
+
+entries_fn! {
+    /// The `PublishBatch` entries of `messages`.
+    sns_entries: aws_sdk_sns::types::PublishBatchRequestEntry,
+        aws_sdk_sns::types::MessageAttributeValue, message
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,5 +354,32 @@ mod tests {
             );
             assert_eq!(m.group_id.as_deref(), Some("order-1"));
         }
+    }
+
+    #[test]
+    fn each_message_becomes_an_entry_named_by_its_position_with_string_attributes() {
+        let e = event(&[("x-tenant", "acme")]);
+        let m = message(&e, &Envelope::plain(), true, 262_144).unwrap();
+        let sqs = sqs_entries(&[(7, m.clone()), (9, m.clone())]).unwrap();
+        assert_eq!((sqs[0].id(), sqs[1].id()), ("0", "1"));
+        assert_eq!(sqs[0].message_body(), m.body);
+        assert_eq!(sqs[0].message_group_id(), Some("order-1"));
+        assert_eq!(
+            sqs[0].message_deduplication_id(),
+            Some(e.id.to_string().as_str())
+        );
+        let tenant = &sqs[0].message_attributes().unwrap()["x-tenant"];
+        assert_eq!(
+            (tenant.data_type(), tenant.string_value()),
+            (STRING, Some("acme"))
+        );
+        let sns = sns_entries(&[(7, m.clone())]).unwrap();
+        assert_eq!((sns[0].id(), sns[0].message()), ("0", m.body.as_str()));
+        assert_eq!(sns[0].message_group_id(), Some("order-1"));
+        let tenant = &sns[0].message_attributes().unwrap()["x-tenant"];
+        assert_eq!(
+            (tenant.data_type(), tenant.string_value()),
+            (STRING, Some("acme"))
+        );
     }
 }

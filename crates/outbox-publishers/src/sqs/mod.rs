@@ -9,7 +9,9 @@
 //! `MessageDeduplicationId` (the relay's at-least-once repeats are dropped
 //! by the service within its 5-minute window).
 
+mod batch;
 mod classify;
+mod client;
 mod config;
 mod message;
 mod publisher;

@@ -5,65 +5,22 @@
 //! its entry as successful.
 //!
 //! One core serves both services: they differ only in the call that sends
-//! a batch, in how a destination is named and in the health check.
-//!
-//! Longer than most files: SQS and SNS share one core (batching, the size
-//! split, outcome classes) that the two publishers wrap; its unit tests are
-//! at the end.
-
-use std::collections::HashMap;
-use std::time::Duration;
+//! a batch, in how a destination is named and in the health check. The
+//! clients and destinations are in `client.rs`, batching in `batch.rs`,
+//! the message and its attributes in `message.rs`, what an error means in
+//! `classify.rs`.
 
 use async_trait::async_trait;
-use aws_config::retry::RetryConfig;
-use aws_config::timeout::TimeoutConfig;
-use aws_config::{BehaviorVersion, Region, SdkConfig};
 use futures::stream::{self, StreamExt};
 use outbox::{Event, Outcome, Publisher, Unavailable};
 use tokio::sync::OnceCell;
 
-use super::classify::{classify_call, classify_entry, CallFailure};
-use super::config::{
-    queue_url_name, topic_arn_parts, valid_queue_name, Common, SnsConfig, SqsConfig,
-    MAX_BATCH_ENTRIES,
-};
-use super::message::{message, Message, STRING};
+use super::batch::{chunks, send, Chunk};
+use super::classify::{classify_call, with_hint, CallFailure};
+use super::client::{locate, Kind, QueueUrls, Service, Target};
+use super::config::{Common, SnsConfig, SqsConfig};
+use super::message::message;
 use crate::{Envelope, Error};
-
-/// The service's client.
-#[derive(Debug, Clone)]
-enum Service {
-    Sqs(aws_sdk_sqs::Client),
-    Sns(aws_sdk_sns::Client),
-}
-
-/// Which service a core talks to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Sqs,
-    Sns,
-}
-
-impl Kind {
-    fn name(self) -> &'static str {
-        match self {
-            Kind::Sqs => "sqs",
-            Kind::Sns => "sns",
-        }
-    }
-}
-
-/// Where a call goes: a queue URL or a topic ARN.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Target {
-    address: String,
-    /// How errors name it: `sqs queue NAME`, `sns topic ARN`.
-    shown: String,
-    fifo: bool,
-}
-
-/// The entries of one call: (index in the batch, message).
-type Chunk = Vec<(usize, Message)>;
 
 /// What SQS and SNS publishers share.
 struct Core {
@@ -76,7 +33,7 @@ struct Core {
     /// The message format.
     envelope: Envelope,
     /// Queue names resolved with `GetQueueUrl`.
-    urls: std::sync::Mutex<HashMap<String, String>>,
+    urls: QueueUrls,
 }
 
 impl std::fmt::Debug for Core {
@@ -88,57 +45,6 @@ impl std::fmt::Debug for Core {
     }
 }
 
-/// The SDK's configuration: region, credentials and endpoint from the
-/// standard chain, our settings winning; rustls (ring) for TLS; no retries
-/// inside the SDK (the relay owns backoff).
-async fn sdk_config(kind: Kind, common: &Common) -> Result<SdkConfig, String> {
-    use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
-    let http = aws_smithy_http_client::Builder::new()
-        .tls_provider(Provider::Rustls(CryptoMode::Ring))
-        .build_https();
-    let timeouts = TimeoutConfig::builder()
-        .operation_timeout(Duration::from_millis(common.timeout_ms))
-        .connect_timeout(Duration::from_millis(common.connect_timeout_ms))
-        .build();
-    let mut loader = aws_config::defaults(BehaviorVersion::latest())
-        .http_client(http)
-        .timeout_config(timeouts)
-        .retry_config(RetryConfig::disabled());
-    if let Some(region) = &common.region {
-        loader = loader.region(Region::new(region.clone()));
-    }
-    if let Some(endpoint) = &common.endpoint_url {
-        loader = loader.endpoint_url(endpoint);
-    }
-    let config = loader.load().await;
-    if config.region().is_some() {
-        return Ok(config);
-    }
-    match &common.fallback_region {
-        Some(region) => Ok(config
-            .into_builder()
-            .region(Region::new(region.clone()))
-            .build()),
-        None => Err(format!(
-            "{}: no AWS region: set AWS_REGION (or a profile's region, or region in [publisher.{}])",
-            kind.name(),
-            kind.name()
-        )),
-    }
-}
-
-/// A hint for errors that come from missing or refused credentials.
-fn with_hint(text: String) -> String {
-    let lower = text.to_ascii_lowercase();
-    if lower.contains("credential") && !lower.contains("aws_access_key_id") {
-        format!(
-            "{text} (credentials come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, web identity or an instance role)"
-        )
-    } else {
-        text
-    }
-}
-
 impl Core {
     fn new(kind: Kind, destination: String, common: Common) -> Core {
         Core {
@@ -147,243 +53,15 @@ impl Core {
             common,
             service: OnceCell::new(),
             envelope: Envelope::plain(),
-            urls: std::sync::Mutex::new(HashMap::new()),
+            urls: QueueUrls::default(),
         }
     }
 
     /// The client, made on first use (loading the SDK's configuration).
     async fn service(&self) -> Result<&Service, String> {
         self.service
-            .get_or_try_init(|| async {
-                let config = sdk_config(self.kind, &self.common).await?;
-                Ok(match self.kind {
-                    Kind::Sqs => Service::Sqs(aws_sdk_sqs::Client::new(&config)),
-                    Kind::Sns => Service::Sns(aws_sdk_sns::Client::new(&config)),
-                })
-            })
+            .get_or_try_init(|| Service::new(self.kind, &self.common))
             .await
-    }
-
-    /// Where `destination` (a queue name or URL, or a topic ARN) is,
-    /// resolving a queue name once with `GetQueueUrl`.
-    async fn target(&self, service: &Service, destination: &str) -> Result<Target, CallFailure> {
-        match service {
-            Service::Sqs(client) => {
-                let name = if destination.contains("://") {
-                    let Some(name) = queue_url_name(destination) else {
-                        return Err(CallFailure::Invalid(format!(
-                            "{destination:?} is not a queue URL or name"
-                        )));
-                    };
-                    return Ok(Target {
-                        address: destination.to_owned(),
-                        shown: format!("sqs queue {name}"),
-                        fifo: name.ends_with(".fifo"),
-                    });
-                } else {
-                    destination
-                };
-                if !valid_queue_name(name) {
-                    return Err(CallFailure::Invalid(format!(
-                        "{:?} is not a queue name (letters, digits, - and _, up to 80 characters, .fifo at the end for FIFO)",
-                        outbox::redact::shorten(name, 100)
-                    )));
-                }
-                let shown = format!("sqs queue {name}");
-                let known = self.urls.lock().unwrap().get(name).cloned();
-                let address = match known {
-                    Some(url) => url,
-                    None => {
-                        let answer = client
-                            .get_queue_url()
-                            .queue_name(name)
-                            .send()
-                            .await
-                            .map_err(|e| classify_call(&e, &format!("{shown} (GetQueueUrl)")))?;
-                        let url = answer.queue_url().unwrap_or_default().to_owned();
-                        if url.is_empty() {
-                            return Err(CallFailure::Retry(format!(
-                                "{shown}: GetQueueUrl answered no URL"
-                            )));
-                        }
-                        self.urls
-                            .lock()
-                            .unwrap()
-                            .insert(name.to_owned(), url.clone());
-                        url
-                    }
-                };
-                Ok(Target {
-                    address,
-                    shown,
-                    fifo: name.ends_with(".fifo"),
-                })
-            }
-            Service::Sns(_) => match topic_arn_parts(destination) {
-                Some(_) => Ok(Target {
-                    address: destination.to_owned(),
-                    shown: format!("sns topic {destination}"),
-                    fifo: destination.ends_with(".fifo"),
-                }),
-                None => Err(CallFailure::Invalid(format!(
-                    "{:?} is not a topic ARN (arn:aws:sns:REGION:ACCOUNT:NAME)",
-                    outbox::redact::shorten(destination, 100)
-                ))),
-            },
-        }
-    }
-
-    /// Splits `entries` into calls of up to 10 entries and
-    /// `max_message_bytes` together.
-    fn chunks(&self, entries: Vec<(usize, Message)>) -> Vec<Chunk> {
-        let mut out: Vec<Chunk> = Vec::new();
-        let mut bytes = 0;
-        for entry in entries {
-            let full = out.last().is_none_or(|c| {
-                c.len() >= MAX_BATCH_ENTRIES || bytes + entry.1.size > self.common.max_message_bytes
-            });
-            if full {
-                out.push(Vec::with_capacity(MAX_BATCH_ENTRIES));
-                bytes = 0;
-            }
-            bytes += entry.1.size;
-            out.last_mut().expect("pushed above").push(entry);
-        }
-        out
-    }
-
-    /// One batch call: each entry's outcome, or what the call as a whole
-    /// came to.
-    async fn call(
-        &self,
-        service: &Service,
-        target: &Target,
-        chunk: &[(usize, Message)],
-    ) -> Result<Vec<(usize, Outcome)>, CallFailure> {
-        let built = |e: aws_sdk_sqs::error::BuildError| {
-            CallFailure::Invalid(format!("{}: {e}", target.shown))
-        };
-        // The batch entries of `chunk`: the services' builders differ in
-        // type and in the name of the body, not in what they are given.
-        macro_rules! entries {
-            ($entry:ty, $attribute:ty, $body:ident) => {{
-                let mut entries = Vec::with_capacity(chunk.len());
-                for (n, (_, m)) in chunk.iter().enumerate() {
-                    let mut b = <$entry>::builder()
-                        .id(n.to_string())
-                        .$body(&m.body)
-                        .set_message_group_id(m.group_id.clone())
-                        .set_message_deduplication_id(m.dedup_id.clone());
-                    for (name, value) in &m.attributes {
-                        let v = <$attribute>::builder()
-                            .data_type(STRING)
-                            .string_value(value)
-                            .build()
-                            .map_err(built)?;
-                        b = b.message_attributes(name, v);
-                    }
-                    entries.push(b.build().map_err(built)?);
-                }
-                entries
-            }};
-        }
-        let mut answers: Vec<Option<Outcome>> = vec![None; chunk.len()];
-        // The answer for the entry the service calls `id`.
-        let mut answer = |id: &str, outcome: Outcome| {
-            if let Some(a) = id.parse::<usize>().ok().and_then(|n| answers.get_mut(n)) {
-                *a = Some(outcome);
-            }
-        };
-        match service {
-            Service::Sqs(client) => {
-                use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
-                let entries = entries!(
-                    SendMessageBatchRequestEntry,
-                    MessageAttributeValue,
-                    message_body
-                );
-                let out = client
-                    .send_message_batch()
-                    .queue_url(&target.address)
-                    .set_entries(Some(entries))
-                    .send()
-                    .await
-                    .map_err(|e| classify_call(&e, &target.shown))?;
-                for s in out.successful() {
-                    answer(s.id(), Outcome::Delivered);
-                }
-                for f in out.failed() {
-                    answer(f.id(), classify_entry(f.code(), f.message(), &target.shown));
-                }
-            }
-            Service::Sns(client) => {
-                use aws_sdk_sns::types::{MessageAttributeValue, PublishBatchRequestEntry};
-                let entries = entries!(PublishBatchRequestEntry, MessageAttributeValue, message);
-                let out = client
-                    .publish_batch()
-                    .topic_arn(&target.address)
-                    .set_publish_batch_request_entries(Some(entries))
-                    .send()
-                    .await
-                    .map_err(|e| classify_call(&e, &target.shown))?;
-                for s in out.successful() {
-                    answer(s.id().unwrap_or_default(), Outcome::Delivered);
-                }
-                for f in out.failed() {
-                    answer(f.id(), classify_entry(f.code(), f.message(), &target.shown));
-                }
-            }
-        }
-        Ok(chunk
-            .iter()
-            .zip(answers)
-            .map(|((i, _), a)| {
-                let a = a.unwrap_or_else(|| {
-                    Outcome::Retry(format!(
-                        "{}: the answer did not list this entry",
-                        target.shown
-                    ))
-                });
-                (*i, a)
-            })
-            .collect())
-    }
-
-    /// Every entry of `chunk` with `failure`'s outcome (an invalid call of
-    /// one entry rejects it).
-    fn all(chunk: &[(usize, Message)], failure: CallFailure) -> Vec<(usize, Outcome)> {
-        let outcome = match failure {
-            CallFailure::Outage(why) => Outcome::Unavailable(why),
-            CallFailure::Retry(why) => Outcome::Retry(why),
-            CallFailure::Invalid(why) if chunk.len() == 1 => Outcome::Rejected(why),
-            CallFailure::Invalid(why) => Outcome::Retry(why),
-        };
-        chunk.iter().map(|(i, _)| (*i, outcome.clone())).collect()
-    }
-
-    /// One call; a call refused for its input is sent again entry by entry,
-    /// so that only the invalid entries are rejected.
-    async fn send(
-        &self,
-        service: &Service,
-        target: &Target,
-        chunk: Chunk,
-    ) -> Vec<(usize, Outcome)> {
-        match self.call(service, target, &chunk).await {
-            Ok(outcomes) => outcomes,
-            Err(CallFailure::Invalid(_)) if chunk.len() > 1 => {
-                let mut out = Vec::with_capacity(chunk.len());
-                for entry in chunk {
-                    let one = std::slice::from_ref(&entry);
-                    match self.call(service, target, one).await {
-                        Ok(o) => out.extend(o),
-                        Err(failure) => out.extend(Core::all(one, failure)),
-                    }
-                }
-                out
-            }
-            Err(failure) => Core::all(&chunk, failure),
-        }
     }
 
     async fn publish(&self, batch: &[Event]) -> Result<Vec<Outcome>, Unavailable> {
@@ -402,19 +80,10 @@ impl Core {
 
         let mut calls: Vec<(Target, Chunk)> = Vec::new();
         for (destination, indices) in destinations {
-            let target = match self.target(service, destination).await {
+            let target = match locate(service, destination, &self.urls).await {
                 Ok(t) => t,
                 Err(failure) => {
-                    let why = match &failure {
-                        CallFailure::Outage(w)
-                        | CallFailure::Retry(w)
-                        | CallFailure::Invalid(w) => w.clone(),
-                    };
-                    let outcome = match failure {
-                        CallFailure::Invalid(_) => Outcome::Rejected(why),
-                        CallFailure::Retry(_) => Outcome::Retry(why),
-                        CallFailure::Outage(_) => Outcome::Unavailable(why),
-                    };
+                    let outcome = failure.outcome();
                     for i in indices {
                         outcomes[i] = Some(outcome.clone());
                     }
@@ -435,13 +104,13 @@ impl Core {
                     }
                 }
             }
-            for chunk in self.chunks(entries) {
+            for chunk in chunks(entries, self.common.max_message_bytes) {
                 calls.push((target.clone(), chunk));
             }
         }
 
         let settled: Vec<Vec<(usize, Outcome)>> = stream::iter(calls)
-            .map(|(target, chunk)| async move { self.send(service, &target, chunk).await })
+            .map(|(target, chunk)| async move { send(service, &target, chunk).await })
             .buffer_unordered(self.common.max_concurrent_calls)
             .collect()
             .await;
@@ -469,16 +138,12 @@ impl Core {
 
     async fn health(&self) -> Result<(), Unavailable> {
         let service = self.service().await.map_err(Unavailable::new)?;
-        let failed = |f: CallFailure| match f {
-            CallFailure::Outage(w) | CallFailure::Retry(w) | CallFailure::Invalid(w) => {
-                Unavailable::new(with_hint(w))
-            }
-        };
-        let target = self
-            .target(service, &self.destination)
+        let failed = |f: CallFailure| Unavailable::new(with_hint(f.into_text()));
+        let target = locate(service, &self.destination, &self.urls)
             .await
             .map_err(failed)?;
-        match service {
+        let context = |call: &str| format!("{} ({call})", target.shown);
+        let checked = match service {
             Service::Sqs(client) => client
                 .get_queue_attributes()
                 .queue_url(&target.address)
@@ -486,25 +151,16 @@ impl Core {
                 .send()
                 .await
                 .map(|_| ())
-                .map_err(|e| {
-                    failed(classify_call(
-                        &e,
-                        &format!("{} (GetQueueAttributes)", target.shown),
-                    ))
-                }),
+                .map_err(|e| classify_call(&e, &context("GetQueueAttributes"))),
             Service::Sns(client) => client
                 .get_topic_attributes()
                 .topic_arn(&target.address)
                 .send()
                 .await
                 .map(|_| ())
-                .map_err(|e| {
-                    failed(classify_call(
-                        &e,
-                        &format!("{} (GetTopicAttributes)", target.shown),
-                    ))
-                }),
-        }
+                .map_err(|e| classify_call(&e, &context("GetTopicAttributes"))),
+        };
+        checked.map_err(failed)
     }
 }
 
@@ -609,38 +265,6 @@ aws_publisher! {
 mod tests {
     use super::*;
     use crate::test_support::{assert_unreachable_is_an_outage, free_port};
-
-    fn msg(size: usize) -> Message {
-        Message {
-            body: "{}".into(),
-            attributes: Vec::new(),
-            group_id: None,
-            dedup_id: None,
-            size,
-        }
-    }
-
-    #[test]
-    fn calls_hold_ten_entries_and_the_size_limit() {
-        let core = Core::new(
-            Kind::Sqs,
-            "q".into(),
-            SqsConfig::from_spec("sqs://q").unwrap().common(),
-        );
-        let sizes: Vec<usize> = core
-            .chunks((0..25).map(|i| (i, msg(100))).collect())
-            .iter()
-            .map(Vec::len)
-            .collect();
-        assert_eq!(sizes, [10, 10, 5]);
-        let big = core.common.max_message_bytes / 2;
-        let sizes: Vec<usize> = core
-            .chunks((0..5).map(|i| (i, msg(big))).collect())
-            .iter()
-            .map(Vec::len)
-            .collect();
-        assert_eq!(sizes, [2, 2, 1]);
-    }
 
     #[tokio::test]
     async fn an_unreachable_endpoint_is_an_outage() {

@@ -22,6 +22,11 @@
 //! `mask_*` functions only hide secrets, for output that escapes by itself
 //! (TOML, JSON).
 //!
+//! Two display helpers serve every crate: [`shorten`] cuts a long value
+//! to a length and says how long it was, [`hide`] replaces a secret known
+//! by its value (a password a client was given) wherever a message quotes
+//! it.
+//!
 //! ```
 //! use outbox::redact::{is_secret_key, redact_text, redact_url};
 //!
@@ -48,6 +53,10 @@
 //! Longer than most files: one rule for what a secret looks like, applied
 //! to URLs, `key=value` text and whole messages, whose masking functions
 //! share the same small scanners (the tests are in `tests.rs`).
+
+mod display;
+
+pub use display::{hide, shorten};
 
 /// What a hidden secret is replaced with.
 pub const REDACTED: &str = "***";
@@ -250,16 +259,6 @@ pub fn escape_controls(text: &str) -> String {
         }
     }
     out
-}
-
-/// `text` cut to its first `max_chars` characters followed by
-/// `…(N bytes)`, N being the length of the whole text; a text that is not
-/// longer is returned as it is.
-pub fn shorten(text: &str, max_chars: usize) -> String {
-    match text.char_indices().nth(max_chars) {
-        Some((end, _)) => format!("{}…({} bytes)", &text[..end], text.len()),
-        None => text.to_owned(),
-    }
 }
 
 fn needs_escape(c: char) -> bool {

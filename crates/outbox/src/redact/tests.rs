@@ -218,8 +218,6 @@ fn errors_stay_on_one_line_and_long_values_are_cut() {
     );
     let words = "word ".repeat(2_000);
     assert!(redact_text(&words).ends_with("…(10000 bytes)"));
-    assert_eq!(shorten("ééé", 2), "éé…(6 bytes)");
-    assert_eq!(shorten("abc", 3), "abc");
 }
 
 /// Redaction stays linear on hostile input: eight times the input takes
