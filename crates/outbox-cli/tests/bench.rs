@@ -128,7 +128,7 @@ fn bench_latency_refuses_an_unknown_wakeup_mode() {
 }
 
 #[tokio::test]
-async fn bench_produce_reports_four_variants_at_each_producer_count() {
+async fn bench_produce_reports_every_variant_and_reference_at_each_producer_count() {
     let (_db, v, _) = common::bench_fresh("produce --producers 1,2 --seconds 1").await;
     assert_eq!(v["producers"], serde_json::json!([1, 2]), "{v}");
     let rows = v["by_producers"].as_array().expect("by_producers");
@@ -143,10 +143,27 @@ async fn bench_produce_reports_four_variants_at_each_producer_count() {
             "a_over_b",
             "c_over_b",
             "d_over_b",
+            "orders_tps",
+            "seed_tps",
+            "message_tps",
+            "d_over_o",
+            "d_over_s",
+            "d_over_m",
+            "orders_wal_bytes_per_tx",
+            "seed_wal_bytes_per_tx",
+            "message_wal_bytes_per_tx",
+            "idle_relay_wal_bytes_per_tx",
         ] {
             let x = row[k].as_f64().unwrap_or(f64::NAN);
             assert!(x.is_finite() && x > 0.0, "{k} in {row}");
         }
+        // An event costs WAL beyond the orders row, whichever way it goes.
+        let wal = |k: &str| row[k].as_f64().unwrap();
+        assert!(
+            wal("seed_wal_bytes_per_tx") > wal("orders_wal_bytes_per_tx")
+                && wal("message_wal_bytes_per_tx") > wal("orders_wal_bytes_per_tx"),
+            "{row}"
+        );
         assert!(
             row["idle_relay_backlog_max"].as_i64().unwrap() >= 0,
             "{row}"
