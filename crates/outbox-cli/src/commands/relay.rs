@@ -124,6 +124,12 @@ pub async fn run(ctx: &Ctx, _args: RelayArgs) -> Result<ExitCode> {
         builder = builder.tracer(export.tracer());
     }
     let relay = builder.spawn().await?;
+    metrics.set_relay_info(metrics::RelayInfo {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        instance_id: relay.instance_id().to_owned(),
+        schema: schema.name().to_owned(),
+        publisher: publisher.name().to_owned(),
+    });
     // Retention mode keeps processed rows: the cleaner removes expired ones.
     let cleaner = if c.relay.retention == outbox::Retention::Keep {
         Some(outbox::Cleaner::spawn(
