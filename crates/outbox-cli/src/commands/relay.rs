@@ -96,6 +96,7 @@ pub async fn run(ctx: &Ctx, _args: RelayArgs) -> Result<ExitCode> {
     tracing::debug!(database = %db::redact_text(&url), "connecting");
     // Worker, leases, wake-up listener, claim-ahead, and the cleaner.
     let pool = db::connect(&url, 6).await?;
+    crate::session_check::require_sessions(&pool).await?;
     // The metrics refresher and the readiness probe use connections of
     // their own, opened before the relay starts so a failure leaves nothing
     // half-started.
