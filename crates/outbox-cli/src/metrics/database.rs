@@ -33,14 +33,15 @@ WHERE processed_at IS NULL AND dead_lettered_at IS NULL AND isfinite(created_at)
 /// Seconds since the oldest transaction still holding a snapshot (its
 /// `backend_xmin`) in this database began, prepared transactions included;
 /// 0 when none but this one. Rows deleted after it began cannot be
-/// vacuumed, so a high-churn outbox table bloats behind it. Sessions of
+/// vacuumed, so a high-churn outbox table bloats behind it. Autovacuum
+/// workers are left out: vacuum ignores their snapshots. Sessions of
 /// other roles are visible only to a role with `pg_read_all_stats` (or a
 /// superuser): without it, they are not counted.
 pub const OLDEST_XMIN_AGE: &str = "
 SELECT coalesce(EXTRACT(EPOCH FROM now() - min(began))::float8, 0) FROM (
     SELECT xact_start AS began FROM pg_stat_activity
     WHERE datname = current_database() AND backend_xmin IS NOT NULL
-      AND pid <> pg_backend_pid()
+      AND pid <> pg_backend_pid() AND backend_type <> 'autovacuum worker'
     UNION ALL
     SELECT prepared FROM pg_prepared_xacts WHERE database = current_database()
 ) AS holders";
