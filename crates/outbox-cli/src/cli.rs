@@ -74,6 +74,9 @@ pub enum Command {
     /// Measure drain throughput, commit-to-ack latency and producer cost
     /// against a reference on the same server.
     Bench(crate::commands::bench::BenchArgs),
+    /// Ask a running relay's /readyz whether it is ready: one line why,
+    /// exit 0 or 1 (for exec probes and images without curl).
+    Healthcheck(crate::commands::healthcheck::HealthcheckArgs),
 }
 
 #[derive(Debug, Args)]

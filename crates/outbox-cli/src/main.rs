@@ -9,6 +9,7 @@ mod http;
 mod metrics;
 mod progress;
 mod publisher;
+mod session_check;
 mod telemetry;
 
 use std::io::IsTerminal;

@@ -1,28 +1,32 @@
+//! Longer than most files: every metric is named, set and unit-tested here,
+//! the one place metrics are emitted.
+//!
 //! Prometheus metrics of `outbox relay`: a [`RelayObserver`] counts what
 //! each batch did, and a refresher sets the gauges that only the database
-//! knows (pending, oldest pending age, dead letters) every few seconds, so
+//! knows (pending, oldest pending and claimable ages, dead letters, the
+//! oldest snapshot's age; see [`database`]) every few seconds, so
 //! scrapes never query the database. `outbox_database_up` is the verdict of
-//! the `/readyz` database check ([`DbProbe`]), so the two always agree.
-//! Labels are few and bounded: no ids.
+//! the `/readyz` database check ([`crate::http::DbProbe`]), so the two always agree.
+//! Labels are few and bounded: no event ids, and `outbox_relay_info`
+//! carries this process's own identity once.
+
+mod database;
+
+pub use database::{refresh_loop, DbGauges};
 
 use std::collections::HashSet;
 use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use outbox::Status;
 use outbox::{BatchReport, OutageKind, RelayObserver};
-use outbox::{Schema, Status};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use sqlx::PgPool;
-use tokio::sync::watch;
-
-use crate::http::DbProbe;
-
 /// Distinct `event_type` label values kept; later ones count as `other`.
 const MAX_EVENT_TYPES: usize = 100;
 
@@ -40,6 +44,19 @@ const LATENCY_BUCKETS: [f64; 17] = [
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EventType {
     event_type: String,
+}
+
+/// Who this relay is: `outbox_relay_info`'s labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RelayInfo {
+    /// The program's version.
+    pub version: String,
+    /// The relay's `instance_id`.
+    pub instance_id: String,
+    /// The outbox schema it relays.
+    pub schema: String,
+    /// The publisher's name (`webhook`, `kafka`, …).
+    pub publisher: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -61,10 +78,14 @@ pub struct Metrics {
     pending: Gauge,
     retrying: Gauge,
     oldest_pending_age: Gauge<f64, AtomicU64>,
+    oldest_claimable_age: Gauge<f64, AtomicU64>,
+    oldest_xmin_age: Gauge<f64, AtomicU64>,
     dead_letters: Gauge,
     partitions_owned: Gauge,
     partitions_total: Gauge,
     database_up: Gauge,
+    publisher_up: Gauge,
+    relay_info: Family<RelayInfo, Gauge>,
     event_types: Mutex<HashSet<String>>,
 }
 
@@ -89,10 +110,14 @@ impl Metrics {
             pending: Gauge::default(),
             retrying: Gauge::default(),
             oldest_pending_age: Gauge::default(),
+            oldest_claimable_age: Gauge::default(),
+            oldest_xmin_age: Gauge::default(),
             dead_letters: Gauge::default(),
             partitions_owned: Gauge::default(),
             partitions_total: Gauge::default(),
             database_up: Gauge::default(),
+            publisher_up: Gauge::default(),
+            relay_info: Family::default(),
             event_types: Mutex::new(HashSet::new()),
             registry: Registry::default(),
         };
@@ -113,11 +138,16 @@ impl Metrics {
             (pending, "outbox_events_pending", "Events not yet delivered, including those waiting for a retry (from the database)"),
             (retrying, "outbox_events_retrying", "Pending events that failed at least once (from the database)"),
             (oldest_pending_age, "outbox_oldest_pending_age_seconds", "Age of the oldest pending event; 0 when none (from the database)"),
+            (oldest_claimable_age, "outbox_oldest_claimable_age_seconds", "How long the oldest event the relay could claim now has waited, since it became claimable; events waiting out a backoff (and those queued behind them) are left out; 0 when none (from the database)"),
+            (oldest_xmin_age, "outbox_oldest_xmin_age_seconds", "Age of the oldest transaction holding back vacuum (a snapshot's xmin) in the outbox's database; 0 when none (from the database)"),
             (dead_letters, "outbox_dead_letters", "Dead-lettered events in the table (from the database)"),
             (partitions_owned, "outbox_partitions_owned", "Partitions this instance holds a lease on"),
             (partitions_total, "outbox_partitions", "Partitions of the outbox (from the lease round)"),
             (database_up, "outbox_database_up", "1 when the last database check (the one /readyz shows) could query the outbox tables, else 0"),
+            (publisher_up, "outbox_publisher_up", "0 while the broker is down (the last publish found it unavailable), else 1"),
+            (relay_info, "outbox_relay_info", "1, labelled with this relay's version, instance id, schema and publisher"),
         );
+        m.publisher_up.set(1);
         for reason in ["retry", "unavailable", "database"] {
             let _ = m.retries.get_or_create(&Reason { reason });
         }
@@ -139,6 +169,20 @@ impl Metrics {
         self.dead_letters.set(status.dead_letters);
         self.oldest_pending_age
             .set(status.oldest_pending_age_seconds.unwrap_or(0.0).max(0.0));
+    }
+
+    /// Sets every gauge read from the database.
+    pub fn set_database_gauges(&self, gauges: &DbGauges) {
+        self.set_status(&gauges.status);
+        self.oldest_claimable_age
+            .set(gauges.oldest_claimable_age_seconds.max(0.0));
+        self.oldest_xmin_age
+            .set(gauges.oldest_xmin_age_seconds.max(0.0));
+    }
+
+    /// Sets `outbox_relay_info`, once, when the relay starts.
+    pub fn set_relay_info(&self, info: RelayInfo) {
+        self.relay_info.get_or_create(&info).set(1);
     }
 
     /// Sets `outbox_database_up`; only [`DbProbe`] calls it, with its
@@ -170,6 +214,9 @@ impl Metrics {
 impl RelayObserver for Metrics {
     fn on_batch(&self, report: &BatchReport<'_>) {
         self.batches.inc();
+        if report.outage.is_none() && report.claimed > 0 {
+            self.publisher_up.set(1);
+        }
         self.batch_duration.observe(report.duration.as_secs_f64());
         self.published.inc_by(report.delivered.len() as u64);
         for event in report.delivered {
@@ -195,6 +242,9 @@ impl RelayObserver for Metrics {
     }
 
     fn on_outage(&self, kind: OutageKind, _error: &str) {
+        if kind == OutageKind::Broker {
+            self.publisher_up.set(0);
+        }
         let reason = match kind {
             OutageKind::Broker => "unavailable",
             OutageKind::Database => "database",
@@ -207,41 +257,6 @@ impl RelayObserver for Metrics {
     fn on_ownership(&self, held: usize, total: usize) {
         self.partitions_owned.set(held as i64);
         self.partitions_total.set(total as i64);
-    }
-}
-
-/// Every `every` until `stop` turns true: runs the database check (which
-/// sets `outbox_database_up`) and, when it passes, refreshes the database
-/// gauges.
-pub async fn refresh_loop(
-    metrics: std::sync::Arc<Metrics>,
-    probe: DbProbe,
-    pool: PgPool,
-    schema: Schema,
-    every: Duration,
-    mut stop: watch::Receiver<bool>,
-) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    while !*stop.borrow() {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.changed() => break,
-        }
-        if probe.check().await.is_err() {
-            continue;
-        }
-        let read = async {
-            let mut conn = pool.acquire().await.map_err(|e| e.to_string())?;
-            Status::read(&mut conn, &schema)
-                .await
-                .map_err(|e| format!("{e:#}"))
-        };
-        match tokio::time::timeout(every.max(Duration::from_secs(1)), read).await {
-            Ok(Ok(status)) => metrics.set_status(&status),
-            Ok(Err(error)) => tracing::debug!(%error, "metrics refresh failed"),
-            Err(_) => tracing::debug!("metrics refresh timed out"),
-        }
     }
 }
 
@@ -360,5 +375,76 @@ mod tests {
         let text = m.encode();
         assert_eq!(value(&text, "outbox_database_up"), 0.0);
         assert_eq!(value(&text, "outbox_events_pending"), 12.0, "kept");
+    }
+
+    #[test]
+    fn the_publisher_is_down_from_a_broker_outage_until_a_batch_gets_through() {
+        let m = Metrics::new();
+        assert_eq!(
+            value(&m.encode(), "outbox_publisher_up"),
+            1.0,
+            "no outage seen"
+        );
+        m.on_outage(OutageKind::Database, "down");
+        assert_eq!(
+            value(&m.encode(), "outbox_publisher_up"),
+            1.0,
+            "not the broker"
+        );
+        m.on_outage(OutageKind::Broker, "refused");
+        assert_eq!(value(&m.encode(), "outbox_publisher_up"), 0.0);
+        let delivered = vec![event("order.created", 0)];
+        let batch = |outage| BatchReport {
+            claimed: 1,
+            delivered: &delivered,
+            retried: &[],
+            dead_lettered: &[],
+            outage,
+            acked_at: chrono::Utc::now(),
+            duration: Duration::ZERO,
+        };
+        m.on_batch(&batch(Some("refused")));
+        assert_eq!(value(&m.encode(), "outbox_publisher_up"), 0.0, "cut short");
+        m.on_batch(&batch(None));
+        assert_eq!(value(&m.encode(), "outbox_publisher_up"), 1.0);
+    }
+
+    #[test]
+    fn the_relay_info_names_this_relay() {
+        let m = Metrics::new();
+        assert!(
+            !m.encode().contains("outbox_relay_info{"),
+            "none before start"
+        );
+        m.set_relay_info(RelayInfo {
+            version: "1.2.3".into(),
+            instance_id: "relay-a".into(),
+            schema: "app".into(),
+            publisher: "webhook".into(),
+        });
+        let sample = "outbox_relay_info{version=\"1.2.3\",instance_id=\"relay-a\",schema=\"app\",publisher=\"webhook\"}";
+        assert_eq!(value(&m.encode(), sample), 1.0);
+    }
+
+    #[test]
+    fn the_claimable_and_xmin_ages_come_from_the_database_read() {
+        let m = Metrics::new();
+        m.set_database_gauges(&DbGauges {
+            status: Status {
+                schema: "public".into(),
+                pending: 5,
+                retrying: 1,
+                dead_letters: 0,
+                oldest_pending_age_seconds: Some(90.0),
+                partitions: Vec::new(),
+            },
+            oldest_claimable_age_seconds: 12.5,
+            oldest_xmin_age_seconds: 700.0,
+        });
+        let text = m.encode();
+        assert_eq!(value(&text, "outbox_events_pending"), 5.0);
+        assert_eq!(value(&text, "outbox_oldest_pending_age_seconds"), 90.0);
+        assert_eq!(value(&text, "outbox_oldest_claimable_age_seconds"), 12.5);
+        assert_eq!(value(&text, "outbox_oldest_xmin_age_seconds"), 700.0);
     }
 }

@@ -5,6 +5,7 @@ pub mod cleanup;
 pub mod config;
 pub mod dead_letters;
 mod demo;
+pub mod healthcheck;
 mod migrate;
 mod relay;
 mod status;
@@ -44,5 +45,6 @@ pub async fn run(command: Command, ctx: Ctx) -> Result<ExitCode> {
         Command::Cleanup(args) => cleanup::run(ctx, args).await,
         Command::Config(cmd) => config::run(ctx, cmd).await,
         Command::Bench(args) => bench::run(ctx, args).await,
+        Command::Healthcheck(args) => healthcheck::run(ctx, args).await,
     }
 }

@@ -96,6 +96,7 @@ pub async fn run(ctx: &Ctx, _args: RelayArgs) -> Result<ExitCode> {
     tracing::debug!(database = %db::redact_text(&url), "connecting");
     // Worker, leases, wake-up listener, claim-ahead, and the cleaner.
     let pool = db::connect(&url, 6).await?;
+    crate::session_check::require_sessions(&pool).await?;
     // The metrics refresher and the readiness probe use connections of
     // their own, opened before the relay starts so a failure leaves nothing
     // half-started.
@@ -124,6 +125,12 @@ pub async fn run(ctx: &Ctx, _args: RelayArgs) -> Result<ExitCode> {
         builder = builder.tracer(export.tracer());
     }
     let relay = builder.spawn().await?;
+    metrics.set_relay_info(metrics::RelayInfo {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        instance_id: relay.instance_id().to_owned(),
+        schema: schema.name().to_owned(),
+        publisher: publisher.name().to_owned(),
+    });
     // Retention mode keeps processed rows: the cleaner removes expired ones.
     let cleaner = if c.relay.retention == outbox::Retention::Keep {
         Some(outbox::Cleaner::spawn(

@@ -1,0 +1,195 @@
+//! The gauges only the database knows, read every `http.refresh_ms` by one
+//! loop (never by a scrape): the status counters, how long the oldest
+//! *claimable* event has waited, and how old the oldest snapshot holding
+//! back vacuum is. The loop runs the `/readyz` database check first, which
+//! sets `outbox_database_up`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use outbox::{Schema, Status};
+use sqlx::{PgConnection, PgPool};
+use tokio::sync::watch;
+
+use super::Metrics;
+use crate::http::DbProbe;
+
+/// Seconds the oldest claimable pending event has waited: one the relay
+/// could claim now (live, its retry due, its aggregate not held back by an
+/// earlier event waiting out a backoff), measured from when it became
+/// claimable (`created_at`, or its due retry time). Events waiting out a
+/// backoff, and those queued behind them, are left out: they wait on
+/// purpose. 0 when there is none. `{schema}` is the outbox schema.
+pub const OLDEST_CLAIMABLE_AGE: &str = "
+SELECT coalesce(EXTRACT(EPOCH FROM now() - min(greatest(created_at, next_attempt_at)))::float8, 0)
+FROM {schema}.outbox_events
+WHERE processed_at IS NULL AND dead_lettered_at IS NULL AND isfinite(created_at)
+  AND (next_attempt_at IS NULL OR next_attempt_at <= now())
+  AND aggregate_id NOT IN (
+      SELECT aggregate_id FROM {schema}.outbox_events
+      WHERE next_attempt_at > now() AND next_attempt_at <= 'infinity'
+        AND processed_at IS NULL AND dead_lettered_at IS NULL)";
+
+/// Seconds since the oldest transaction still holding a snapshot (its
+/// `backend_xmin`) in this database began, prepared transactions included;
+/// 0 when none but this one. Rows deleted after it began cannot be
+/// vacuumed, so a high-churn outbox table bloats behind it. Autovacuum
+/// workers are left out: vacuum ignores their snapshots. Sessions of
+/// other roles are visible only to a role with `pg_read_all_stats` (or a
+/// superuser): without it, they are not counted.
+pub const OLDEST_XMIN_AGE: &str = "
+SELECT coalesce(EXTRACT(EPOCH FROM now() - min(began))::float8, 0) FROM (
+    SELECT xact_start AS began FROM pg_stat_activity
+    WHERE datname = current_database() AND backend_xmin IS NOT NULL
+      AND pid <> pg_backend_pid() AND backend_type <> 'autovacuum worker'
+    UNION ALL
+    SELECT prepared FROM pg_prepared_xacts WHERE database = current_database()
+) AS holders";
+
+/// What one refresh read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DbGauges {
+    /// The status counters.
+    pub status: Status,
+    /// [`OLDEST_CLAIMABLE_AGE`].
+    pub oldest_claimable_age_seconds: f64,
+    /// [`OLDEST_XMIN_AGE`].
+    pub oldest_xmin_age_seconds: f64,
+}
+
+impl DbGauges {
+    /// Reads every database gauge on `conn`.
+    pub async fn read(conn: &mut PgConnection, schema: &Schema) -> Result<DbGauges, String> {
+        let status = Status::read(conn, schema)
+            .await
+            .map_err(|e| format!("{e:#}"))?;
+        let claimable = OLDEST_CLAIMABLE_AGE.replace("{schema}", schema.name());
+        let oldest_claimable_age_seconds: f64 = sqlx::query_scalar(&claimable)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(|e| format!("reading the oldest claimable age: {e}"))?;
+        let oldest_xmin_age_seconds: f64 = sqlx::query_scalar(OLDEST_XMIN_AGE)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(|e| format!("reading the oldest snapshot's age: {e}"))?;
+        Ok(DbGauges {
+            status,
+            oldest_claimable_age_seconds,
+            oldest_xmin_age_seconds,
+        })
+    }
+}
+
+/// Every `every` until `stop` turns true: runs the database check (which
+/// sets `outbox_database_up`) and, when it passes, refreshes the database
+/// gauges.
+pub async fn refresh_loop(
+    metrics: Arc<Metrics>,
+    probe: DbProbe,
+    pool: PgPool,
+    schema: Schema,
+    every: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while !*stop.borrow() {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => break,
+        }
+        if probe.check().await.is_err() {
+            continue;
+        }
+        let read = async {
+            let mut conn = pool.acquire().await.map_err(|e| e.to_string())?;
+            DbGauges::read(&mut conn, &schema).await
+        };
+        match tokio::time::timeout(every.max(Duration::from_secs(1)), read).await {
+            Ok(Ok(gauges)) => metrics.set_database_gauges(&gauges),
+            Ok(Err(error)) => tracing::debug!(%error, "metrics refresh failed"),
+            Err(_) => tracing::debug!("metrics refresh timed out"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sqlx::Connection;
+
+    async fn gauges(pool: &PgPool) -> DbGauges {
+        let mut conn = pool.acquire().await.unwrap();
+        DbGauges::read(&mut conn, &Schema::default()).await.unwrap()
+    }
+
+    /// Inserts a pending event of `agg`, created `age_s` seconds ago, next
+    /// attempt `next_s` seconds from now (none when `None`).
+    async fn insert(pool: &PgPool, agg: &str, age_s: i64, next_s: Option<i64>) {
+        sqlx::query(
+            "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload,
+                                        created_at, next_attempt_at, attempts)
+             VALUES ('order', $1, 'order.created', '{}', now() - $2 * interval '1 second',
+                     now() + $3 * interval '1 second', CASE WHEN $3 IS NULL THEN 0 ELSE 1 END)",
+        )
+        .bind(agg)
+        .bind(age_s)
+        .bind(next_s)
+        .execute(pool)
+        .await
+        .unwrap();
+    }
+
+    fn near(got: f64, want: f64) -> bool {
+        (got - want).abs() < 5.0
+    }
+
+    #[tokio::test]
+    async fn the_claimable_age_leaves_out_events_waiting_out_a_backoff() {
+        let (_db, pool) = outbox_testkit::postgres::migrated_test_db().await;
+        assert_eq!(gauges(&pool).await.oldest_claimable_age_seconds, 0.0);
+        // Backing off for an hour, and an event queued behind it: both
+        // older than anything claimable, neither counted.
+        insert(&pool, "held", 900, Some(3600)).await;
+        insert(&pool, "held", 800, None).await;
+        insert(&pool, "fresh", 60, None).await;
+        // Failed once 10 minutes ago; its retry came due 10 s ago.
+        insert(&pool, "due", 600, Some(-10)).await;
+        let g = gauges(&pool).await;
+        assert!(near(g.oldest_claimable_age_seconds, 60.0), "{g:?}");
+        assert!(near(g.status.oldest_pending_age_seconds.unwrap(), 900.0));
+        sqlx::query("DELETE FROM outbox_events WHERE aggregate_id = 'fresh'")
+            .execute(&pool)
+            .await
+            .unwrap();
+        let g = gauges(&pool).await;
+        assert!(near(g.oldest_claimable_age_seconds, 10.0), "{g:?}");
+        sqlx::query("DELETE FROM outbox_events WHERE aggregate_id = 'due'")
+            .execute(&pool)
+            .await
+            .unwrap();
+        assert_eq!(gauges(&pool).await.oldest_claimable_age_seconds, 0.0);
+    }
+
+    #[tokio::test]
+    async fn the_xmin_age_is_that_of_the_oldest_open_snapshot() {
+        let (db, pool) = outbox_testkit::postgres::migrated_test_db().await;
+        let idle = gauges(&pool).await.oldest_xmin_age_seconds;
+        assert!(idle < 1.0, "nothing holds a snapshot: {idle}");
+        let mut holder = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            .execute(&mut holder)
+            .await
+            .unwrap();
+        sqlx::query("SELECT count(*) FROM outbox_events")
+            .execute(&mut holder)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let held = gauges(&pool).await.oldest_xmin_age_seconds;
+        assert!(held >= 1.5, "a snapshot held 1.5 s: {held}");
+        sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
+        let after = gauges(&pool).await.oldest_xmin_age_seconds;
+        assert!(after < 1.0, "released: {after}");
+    }
+}
