@@ -5,11 +5,13 @@ mod cli;
 mod commands;
 mod config;
 mod db;
+mod db_probe;
 mod http;
 mod metrics;
 mod progress;
 mod publisher;
 mod telemetry;
+mod text;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -20,7 +22,8 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     // Logging is configured like everything else (file < env < flags), so
     // the configuration is loaded first; its errors are printed plainly.
-    let loaded = match config::load(&cli).and_then(|l| init_logging(&l).map(|()| l)) {
+    let loaded = match config::load(cli.config_request()).and_then(|l| init_logging(&l).map(|()| l))
+    {
         Ok(loaded) => loaded,
         Err(e) => {
             eprintln!("error: {}", db::redact_text(&format!("{e:#}")));
@@ -47,7 +50,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(commands::run(cli.command, ctx)) {
+    match runtime.block_on(cli.command.run(ctx)) {
         Ok(code) => code,
         Err(e) => {
             // One line: the error and its causes, passwords redacted.

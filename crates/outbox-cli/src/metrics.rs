@@ -2,7 +2,7 @@
 //! each batch did, and a refresher sets the gauges that only the database
 //! knows (pending, oldest pending age, dead letters) every few seconds, so
 //! scrapes never query the database. `outbox_database_up` is the verdict of
-//! the `/readyz` database check ([`DbProbe`]), so the two always agree.
+//! the `/readyz` database check (`DbProbe`), so the two always agree.
 //! Labels are few and bounded: no ids.
 
 use std::collections::HashSet;
@@ -10,18 +10,14 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use outbox::Status;
 use outbox::{BatchReport, OutageKind, RelayObserver};
-use outbox::{Schema, Status};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use sqlx::PgPool;
-use tokio::sync::watch;
-
-use crate::http::DbProbe;
 
 /// Distinct `event_type` label values kept; later ones count as `other`.
 const MAX_EVENT_TYPES: usize = 100;
@@ -141,7 +137,7 @@ impl Metrics {
             .set(status.oldest_pending_age_seconds.unwrap_or(0.0).max(0.0));
     }
 
-    /// Sets `outbox_database_up`; only [`DbProbe`] calls it, with its
+    /// Sets `outbox_database_up`; only `DbProbe` calls it, with its
     /// verdict. While it is 0 the database gauges keep their last values.
     pub fn set_database_up(&self, up: bool) {
         self.database_up.set(i64::from(up));
@@ -207,41 +203,6 @@ impl RelayObserver for Metrics {
     fn on_ownership(&self, held: usize, total: usize) {
         self.partitions_owned.set(held as i64);
         self.partitions_total.set(total as i64);
-    }
-}
-
-/// Every `every` until `stop` turns true: runs the database check (which
-/// sets `outbox_database_up`) and, when it passes, refreshes the database
-/// gauges.
-pub async fn refresh_loop(
-    metrics: std::sync::Arc<Metrics>,
-    probe: DbProbe,
-    pool: PgPool,
-    schema: Schema,
-    every: Duration,
-    mut stop: watch::Receiver<bool>,
-) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    while !*stop.borrow() {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.changed() => break,
-        }
-        if probe.check().await.is_err() {
-            continue;
-        }
-        let read = async {
-            let mut conn = pool.acquire().await.map_err(|e| e.to_string())?;
-            Status::read(&mut conn, &schema)
-                .await
-                .map_err(|e| format!("{e:#}"))
-        };
-        match tokio::time::timeout(every.max(Duration::from_secs(1)), read).await {
-            Ok(Ok(status)) => metrics.set_status(&status),
-            Ok(Err(error)) => tracing::debug!(%error, "metrics refresh failed"),
-            Err(_) => tracing::debug!("metrics refresh timed out"),
-        }
     }
 }
 

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use outbox::Publisher;
-use outbox_publishers::{Envelope, FilePublisher, Format, StdoutPublisher};
+use outbox_publishers::{Envelope, FilePublisher, StdoutPublisher};
 
 /// The `[publisher.NAME]` tables of a configuration, by `NAME`.
 pub type Tables = BTreeMap<String, toml::Table>;
@@ -185,16 +185,6 @@ pub fn check(name: &str, spec: &str, tables: &Tables) -> Result<Checked> {
 /// follow `envelope`.
 pub fn from_config(spec: &str, tables: &Tables, envelope: Envelope) -> Result<Arc<dyn Publisher>> {
     (check("publisher", spec, tables)?.build)(envelope)
-}
-
-/// The message format of a configuration: `[publisher] format`, and for
-/// CloudEvents the `source` with `{schema}` filled in. The values were
-/// checked when the configuration was loaded.
-pub fn envelope(config: &crate::config::Config) -> Result<Envelope> {
-    let p = &config.publisher;
-    let format: Format = p.format.parse().map_err(|e: String| anyhow!(e))?;
-    let source = outbox_publishers::cloudevents::source_for(&p.cloudevents_source, &config.schema);
-    Ok(Envelope::new(format, source))
 }
 
 /// `[publisher.NAME]` as `C`, or `C`'s defaults. A value quoted by the

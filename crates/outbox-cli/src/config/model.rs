@@ -52,6 +52,20 @@ impl Default for Config {
     }
 }
 
+impl Config {
+    /// The message format: `[publisher] format`, and for CloudEvents the
+    /// `source` with `{schema}` filled in. The values were checked when the
+    /// configuration was loaded.
+    pub fn envelope(&self) -> anyhow::Result<outbox_publishers::Envelope> {
+        let p = &self.publisher;
+        let format: outbox_publishers::Format =
+            p.format.parse().map_err(|e: String| anyhow::anyhow!(e))?;
+        let source =
+            outbox_publishers::cloudevents::source_for(&p.cloudevents_source, &self.schema);
+        Ok(outbox_publishers::Envelope::new(format, source))
+    }
+}
+
 /// The HTTP server for metrics and health checks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -5,39 +5,7 @@ use anyhow::{anyhow, bail, Result};
 
 use super::logging;
 use super::Loaded;
-
-/// Longest value a message shows whole.
-const SHOWN_WHOLE: usize = 80;
-
-/// `value` quoted for a message; a long value is cut to its first 60
-/// characters, followed by its length, so that a mistaken megabyte is not
-/// echoed back whole.
-pub(super) fn cut(value: &str) -> String {
-    if value.chars().count() <= SHOWN_WHOLE {
-        return format!("{value:?}");
-    }
-    let head: String = value.chars().take(60).collect();
-    format!("{head:?}… ({} bytes)", value.len())
-}
-
-/// `text` (a parser's message) with every word longer than 80 characters
-/// cut like [`cut`] does: such messages may quote a whole value.
-pub(super) fn cut_words(text: &str) -> String {
-    if text.len() <= SHOWN_WHOLE {
-        return text.to_owned();
-    }
-    text.split(' ')
-        .map(|word| {
-            if word.chars().count() <= SHOWN_WHOLE {
-                word.to_owned()
-            } else {
-                let head: String = word.chars().take(60).collect();
-                format!("{head}… ({} bytes)", word.len())
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
+use crate::text::{cut, cut_words};
 
 /// The library's refusal `e` of a setting of table `table` (`relay`,
 /// `cleaner`), naming the key and where its value came from (`at`).
@@ -211,24 +179,6 @@ fn publisher(l: &Loaded) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn long_values_are_cut_and_short_ones_kept() {
-        assert_eq!(cut("abc"), "\"abc\"");
-        let long = "y".repeat(10 << 20);
-        let shown = cut(&long);
-        assert!(
-            shown.len() < 100 && shown.ends_with("(10485760 bytes)"),
-            "{shown}"
-        );
-        let text = format!("invalid type: string \"{long}\", expected a whole number");
-        let folded = cut_words(&text);
-        assert!(
-            folded.len() < 200 && folded.ends_with("expected a whole number"),
-            "{folded}"
-        );
-        assert_eq!(cut_words("a short message"), "a short message");
-    }
 
     #[test]
     fn only_postgres_urls_are_database_urls() {

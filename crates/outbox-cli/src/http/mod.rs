@@ -20,7 +20,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 
-pub use ready::{DbProbe, Readiness, RelayState};
+pub use ready::{Readiness, RelayState};
 
 use crate::metrics::Metrics;
 
