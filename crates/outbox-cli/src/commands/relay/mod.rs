@@ -11,104 +11,23 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use outbox::{Relay, RelayHandle, Schema, Status};
 use sqlx::PgPool;
-use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+mod args;
+mod stop;
+
+pub use args::RelayArgs;
+use stop::{Signals, StopReason};
+
 use crate::commands::Ctx;
-use crate::config::{Flags, Loaded};
+use crate::config::Loaded;
 use crate::db_probe::{self, DbProbe};
 use crate::http::{self, Readiness, RelayState};
 use crate::metrics::Metrics;
 use crate::progress::Progress;
 use crate::telemetry::Export;
 use crate::{db, publisher};
-
-/// Flags of `outbox relay`. Each one overrides the config file and the
-/// environment (see docs/configuration.md for the keys and variables).
-#[derive(Debug, clap::Args)]
-pub struct RelayArgs {
-    // Where to publish: every form of the publishers' table.
-    #[arg(long, value_name = "SPEC", help = crate::publisher::help())]
-    pub publisher: Option<String>,
-    /// Message format: plain (the outbox's own headers), cloudevents-binary
-    /// or cloudevents-structured (CloudEvents 1.0) [env:
-    /// OUTBOX_PUBLISHER_FORMAT] [default: plain].
-    #[arg(long, value_name = "FORMAT")]
-    pub format: Option<String>,
-    /// The CloudEvents source attribute; {schema} is the schema's name [env:
-    /// OUTBOX_PUBLISHER_CLOUDEVENTS_SOURCE] [default: /outbox/{schema}].
-    #[arg(long, value_name = "URI-REFERENCE")]
-    pub cloudevents_source: Option<String>,
-    /// Exit 0 once nothing is pending (all delivered or dead-lettered).
-    #[arg(long)]
-    pub drain: bool,
-    /// Unique name of this instance; restarting with the same name takes
-    /// its partitions back at once.
-    #[arg(long)]
-    pub instance_id: Option<String>,
-    /// Most events per batch.
-    #[arg(long)]
-    pub batch_size: Option<usize>,
-    /// Failed attempts before an event is dead-lettered.
-    #[arg(long)]
-    pub max_attempts: Option<u32>,
-    /// Partition lease length, milliseconds.
-    #[arg(long)]
-    pub lease_ms: Option<u64>,
-    /// Longest idle poll interval, milliseconds.
-    #[arg(long)]
-    pub poll_max_ms: Option<u64>,
-    /// First retry backoff, milliseconds (doubles per attempt).
-    #[arg(long)]
-    pub backoff_base_ms: Option<u64>,
-    /// Keep processed rows (retention mode) instead of deleting them.
-    #[arg(long)]
-    pub keep_processed: bool,
-    /// Seconds to wait for a graceful stop after SIGTERM/SIGINT [default:
-    /// 30].
-    #[arg(long, value_name = "SECS")]
-    pub shutdown_timeout_secs: Option<u64>,
-    /// Serve /metrics, /healthz and /readyz on this address, e.g.
-    /// 127.0.0.1:9090 [env: OUTBOX_HTTP_ADDR].
-    #[arg(long, value_name = "HOST:PORT")]
-    pub http_addr: Option<String>,
-}
-
-impl RelayArgs {
-    /// The settings these flags give.
-    pub fn flags(&self, l: &mut Flags) {
-        l.set_str("publisher.spec", "--publisher", self.publisher.as_deref());
-        l.set_str("publisher.format", "--format", self.format.as_deref());
-        l.set_str(
-            "publisher.cloudevents_source",
-            "--cloudevents-source",
-            self.cloudevents_source.as_deref(),
-        );
-        if self.drain {
-            l.set("drain", "--drain", true);
-        }
-        l.set_str(
-            "relay.instance_id",
-            "--instance-id",
-            self.instance_id.as_deref(),
-        );
-        let batch_size = self.batch_size.map(|v| v as u64);
-        l.set_int("relay.batch_size", "--batch-size", batch_size);
-        let max_attempts = self.max_attempts.map(u64::from);
-        l.set_int("relay.max_attempts", "--max-attempts", max_attempts);
-        l.set_int("relay.lease_ms", "--lease-ms", self.lease_ms);
-        l.set_int("relay.poll_max_ms", "--poll-max-ms", self.poll_max_ms);
-        let backoff = self.backoff_base_ms;
-        l.set_int("relay.backoff_base_ms", "--backoff-base-ms", backoff);
-        if self.keep_processed {
-            l.set("relay.retention", "--keep-processed", "keep");
-        }
-        let timeout = self.shutdown_timeout_secs;
-        l.set_int("shutdown_timeout_secs", "--shutdown-timeout-secs", timeout);
-        l.set_str("http.addr", "--http-addr", self.http_addr.as_deref());
-    }
-}
 
 /// How often the loop checks the relay (and, with `--drain`, the backlog).
 const TICK: Duration = Duration::from_millis(100);
@@ -117,55 +36,13 @@ const TICK: Duration = Duration::from_millis(100);
 /// matter what (a publisher stuck in a system call cannot be cancelled).
 const HARD_EXIT_GRACE: Duration = Duration::from_secs(2);
 
-/// Why `outbox relay` stops.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum StopReason {
-    /// SIGTERM or SIGINT.
-    Signal(&'static str),
-    /// `--drain`: nothing pending is left.
-    Drained,
-    /// The relay ended by itself (a fatal error, logged where it happened).
-    RelayStopped,
-}
-
-impl std::fmt::Display for StopReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            StopReason::Signal(name) => name,
-            StopReason::Drained => "drained",
-            StopReason::RelayStopped => "relay stopped",
-        })
-    }
-}
-
-struct Signals {
-    term: Signal,
-    int: Signal,
-}
-
-impl Signals {
-    fn install() -> Result<Self> {
-        Ok(Signals {
-            term: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
-            int: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
-        })
-    }
-
-    async fn next(&mut self) -> StopReason {
-        tokio::select! {
-            _ = self.term.recv() => StopReason::Signal("SIGTERM"),
-            _ = self.int.recv() => StopReason::Signal("SIGINT"),
-        }
-    }
-}
-
-pub async fn run(ctx: &Ctx, _args: RelayArgs) -> Result<ExitCode> {
+pub async fn run(ctx: &Ctx, args: RelayArgs) -> Result<ExitCode> {
     let schema = &ctx.schema;
     // Flags were folded into the loaded configuration with the file and
     // the environment.
     let loaded = &ctx.loaded;
     let c = &loaded.config;
-    let mut signals = Signals::install()?;
+    let mut signals = Signals::install(args.exit_with_parent)?;
     let url = db::require_url(&c.database_url)?;
     let listener =
         match &c.http.addr {
