@@ -279,8 +279,30 @@ behind_feature!("kafka", fn kafka(spec, table) {
     let mut config: KafkaConfig = settings("kafka", table)?;
     config.brokers = KafkaConfig::from_url(spec)?.brokers;
     config.validate()?;
+    kafka_properties_accepted(&config)?;
     building(|envelope| Ok(KafkaPublisher::new(config)?.with_envelope(envelope)))
 });
+
+/// Asks librdkafka whether it takes every one of `config`'s properties
+/// (names and values), without creating a client: creating a producer
+/// connects to the brokers at once.
+#[cfg(feature = "kafka")]
+fn kafka_properties_accepted(config: &outbox_publishers::kafka::KafkaConfig) -> Result<()> {
+    let mut client = rdkafka::ClientConfig::new();
+    client.set("bootstrap.servers", config.brokers.join(","));
+    for (name, value) in &config.properties {
+        client.set(name, value);
+    }
+    client.create_native_config().map(|_| ()).map_err(|e| {
+        let mut text = e.to_string();
+        for (name, value) in &config.properties {
+            if outbox::redact::is_secret_key(name) && !value.is_empty() {
+                text = text.replace(value.as_str(), outbox::redact::REDACTED);
+            }
+        }
+        anyhow!("librdkafka refuses [publisher.kafka] properties: {text}")
+    })
+}
 
 /// Defines `$name` (module `outbox_publishers::$name`, cargo feature
 /// `$feature`) as the check of a publisher whose spec is its `url`: the

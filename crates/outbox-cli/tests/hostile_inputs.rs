@@ -277,10 +277,12 @@ fn huge_value_in(dir: &Path, name: &str, key: &str, letter: &str, command: &str)
     run(&["--config", config.to_str().unwrap(), command], &[])
 }
 
-/// A config file of `keys` Kafka properties.
+/// A valid config file of `keys` keys: the webhook's extra headers (any
+/// names; unlike Kafka properties, which librdkafka checks by name).
 fn many_keys(keys: usize) -> String {
-    let mut text =
-        String::from("[publisher]\nspec = \"kafka://k:9092\"\n[publisher.kafka.properties]\n");
+    let mut text = String::from(
+        "[publisher]\nspec = \"https://hooks.example.com/in\"\n[publisher.http]\nsecret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n[publisher.http.headers]\n",
+    );
     for i in 0..keys {
         text.push_str(&format!("p{i}=\"v\"\n"));
     }
@@ -446,6 +448,53 @@ fn config_check_and_relay_judge_every_publisher_alike() {
         &[],
     );
     assert_eq!(check.code, Some(0), "{}", check.stderr);
+}
+
+/// What `relay` refuses at start, `config check` refuses too, in the same
+/// words: addresses it could not listen on, and Kafka properties librdkafka
+/// does not know (asked without connecting).
+#[test]
+fn config_check_and_relay_judge_listen_addresses_and_kafka_properties_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let kafka = write(
+        dir.path(),
+        "kafka.toml",
+        "[publisher]\nspec = \"kafka://127.0.0.1:1\"\n[publisher.kafka.properties]\n\"no.such.prop\" = \"1\"\n",
+    );
+    let kafka = kafka.to_str().unwrap();
+    let cases: &[(&[&str], &[&str], &[&str])] = &[
+        (
+            &[],
+            &["--http-addr", "http://127.0.0.1:80"],
+            &["http.addr", "--http-addr", "HOST:PORT"],
+        ),
+        (&[], &["--http-addr", "[::1"], &["http.addr", "HOST:PORT"]),
+        (
+            &[],
+            &["--http-addr", "garbage.invalid:80"],
+            &["http.addr", "garbage.invalid"],
+        ),
+        (&["--config", kafka], &[], &["no.such.prop", "kafka.toml"]),
+    ];
+    for (before, after, needles) in cases {
+        let verdicts: Vec<Run> = [&["config", "check"][..], &["relay"][..]]
+            .iter()
+            .map(|cmd| {
+                let mut all = before.to_vec();
+                all.extend_from_slice(cmd);
+                all.extend_from_slice(after);
+                run(&all, &[])
+            })
+            .collect();
+        for v in &verdicts {
+            refused(v, needles);
+        }
+        assert_eq!(
+            error_line(&verdicts[0]),
+            error_line(&verdicts[1]),
+            "config check and relay disagree"
+        );
+    }
 }
 
 #[test]

@@ -66,16 +66,15 @@ pub fn validate(l: &Loaded) -> Result<()> {
         60_000,
     )?;
     if let Some(addr) = &c.http.addr {
-        let ok = addr
-            .rsplit_once(':')
-            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
-        if !ok {
-            bail!(
-                "invalid http.addr = {} ({}): use HOST:PORT, e.g. 127.0.0.1:9090 or 0.0.0.0:9090",
+        // The check `outbox relay` binds with, so that `config check` passes
+        // no address the relay cannot listen on.
+        crate::http::listen_addrs(addr).map_err(|why| {
+            anyhow!(
+                "invalid http.addr = {} ({}): {why}",
                 cut(addr),
                 at("http.addr")
-            );
-        }
+            )
+        })?;
     }
     if let Some(level) = &c.log.level {
         logging::check_level(level).map_err(|fix| {
