@@ -26,7 +26,7 @@ fn main() -> ExitCode {
     {
         Ok(loaded) => loaded,
         Err(e) => {
-            eprintln!("error: {}", db::redact_text(&format!("{e:#}")));
+            eprintln!("error: {}", db::redact_text(&text::error_chain(&e)));
             return ExitCode::FAILURE;
         }
     };
@@ -54,7 +54,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             // One line: the error and its causes, passwords redacted.
-            eprintln!("error: {}", db::redact_text(&format!("{e:#}")));
+            eprintln!("error: {}", db::redact_text(&text::error_chain(&e)));
             ExitCode::FAILURE
         }
     }

@@ -1,6 +1,7 @@
 //! Text as messages show it: user values quoted and cut ([`cut`]), a
 //! parser's message folded onto one line ([`one_line`]) with its long words
-//! cut ([`cut_words`]).
+//! cut ([`cut_words`]), and an error's causes without repeats
+//! ([`error_chain`]).
 
 /// Longest value a message shows whole.
 const SHOWN_WHOLE: usize = 80;
@@ -43,6 +44,24 @@ pub fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// `error` and its causes on one line (`a: b: c`), a cause left out when
+/// the line already ends with its text: the driver's database errors
+/// repeat their message as their own cause ("timestamp out of range:
+/// timestamp out of range").
+pub fn error_chain(error: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if out.is_empty() {
+            out = text;
+        } else if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -68,5 +87,34 @@ mod tests {
     #[test]
     fn messages_fold_onto_one_line() {
         assert_eq!(one_line("a\n  b\r\n\tc "), "a b c");
+    }
+
+    #[test]
+    fn a_cause_that_repeats_the_message_is_said_once() {
+        #[derive(Debug)]
+        struct Inner;
+        impl std::fmt::Display for Inner {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("timestamp out of range")
+            }
+        }
+        impl std::error::Error for Inner {}
+        #[derive(Debug)]
+        struct Outer(Inner);
+        impl std::fmt::Display for Outer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("error returned from database: timestamp out of range")
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let e = anyhow::Error::new(Outer(Inner)).context("database error during cleanup");
+        assert_eq!(
+            error_chain(&e),
+            "database error during cleanup: error returned from database: timestamp out of range"
+        );
     }
 }

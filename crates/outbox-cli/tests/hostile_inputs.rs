@@ -497,6 +497,41 @@ fn config_check_and_relay_judge_listen_addresses_and_kafka_properties_alike() {
     }
 }
 
+/// Messages that used to leave the user guessing say what to do, before
+/// any connection or query.
+#[test]
+fn database_urls_and_ages_that_cannot_work_say_what_to_do() {
+    for password in ["a/b", "a#b", "a?b"] {
+        let url = format!("postgres://postgres:{password}@127.0.0.1:1/c1");
+        let r = run(&["status", "--database-url", &url], &[]);
+        refused(&r, &["--database-url", "percent-encode"]);
+    }
+    let url = "postgres://app@127.0.0.1:1/app?sslmode=bogus";
+    let r = run(&["status", "--database-url", url], &[]);
+    refused(&r, &["sslmode", "bogus", "verify-full"]);
+    let line = error_line(&r);
+    assert_eq!(
+        line.matches("error with configuration").count(),
+        0,
+        "{line}"
+    );
+    for args in [
+        &["cleanup", "--older-than", "100000000d"][..],
+        &[
+            "dead-letters",
+            "retry",
+            "--all",
+            "--older-than",
+            "100000000d",
+        ],
+        &["dead-letters", "list", "--older-than", "100000000d"],
+    ] {
+        let r = run(args, &[]);
+        refused(&r, &["--older-than", "36500d"]);
+        assert!(!r.stderr.contains("cannot connect"), "{}", r.stderr);
+    }
+}
+
 #[test]
 fn database_urls_of_other_databases_are_refused_by_every_command() {
     let urls: &[(&str, &[&str])] = &[
