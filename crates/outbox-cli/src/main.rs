@@ -70,7 +70,29 @@ fn init_logging(loaded: &config::Loaded) -> anyhow::Result<()> {
         .with_writer(std::io::stderr);
     match loaded.config.log.format {
         config::LogFormat::Json => builder.json().init(),
-        config::LogFormat::Text => builder.init(),
+        config::LogFormat::Text => builder.fmt_fields(text_fields()).init(),
     }
     Ok(())
+}
+
+/// The fields of a text log line as the default format writes them
+/// (`message name=value …`), with every control character escaped, whoever
+/// wrote the value (a flag, a producer's aggregate id, a broker's error): a
+/// line break or an escape sequence in a value cannot forge or colour a
+/// line. (JSON lines escape them already.)
+fn text_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> {
+    use std::fmt::Write;
+    use tracing_subscriber::field::MakeExt;
+
+    tracing_subscriber::fmt::format::debug_fn(|w, field, value| {
+        let mut w = text::EscapeControls(w);
+        match field.name() {
+            "message" => write!(w, "{value:?}"),
+            // Metadata of records from the `log` crate, as the default
+            // format leaves them out.
+            name if name.starts_with("log.") => Ok(()),
+            name => write!(w, "{}={value:?}", name.trim_start_matches("r#")),
+        }
+    })
+    .delimited(" ")
 }

@@ -1,7 +1,9 @@
 //! Text as messages show it: user values quoted and cut ([`cut`]), a
 //! parser's message folded onto one line ([`one_line`]) with its long words
-//! cut ([`cut_words`]), and an error's causes without repeats
-//! ([`error_chain`]).
+//! cut ([`cut_words`]), an error's causes without repeats ([`error_chain`]),
+//! and control characters escaped ([`EscapeControls`]).
+
+use std::fmt::{self, Write};
 
 /// Longest value a message shows whole.
 const SHOWN_WHOLE: usize = 80;
@@ -62,6 +64,30 @@ pub fn error_chain(error: &anyhow::Error) -> String {
     out
 }
 
+/// The first control character of `text` (a line break, an escape, …),
+/// if any: ids and names holding one could forge or colour log lines.
+pub fn control_char(text: &str) -> Option<char> {
+    text.chars().find(|c| c.is_control())
+}
+
+/// A writer that passes text on with every control character escaped
+/// (`\n`, `\r`, `\t`, `\u{1b}`, …), so that no value written through it can
+/// end a log line or send a terminal an escape sequence.
+pub struct EscapeControls<W>(pub W);
+
+impl<W: Write> Write for EscapeControls<W> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let mut rest = s;
+        while let Some(at) = rest.find(|c: char| c.is_control()) {
+            self.0.write_str(&rest[..at])?;
+            let c = rest[at..].chars().next().unwrap_or_default();
+            write!(self.0, "{}", c.escape_default())?;
+            rest = &rest[at + c.len_utf8()..];
+        }
+        self.0.write_str(rest)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,6 +113,25 @@ mod tests {
     #[test]
     fn messages_fold_onto_one_line() {
         assert_eq!(one_line("a\n  b\r\n\tc "), "a b c");
+    }
+
+    fn escape_controls(text: &str) -> String {
+        let mut out = String::new();
+        EscapeControls(&mut out).write_str(text).unwrap();
+        out
+    }
+
+    #[test]
+    fn control_characters_are_found_and_escaped_and_nothing_else_changes() {
+        assert_eq!(control_char("pod-7"), None);
+        assert_eq!(control_char("x\ny"), Some('\n'));
+        assert_eq!(control_char("a\u{1b}[31m"), Some('\u{1b}'));
+        assert_eq!(control_char("a\u{85}b"), Some('\u{85}'));
+        assert_eq!(
+            escape_controls("x\ny\r\u{1b}[31mz\u{7f}"),
+            "x\\ny\\r\\u{1b}[31mz\\u{7f}"
+        );
+        assert_eq!(escape_controls("plain, ünïcode ✓"), "plain, ünïcode ✓");
     }
 
     #[test]

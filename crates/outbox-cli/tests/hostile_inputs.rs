@@ -610,6 +610,14 @@ fn empty_and_huge_values_are_errors_naming_the_setting() {
             &["--instance-id", &huge],
             &["relay.instance_id", "100000 bytes", "1 to 200"],
         ),
+        (
+            &["--instance-id", "x\ny"],
+            &["relay.instance_id", "--instance-id", "control character"],
+        ),
+        (
+            &["--instance-id", "x\u{1b}[31mred"],
+            &["relay.instance_id", "--instance-id", "control character"],
+        ),
         (&["--http-addr", ""], &["http.addr", "HOST:PORT"]),
         (&["--http-addr", &huge], &["http.addr", "100000 bytes"]),
         (&["--log-level", ""], &["log.level", "--log-level"]),

@@ -39,6 +39,8 @@ pub fn validate(l: &Loaded) -> Result<()> {
             );
         }
     }
+    printable(l, "relay.instance_id", c.relay.instance_id.as_deref())?;
+    printable(l, "tracing.service_name", c.tracing.service_name.as_deref())?;
     c.relay.validate().map_err(|e| in_table("relay", e, &at))?;
     c.cleaner
         .validate()
@@ -99,6 +101,24 @@ pub fn validate(l: &Loaded) -> Result<()> {
         database_url(url, &at("database_url"))?;
     }
     publisher(l)
+}
+
+/// Refuses a control character (a line break, an escape, …) in the id or
+/// name `key`: such values are written into log lines, where one could
+/// forge a line or colour a terminal.
+fn printable(l: &Loaded, key: &str, value: Option<&str>) -> Result<()> {
+    let Some(value) = value else {
+        return Ok(());
+    };
+    if let Some(c) = crate::text::control_char(value) {
+        bail!(
+            "invalid {key} = {} ({}): it holds the control character {:?}, which would reach log lines and could forge or colour them: use printable characters only, e.g. the pod name",
+            cut(value),
+            l.origin(key).describe(),
+            c
+        );
+    }
+    Ok(())
 }
 
 /// The database URL, checked by the same function that connects with it
