@@ -61,8 +61,13 @@ pub struct Global {
     #[arg(long, global = true, value_name = "LEVEL")]
     pub log_level: Option<String>,
     /// Log line format [env: OUTBOX_LOG_FORMAT] [default: text].
-    #[arg(long, global = true, value_enum)]
-    pub log_format: Option<config::LogFormat>,
+    #[arg(
+        long,
+        global = true,
+        value_name = "FORMAT",
+        value_parser = clap::builder::PossibleValuesParser::new(config::LogFormat::NAMES)
+    )]
+    pub log_format: Option<String>,
     /// Same as --log-format json.
     #[arg(long, global = true, hide = true)]
     pub log_json: bool,
@@ -133,9 +138,7 @@ impl Global {
         if self.log_json {
             l.set("log.format", "--log-json", config::LogFormat::Json.as_str());
         }
-        if let Some(format) = self.log_format {
-            l.set("log.format", "--log-format", format.as_str());
-        }
+        l.set_str("log.format", "--log-format", self.log_format.as_deref());
         l
     }
 }

@@ -113,7 +113,7 @@ pub struct TracingConfig {
 }
 
 /// Log line format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// Human-readable lines.
@@ -124,8 +124,11 @@ pub enum LogFormat {
 }
 
 impl LogFormat {
+    /// Every format's name, as files and flags take them.
+    pub const NAMES: [&'static str; 2] = [LogFormat::Text.as_str(), LogFormat::Json.as_str()];
+
     /// The name used in files and flags.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             LogFormat::Text => "text",
             LogFormat::Json => "json",
