@@ -1,6 +1,24 @@
-//! Command-line interface.
+//! Command-line interface: the program's flags and commands (each
+//! command's own flags live beside it in `commands/`), what they ask of the
+//! configuration, and which command runs.
 
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
+
+use crate::commands::bench::BenchArgs;
+use crate::commands::cleanup::CleanupArgs;
+use crate::commands::config::ConfigCommand;
+use crate::commands::dead_letters::DeadLettersCommand;
+use crate::commands::demo::DemoArgs;
+use crate::commands::healthcheck::HealthcheckArgs;
+use crate::commands::migrate::MigrateArgs;
+use crate::commands::relay::RelayArgs;
+use crate::commands::status::StatusArgs;
+use crate::commands::{self, Ctx};
+use crate::config::{self, Flags};
 
 /// A transactional outbox for PostgreSQL: write events in your transaction,
 /// relay them to a broker at least once, in order per aggregate.
@@ -23,7 +41,7 @@ pub struct Global {
     /// TOML config file; environment variables and flags override it (see
     /// docs/configuration.md).
     #[arg(long, env = "OUTBOX_CONFIG", global = true, value_name = "PATH")]
-    pub config: Option<std::path::PathBuf>,
+    pub config: Option<PathBuf>,
     /// PostgreSQL URL, e.g. postgres://user:pass@host:5432/db
     /// [env: OUTBOX_DATABASE_URL, DATABASE_URL].
     #[arg(long, global = true, value_name = "URL")]
@@ -44,8 +62,13 @@ pub struct Global {
     #[arg(long, global = true, value_name = "LEVEL")]
     pub log_level: Option<String>,
     /// Log line format [env: OUTBOX_LOG_FORMAT] [default: text].
-    #[arg(long, global = true, value_enum)]
-    pub log_format: Option<crate::config::LogFormat>,
+    #[arg(
+        long,
+        global = true,
+        value_name = "FORMAT",
+        value_parser = clap::builder::PossibleValuesParser::new(config::LogFormat::NAMES)
+    )]
+    pub log_format: Option<String>,
     /// Same as --log-format json.
     #[arg(long, global = true, hide = true)]
     pub log_json: bool,
@@ -64,117 +87,106 @@ pub enum Command {
     Demo(DemoArgs),
     /// List, retry or discard dead-lettered events.
     #[command(subcommand)]
-    DeadLetters(crate::commands::dead_letters::DeadLettersCommand),
+    DeadLetters(DeadLettersCommand),
     /// Delete processed rows older than the retention period (retention
     /// mode), in small batches.
-    Cleanup(crate::commands::cleanup::CleanupArgs),
+    Cleanup(CleanupArgs),
     /// Configuration tools.
     #[command(subcommand)]
-    Config(crate::commands::config::ConfigCommand),
+    Config(ConfigCommand),
     /// Measure drain throughput, commit-to-ack latency and producer cost
     /// against a reference on the same server.
-    Bench(crate::commands::bench::BenchArgs),
+    Bench(BenchArgs),
     /// Ask a running relay's /readyz whether it is ready: one line why,
     /// exit 0 or 1 (for exec probes and images without curl).
-    Healthcheck(crate::commands::healthcheck::HealthcheckArgs),
+    Healthcheck(HealthcheckArgs),
 }
 
-#[derive(Debug, Args)]
-pub struct MigrateArgs {
-    /// Ownership partitions for a new schema (fixed once created).
-    #[arg(long)]
-    pub partitions: Option<u32>,
-    /// How rows inserted by plain SQL wake relays in other processes:
-    /// `idle` (default for a new schema) sends one NOTIFY per inserting
-    /// statement, only while a relay has said it is idle, so busy relays
-    /// cost producers nothing; `every-insert` is the seed's per-row trigger
-    /// (a NOTIFY per row: every commit takes PostgreSQL's global notify
-    /// lock, about a third less producer throughput at 8 producers); `off`
-    /// leaves relays to their poll (at most `poll_max_ms` late). Left out,
-    /// an existing schema keeps its mode.
-    #[arg(long, value_name = "MODE", value_parser = parse_wakeup_trigger)]
-    pub wakeup_trigger: Option<outbox::WakeupTrigger>,
-    /// Older switch: `true` is `--wakeup-trigger every-insert`, `false` is
-    /// `--wakeup-trigger idle`.
-    #[arg(long, conflicts_with = "wakeup_trigger")]
-    pub notify_trigger: Option<bool>,
+impl Cli {
+    /// What this command line asks of the configuration: `outbox relay`
+    /// and `outbox config check` (which shows what `relay` would run with)
+    /// take the relay's flags and log at `info` unless told otherwise;
+    /// every other command logs at `warn`.
+    pub fn config_request(&self) -> config::Request {
+        let mut flags = self.global.flags();
+        let (relay, path) = match &self.command {
+            Command::Relay(args) => (Some(args), None),
+            Command::Config(ConfigCommand::Check { path, relay }) => (Some(relay), path.clone()),
+            _ => (None, None),
+        };
+        if let Some(args) = relay {
+            args.flags(&mut flags);
+        }
+        config::Request {
+            file: path.or_else(|| self.global.config.clone()),
+            flags,
+            default_log_level: if relay.is_some() { "info" } else { "warn" },
+        }
+    }
 }
 
-fn parse_wakeup_trigger(s: &str) -> Result<outbox::WakeupTrigger, String> {
-    use outbox::WakeupTrigger as W;
-    [W::Idle, W::EveryInsert, W::Off]
-        .into_iter()
-        .find(|m| m.name() == s)
-        .ok_or_else(|| format!("{s:?} is not a wake-up mode: use idle, every-insert or off"))
+impl Global {
+    /// The settings these flags give (absent flags set nothing).
+    fn flags(&self) -> Flags {
+        let mut l = Flags::default();
+        l.set_str(
+            "database_url",
+            "--database-url",
+            self.database_url.as_deref(),
+        );
+        // An explicit `--schema ''` is set, and refused by validation.
+        if self.schema != SCHEMA_UNSET {
+            l.set("schema", "--schema", self.schema.as_str());
+        }
+        l.set_str("log.level", "--log-level", self.log_level.as_deref());
+        if self.log_json {
+            l.set("log.format", "--log-json", config::LogFormat::Json.as_str());
+        }
+        l.set_str("log.format", "--log-format", self.log_format.as_deref());
+        l
+    }
 }
 
-/// Flags of `outbox relay`. Each one overrides the config file and the
-/// environment (see docs/configuration.md for the keys and variables).
-#[derive(Debug, Args)]
-pub struct RelayArgs {
-    // Where to publish: every form of the publishers' table.
-    #[arg(long, value_name = "SPEC", help = crate::publisher::help())]
-    pub publisher: Option<String>,
-    /// Message format: plain (the outbox's own headers), cloudevents-binary
-    /// or cloudevents-structured (CloudEvents 1.0) [env:
-    /// OUTBOX_PUBLISHER_FORMAT] [default: plain].
-    #[arg(long, value_name = "FORMAT")]
-    pub format: Option<String>,
-    /// The CloudEvents source attribute; {schema} is the schema's name [env:
-    /// OUTBOX_PUBLISHER_CLOUDEVENTS_SOURCE] [default: /outbox/{schema}].
-    #[arg(long, value_name = "URI-REFERENCE")]
-    pub cloudevents_source: Option<String>,
-    /// Exit 0 once nothing is pending (all delivered or dead-lettered).
-    #[arg(long)]
-    pub drain: bool,
-    /// Unique name of this instance; restarting with the same name takes
-    /// its partitions back at once.
-    #[arg(long)]
-    pub instance_id: Option<String>,
-    /// Most events per batch.
-    #[arg(long)]
-    pub batch_size: Option<usize>,
-    /// Failed attempts before an event is dead-lettered.
-    #[arg(long)]
-    pub max_attempts: Option<u32>,
-    /// Partition lease length, milliseconds.
-    #[arg(long)]
-    pub lease_ms: Option<u64>,
-    /// Longest idle poll interval, milliseconds.
-    #[arg(long)]
-    pub poll_max_ms: Option<u64>,
-    /// First retry backoff, milliseconds (doubles per attempt).
-    #[arg(long)]
-    pub backoff_base_ms: Option<u64>,
-    /// Keep processed rows (retention mode) instead of deleting them.
-    #[arg(long)]
-    pub keep_processed: bool,
-    /// Seconds to wait for a graceful stop after SIGTERM/SIGINT [default:
-    /// 30].
-    #[arg(long, value_name = "SECS")]
-    pub shutdown_timeout_secs: Option<u64>,
-    /// Serve /metrics, /healthz and /readyz on this address, e.g.
-    /// 127.0.0.1:9090 [env: OUTBOX_HTTP_ADDR].
-    #[arg(long, value_name = "HOST:PORT")]
-    pub http_addr: Option<String>,
+impl Command {
+    /// Runs this command with its configuration.
+    pub async fn run(self, ctx: Ctx) -> Result<ExitCode> {
+        let ctx = &ctx;
+        match self {
+            Command::Migrate(args) => commands::migrate::run(ctx, args).await,
+            Command::Relay(args) => commands::relay::run(ctx, args).await,
+            Command::Status(args) => commands::status::run(ctx, args).await,
+            Command::Demo(args) => commands::demo::run(ctx, args).await,
+            Command::DeadLetters(cmd) => commands::dead_letters::run(ctx, cmd).await,
+            Command::Cleanup(args) => commands::cleanup::run(ctx, args).await,
+            Command::Config(cmd) => commands::config::run(ctx, cmd).await,
+            Command::Bench(args) => commands::bench::run(ctx, args).await,
+            Command::Healthcheck(args) => commands::healthcheck::run(ctx, args).await,
+        }
+    }
 }
 
-#[derive(Debug, Args)]
-pub struct StatusArgs {
-    /// Print one JSON object.
-    #[arg(long)]
-    pub json: bool,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-#[derive(Debug, Args)]
-pub struct DemoArgs {
-    /// Orders to create, 1 to 10000000.
-    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
-    pub orders: u32,
-    /// Concurrent producers, 1 to 64.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
-    pub producers: u32,
-    /// Do not print the events, only the summary.
-    #[arg(long)]
-    pub quiet: bool,
+    fn request(args: &[&str]) -> config::Request {
+        let argv = std::iter::once("outbox").chain(args.iter().copied());
+        Cli::try_parse_from(argv).unwrap().config_request()
+    }
+
+    #[test]
+    fn the_relay_logs_at_info_and_other_commands_at_warn() {
+        assert_eq!(request(&["relay"]).default_log_level, "info");
+        assert_eq!(request(&["config", "check"]).default_log_level, "info");
+        assert_eq!(request(&["status"]).default_log_level, "warn");
+        assert_eq!(request(&["migrate"]).default_log_level, "warn");
+    }
+
+    #[test]
+    fn config_check_reads_its_own_path_before_the_global_one() {
+        let r = request(&["--config", "/a.toml", "config", "check", "/b.toml"]);
+        assert_eq!(r.file, Some(PathBuf::from("/b.toml")));
+        let r = request(&["--config", "/a.toml", "status"]);
+        assert_eq!(r.file, Some(PathBuf::from("/a.toml")));
+    }
 }

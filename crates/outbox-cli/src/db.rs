@@ -54,10 +54,21 @@ pub fn check_url(url: &str) -> Result<PgConnectOptions> {
         ),
         None => bail!("invalid database URL {shown}: not a URL: use {FORM}"),
     }
+    if let Some(problem) = ssl_mode_problem(url) {
+        bail!("invalid database URL {shown}: {problem}");
+    }
     let options = url.parse().map_err(|e: sqlx::Error| {
+        if reserved_in_credentials(url) {
+            return anyhow!(
+                "invalid database URL {shown}: the user name or password holds a '/', '#' or '?', which end that part of a URL: percent-encode them (/ as %2F, # as %23, ? as %3F)"
+            );
+        }
+        // The driver's configuration errors wrap one another, each adding
+        // the same phrase.
+        let why = e.to_string().replace("error with configuration: ", "");
         anyhow!(
             "invalid database URL {shown}: {} (expected {FORM})",
-            redact_text(&e.to_string())
+            redact_text(&why)
         )
     })?;
     for name in unknown_parameters(url) {
@@ -68,6 +79,44 @@ pub fn check_url(url: &str) -> Result<PgConnectOptions> {
         );
     }
     Ok(options)
+}
+
+/// The values `sslmode` takes.
+const SSL_MODES: &[&str] = &[
+    "disable",
+    "allow",
+    "prefer",
+    "require",
+    "verify-ca",
+    "verify-full",
+];
+
+/// What is wrong with the `sslmode` of `url`, if anything.
+fn ssl_mode_problem(url: &str) -> Option<String> {
+    let (_, query) = url.split_once('?')?;
+    query.split('&').find_map(|p| {
+        let (name, value) = p.split_once('=').unwrap_or((p, ""));
+        let known = matches!(name, "sslmode" | "ssl-mode");
+        let fine = SSL_MODES.iter().any(|m| m.eq_ignore_ascii_case(value));
+        (known && !fine).then(|| {
+            format!(
+                "{name}={} is not an SSL mode: use {}",
+                shorten(&format!("{value:?}"), 40),
+                SSL_MODES.join(", ")
+            )
+        })
+    })
+}
+
+/// Whether what stands between `://` and the last `@` before the host
+/// holds a character that ends a URL's user and password (`/`, `#`, `?`):
+/// a password written as it is rather than percent-encoded.
+fn reserved_in_credentials(url: &str) -> bool {
+    let Some((_, rest)) = url.split_once("://") else {
+        return false;
+    };
+    rest.rfind('@')
+        .is_some_and(|at| rest[..at].contains(['/', '#', '?']))
 }
 
 /// The URL query parameters the driver reads; it ignores the others (and
@@ -162,6 +211,45 @@ fn describe(e: &sqlx::Error, options: &PgConnectOptions) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unencoded_slashes_hashes_and_question_marks_in_passwords_are_named() {
+        for password in ["a/b", "a#b", "a?b", "12/ab"] {
+            let url = format!("postgres://app:{password}@127.0.0.1:5432/db");
+            assert!(reserved_in_credentials(&url), "{url}");
+        }
+        for url in [
+            "postgres://app:a%2Fb@127.0.0.1:5432/db",
+            "postgres://app@127.0.0.1/db?application_name=x",
+            "postgres://127.0.0.1/db",
+        ] {
+            assert!(!reserved_in_credentials(url), "{url}");
+        }
+        let e = check_url("postgres://app:a/hunter2@127.0.0.1:5432/db")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("percent-encode") && !e.contains("hunter2"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn an_unknown_ssl_mode_is_one_sentence_with_the_modes() {
+        let e = check_url("postgres://app@h/db?sslmode=bogus")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("sslmode=\"bogus\" is not an SSL mode")
+                && e.contains("disable, allow, prefer, require, verify-ca, verify-full"),
+            "{e}"
+        );
+        assert!(!e.contains("error with configuration"), "{e}");
+        for mode in SSL_MODES {
+            check_url(&format!("postgres://app@h/db?sslmode={mode}")).unwrap();
+        }
+        check_url("postgres://app@h/db?ssl-mode=Require").unwrap();
+    }
 
     #[test]
     fn only_postgres_urls_are_accepted() {

@@ -5,12 +5,14 @@ mod cli;
 mod commands;
 mod config;
 mod db;
+mod db_probe;
 mod http;
 mod metrics;
 mod progress;
 mod publisher;
 mod session_check;
 mod telemetry;
+mod text;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -21,10 +23,11 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     // Logging is configured like everything else (file < env < flags), so
     // the configuration is loaded first; its errors are printed plainly.
-    let loaded = match config::load(&cli).and_then(|l| init_logging(&l).map(|()| l)) {
+    let loaded = match config::load(cli.config_request()).and_then(|l| init_logging(&l).map(|()| l))
+    {
         Ok(loaded) => loaded,
         Err(e) => {
-            eprintln!("error: {}", db::redact_text(&format!("{e:#}")));
+            eprintln!("error: {}", db::redact_text(&text::error_chain(&e)));
             return ExitCode::FAILURE;
         }
     };
@@ -48,11 +51,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(commands::run(cli.command, ctx)) {
+    match runtime.block_on(cli.command.run(ctx)) {
         Ok(code) => code,
         Err(e) => {
             // One line: the error and its causes, passwords redacted.
-            eprintln!("error: {}", db::redact_text(&format!("{e:#}")));
+            eprintln!("error: {}", db::redact_text(&text::error_chain(&e)));
             ExitCode::FAILURE
         }
     }
@@ -68,7 +71,29 @@ fn init_logging(loaded: &config::Loaded) -> anyhow::Result<()> {
         .with_writer(std::io::stderr);
     match loaded.config.log.format {
         config::LogFormat::Json => builder.json().init(),
-        config::LogFormat::Text => builder.init(),
+        config::LogFormat::Text => builder.fmt_fields(text_fields()).init(),
     }
     Ok(())
+}
+
+/// The fields of a text log line as the default format writes them
+/// (`message name=value …`), with every control character escaped, whoever
+/// wrote the value (a flag, a producer's aggregate id, a broker's error): a
+/// line break or an escape sequence in a value cannot forge or colour a
+/// line. (JSON lines escape them already.)
+fn text_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> {
+    use std::fmt::Write;
+    use tracing_subscriber::field::MakeExt;
+
+    tracing_subscriber::fmt::format::debug_fn(|w, field, value| {
+        let mut w = text::EscapeControls(w);
+        match field.name() {
+            "message" => write!(w, "{value:?}"),
+            // Metadata of records from the `log` crate, as the default
+            // format leaves them out.
+            name if name.starts_with("log.") => Ok(()),
+            name => write!(w, "{}={value:?}", name.trim_start_matches("r#")),
+        }
+    })
+    .delimited(" ")
 }

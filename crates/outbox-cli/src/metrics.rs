@@ -6,13 +6,13 @@
 //! knows (pending, oldest pending and claimable ages, dead letters, the
 //! oldest snapshot's age; see [`database`]) every few seconds, so
 //! scrapes never query the database. `outbox_database_up` is the verdict of
-//! the `/readyz` database check ([`crate::http::DbProbe`]), so the two always agree.
+//! the `/readyz` database check (`DbProbe`), so the two always agree.
 //! Labels are few and bounded: no event ids, and `outbox_relay_info`
 //! carries this process's own identity once.
 
 mod database;
 
-pub use database::{refresh_loop, DbGauges};
+pub use database::DbGauges;
 
 use std::collections::HashSet;
 use std::sync::atomic::AtomicU64;
@@ -185,7 +185,7 @@ impl Metrics {
         self.relay_info.get_or_create(&info).set(1);
     }
 
-    /// Sets `outbox_database_up`; only [`DbProbe`] calls it, with its
+    /// Sets `outbox_database_up`; only `DbProbe` calls it, with its
     /// verdict. While it is 0 the database gauges keep their last values.
     pub fn set_database_up(&self, up: bool) {
         self.database_up.set(i64::from(up));

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use outbox::Publisher;
-use outbox_publishers::{Envelope, FilePublisher, Format, StdoutPublisher};
+use outbox_publishers::{Envelope, FilePublisher, StdoutPublisher};
 
 /// The `[publisher.NAME]` tables of a configuration, by `NAME`.
 pub type Tables = BTreeMap<String, toml::Table>;
@@ -187,16 +187,6 @@ pub fn from_config(spec: &str, tables: &Tables, envelope: Envelope) -> Result<Ar
     (check("publisher", spec, tables)?.build)(envelope)
 }
 
-/// The message format of a configuration: `[publisher] format`, and for
-/// CloudEvents the `source` with `{schema}` filled in. The values were
-/// checked when the configuration was loaded.
-pub fn envelope(config: &crate::config::Config) -> Result<Envelope> {
-    let p = &config.publisher;
-    let format: Format = p.format.parse().map_err(|e: String| anyhow!(e))?;
-    let source = outbox_publishers::cloudevents::source_for(&p.cloudevents_source, &config.schema);
-    Ok(Envelope::new(format, source))
-}
-
 /// `[publisher.NAME]` as `C`, or `C`'s defaults. A value quoted by the
 /// error is hidden if its key names a secret.
 #[allow(dead_code)] // unused in builds without any broker
@@ -289,8 +279,30 @@ behind_feature!("kafka", fn kafka(spec, table) {
     let mut config: KafkaConfig = settings("kafka", table)?;
     config.brokers = KafkaConfig::from_url(spec)?.brokers;
     config.validate()?;
+    kafka_properties_accepted(&config)?;
     building(|envelope| Ok(KafkaPublisher::new(config)?.with_envelope(envelope)))
 });
+
+/// Asks librdkafka whether it takes every one of `config`'s properties
+/// (names and values), without creating a client: creating a producer
+/// connects to the brokers at once.
+#[cfg(feature = "kafka")]
+fn kafka_properties_accepted(config: &outbox_publishers::kafka::KafkaConfig) -> Result<()> {
+    let mut client = rdkafka::ClientConfig::new();
+    client.set("bootstrap.servers", config.brokers.join(","));
+    for (name, value) in &config.properties {
+        client.set(name, value);
+    }
+    client.create_native_config().map(|_| ()).map_err(|e| {
+        let mut text = e.to_string();
+        for (name, value) in &config.properties {
+            if outbox::redact::is_secret_key(name) && !value.is_empty() {
+                text = text.replace(value.as_str(), outbox::redact::REDACTED);
+            }
+        }
+        anyhow!("librdkafka refuses [publisher.kafka] properties: {text}")
+    })
+}
 
 /// Defines `$name` (module `outbox_publishers::$name`, cargo feature
 /// `$feature`) as the check of a publisher whose spec is its `url`: the

@@ -4,23 +4,6 @@
 
 mod common;
 
-/// Processes running `outbox relay` with `DATABASE_URL` set to `url`.
-fn relays_on(url: &str) -> Vec<u32> {
-    let has = |hay: &[u8], needle: &str| hay.split(|&b| b == 0).any(|p| p == needle.as_bytes());
-    let env = format!("DATABASE_URL={url}");
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| {
-            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-            let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-            (has(&cmdline, "relay") && has(&environ, &env)).then_some(pid)
-        })
-        .collect()
-}
-
 #[tokio::test]
 async fn bench_drain_reports_both_rates_and_memory() {
     let (_db, v, _) = common::bench_fresh("drain --events 3000 --aggregates 100").await;
@@ -103,7 +86,7 @@ async fn bench_latency_sql_times_every_line_of_a_child_relay() {
     );
     // The child relay ended with the bench.
     assert_eq!(
-        relays_on(&db.url),
+        common::relays_on(&db.url),
         Vec::<u32>::new(),
         "a child relay outlived the bench"
     );
@@ -206,5 +189,8 @@ async fn bench_held_snapshot_samples_both_phases_and_compares_them() {
         .as_f64()
         .unwrap()
         .is_finite());
-    assert!(relays_on(&db.url).is_empty(), "the child relay is gone");
+    assert!(
+        common::relays_on(&db.url).is_empty(),
+        "the child relay is gone"
+    );
 }

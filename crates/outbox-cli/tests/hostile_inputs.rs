@@ -277,10 +277,12 @@ fn huge_value_in(dir: &Path, name: &str, key: &str, letter: &str, command: &str)
     run(&["--config", config.to_str().unwrap(), command], &[])
 }
 
-/// A config file of `keys` Kafka properties.
+/// A valid config file of `keys` keys: the webhook's extra headers (any
+/// names; unlike Kafka properties, which librdkafka checks by name).
 fn many_keys(keys: usize) -> String {
-    let mut text =
-        String::from("[publisher]\nspec = \"kafka://k:9092\"\n[publisher.kafka.properties]\n");
+    let mut text = String::from(
+        "[publisher]\nspec = \"https://hooks.example.com/in\"\n[publisher.http]\nsecret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n[publisher.http.headers]\n",
+    );
     for i in 0..keys {
         text.push_str(&format!("p{i}=\"v\"\n"));
     }
@@ -448,6 +450,88 @@ fn config_check_and_relay_judge_every_publisher_alike() {
     assert_eq!(check.code, Some(0), "{}", check.stderr);
 }
 
+/// What `relay` refuses at start, `config check` refuses too, in the same
+/// words: addresses it could not listen on, and Kafka properties librdkafka
+/// does not know (asked without connecting).
+#[test]
+fn config_check_and_relay_judge_listen_addresses_and_kafka_properties_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let kafka = write(
+        dir.path(),
+        "kafka.toml",
+        "[publisher]\nspec = \"kafka://127.0.0.1:1\"\n[publisher.kafka.properties]\n\"no.such.prop\" = \"1\"\n",
+    );
+    let kafka = kafka.to_str().unwrap();
+    let cases: &[(&[&str], &[&str], &[&str])] = &[
+        (
+            &[],
+            &["--http-addr", "http://127.0.0.1:80"],
+            &["http.addr", "--http-addr", "HOST:PORT"],
+        ),
+        (&[], &["--http-addr", "[::1"], &["http.addr", "HOST:PORT"]),
+        (
+            &[],
+            &["--http-addr", "garbage.invalid:80"],
+            &["http.addr", "garbage.invalid"],
+        ),
+        (&["--config", kafka], &[], &["no.such.prop", "kafka.toml"]),
+    ];
+    for (before, after, needles) in cases {
+        let verdicts: Vec<Run> = [&["config", "check"][..], &["relay"][..]]
+            .iter()
+            .map(|cmd| {
+                let mut all = before.to_vec();
+                all.extend_from_slice(cmd);
+                all.extend_from_slice(after);
+                run(&all, &[])
+            })
+            .collect();
+        for v in &verdicts {
+            refused(v, needles);
+        }
+        assert_eq!(
+            error_line(&verdicts[0]),
+            error_line(&verdicts[1]),
+            "config check and relay disagree"
+        );
+    }
+}
+
+/// Messages that used to leave the user guessing say what to do, before
+/// any connection or query.
+#[test]
+fn database_urls_and_ages_that_cannot_work_say_what_to_do() {
+    for password in ["a/b", "a#b", "a?b"] {
+        let url = format!("postgres://postgres:{password}@127.0.0.1:1/c1");
+        let r = run(&["status", "--database-url", &url], &[]);
+        refused(&r, &["--database-url", "percent-encode"]);
+    }
+    let url = "postgres://app@127.0.0.1:1/app?sslmode=bogus";
+    let r = run(&["status", "--database-url", url], &[]);
+    refused(&r, &["sslmode", "bogus", "verify-full"]);
+    let line = error_line(&r);
+    assert_eq!(
+        line.matches("error with configuration").count(),
+        0,
+        "{line}"
+    );
+    for args in [
+        &["cleanup", "--older-than", "100000000d"][..],
+        &[
+            "dead-letters",
+            "retry",
+            "--all",
+            "--older-than",
+            "100000000d",
+        ],
+        &["dead-letters", "list", "--older-than", "100000000d"],
+    ] {
+        let r = run(args, &[]);
+        refused(&r, &["--older-than", "36500d"]);
+        assert!(!r.stderr.contains("cannot connect"), "{}", r.stderr);
+    }
+}
+
 #[test]
 fn database_urls_of_other_databases_are_refused_by_every_command() {
     let urls: &[(&str, &[&str])] = &[
@@ -489,7 +573,9 @@ fn schema_names_postgresql_would_refuse_are_refused_first() {
         ("select", &["\"select\"", "keyword", "use another name"]),
         ("user", &["\"user\"", "keyword", "use another name"]),
         ("table", &["keyword"]),
-        ("pg_catalog", &["pg_", "use another name"]),
+        ("pg_catalog", &["pg_", "pg_dump", "use another name"]),
+        ("pg_toast", &["pg_", "pg_dump"]),
+        ("information_schema", &["system schema", "pg_dump"]),
         ("", &["empty", "public"]),
         ("Bad-Name", &["Bad-Name", "lowercase"]),
         (&huge, &["100000 bytes", "1-63"]),
@@ -523,6 +609,14 @@ fn empty_and_huge_values_are_errors_naming_the_setting() {
         (
             &["--instance-id", &huge],
             &["relay.instance_id", "100000 bytes", "1 to 200"],
+        ),
+        (
+            &["--instance-id", "x\ny"],
+            &["relay.instance_id", "--instance-id", "control character"],
+        ),
+        (
+            &["--instance-id", "x\u{1b}[31mred"],
+            &["relay.instance_id", "--instance-id", "control character"],
         ),
         (&["--http-addr", ""], &["http.addr", "HOST:PORT"]),
         (&["--http-addr", &huge], &["http.addr", "100000 bytes"]),

@@ -160,6 +160,50 @@ async fn relay_to_a_file_keeps_every_payload_and_outlives_unreadable_rows() {
     assert_eq!(v.as_array().map(Vec::len), Some(3), "{v}");
 }
 
+/// Text written by anyone (here a producer's aggregate id and event type)
+/// cannot forge or colour a log line: the text log escapes control
+/// characters in every field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_characters_in_logged_fields_cannot_forge_log_lines() {
+    let (db, pool) = migrated().await;
+    // Unreadable, so it is dead-lettered and logged with its ids.
+    insert_legacy(
+        &pool,
+        "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, created_at)
+         VALUES ('order', E'x\\nforged line\\u001b[31m', E'odd\\rtype', '{}', 'infinity');",
+    )
+    .await;
+    let migrate = common::run(&["migrate"], Some(&db.url));
+    assert_ok(&["migrate"], &migrate);
+    let dir = tempfile::tempdir().unwrap();
+    let spec = format!("file:{}", dir.path().join("out.jsonl").display());
+    let args = ["relay", "--drain", "--publisher", spec.as_str()];
+    let out = common::run(&args, Some(&db.url));
+    assert_ok(&args, &out);
+    let stderr = common::text(&out.stderr);
+    assert!(stderr.contains("event dead-lettered"), "{stderr}");
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "an escape sequence passed: {stderr:?}"
+    );
+    assert!(
+        !stderr.contains('\r'),
+        "a carriage return passed: {stderr:?}"
+    );
+    let record = stderr
+        .lines()
+        .find(|l| l.contains("event dead-lettered"))
+        .unwrap();
+    assert!(
+        record.contains("x\\nforged line") && record.contains("error=undecodable row"),
+        "the record is one line, its newline shown escaped: {stderr:?}"
+    );
+    assert!(
+        !stderr.lines().any(|l| l.starts_with("forged")),
+        "a forged line: {stderr:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_commands_read_unreadable_times_of_every_column() {
     let (db, pool) = migrated().await;

@@ -46,9 +46,10 @@ impl Default for Schema {
 
 impl Schema {
     /// Validates `name`: 1 to 63 characters, lowercase ASCII letters, digits
-    /// and `_`, not starting with a digit, not a PostgreSQL keyword and not
-    /// starting with `pg_` (so it never needs quoting and PostgreSQL accepts
-    /// it). The error quotes at most the first 60 characters of `name`.
+    /// and `_`, not starting with a digit, not a PostgreSQL keyword (so it
+    /// never needs quoting), and not a system schema (`pg_*`,
+    /// `information_schema`), which `pg_dump` leaves out of backups. The
+    /// error quotes at most the first 60 characters of `name`.
     pub fn new(name: &str) -> Result<Self> {
         let invalid = |reason: String| Err(Error::invalid("schema", reason));
         if name.is_empty() {
@@ -75,7 +76,12 @@ impl Schema {
         }
         if name.starts_with("pg_") {
             return invalid(format!(
-                "{name:?} starts with pg_, which PostgreSQL reserves for system schemas: use another name, e.g. outbox"
+                "{name:?} starts with pg_, which PostgreSQL reserves for system schemas (pg_catalog, pg_toast, …); pg_dump leaves system schemas out, so backups would silently miss the outbox: use another name, e.g. outbox"
+            ));
+        }
+        if name == "information_schema" {
+            return invalid(format!(
+                "{name:?} is a system schema; pg_dump leaves system schemas out, so backups would silently miss the outbox: use another name, e.g. outbox"
             ));
         }
         Ok(Schema(name.to_owned()))
@@ -152,6 +158,21 @@ mod tests {
         ] {
             assert!(Schema::new(ok).is_ok(), "{ok}");
         }
+    }
+
+    #[test]
+    fn system_schemas_are_refused_because_backups_leave_them_out() {
+        for name in ["pg_catalog", "pg_toast", "pg_temp_1", "information_schema"] {
+            let err = Schema::new(name).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("{name:?}"))
+                    && err.contains("system schema")
+                    && err.contains("pg_dump")
+                    && err.contains("use another name"),
+                "{err}"
+            );
+        }
+        assert!(Schema::new("information_schema_copy").is_ok());
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use crate::cli::RelayArgs;
+use crate::commands::relay::RelayArgs;
 use crate::commands::Ctx;
 use crate::config;
 

@@ -266,7 +266,13 @@ fn truncate(text: &str, max: usize) -> String {
     }
 }
 
-/// Parses an age such as `30s`, `15m`, `2h`, `7d`, `1w` or `1h30m`.
+/// The oldest age a command takes: 100 years. PostgreSQL cannot go back
+/// much further from today (timestamps start in 4713 BC), and would say so
+/// only after the query started, in words that name no flag.
+const MAX_AGE_DAYS: u64 = 36_500;
+
+/// Parses an age such as `30s`, `15m`, `2h`, `7d`, `1w` or `1h30m`, at most
+/// [`MAX_AGE_DAYS`] days.
 pub(crate) fn parse_age(text: &str) -> Result<Duration, String> {
     let hint = "use a number and a unit: s, m, h, d or w (e.g. 30s, 15m, 2h, 7d, 1h30m)";
     let text = text.trim();
@@ -304,6 +310,11 @@ pub(crate) fn parse_age(text: &str) -> Result<Duration, String> {
             .and_then(|s| total.checked_add(s))
             .ok_or_else(|| format!("{text:?} is too large: {hint}"))?;
     }
+    if total > MAX_AGE_DAYS * 86_400 {
+        return Err(format!(
+            "{text:?} is out of range: use 0s to {MAX_AGE_DAYS}d (100 years); {hint}"
+        ));
+    }
     Ok(Duration::from_secs(total))
 }
 
@@ -320,7 +331,19 @@ mod tests {
         assert_eq!(secs("7d"), 604_800);
         assert_eq!(secs("1h30m"), 5_400);
         assert_eq!(secs("1w"), 604_800);
-        for bad in ["", "7", "d", "7x", "7 d", "-1d", "99999999999999999999d"] {
+        assert_eq!(secs("36500d"), 36_500 * 86_400);
+        let err = parse_age("36501d").unwrap_err();
+        assert!(err.contains("0s to 36500d"), "{err}");
+        for bad in [
+            "",
+            "7",
+            "d",
+            "7x",
+            "7 d",
+            "-1d",
+            "100000000d",
+            "99999999999999999999d",
+        ] {
             let err = parse_age(bad).unwrap_err();
             assert!(err.contains("e.g. 30s"), "{bad:?}: {err}");
         }

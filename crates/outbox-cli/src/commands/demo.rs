@@ -13,10 +13,23 @@ use outbox_publishers::stream::NullPublisher;
 use outbox_publishers::StdoutPublisher;
 use rand::Rng;
 
-use crate::cli::DemoArgs;
 use crate::commands::Ctx;
 use crate::db;
 use crate::progress::Progress;
+
+/// Flags of `outbox demo`.
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {
+    /// Orders to create, 1 to 10000000.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    pub orders: u32,
+    /// Concurrent producers, 1 to 64.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub producers: u32,
+    /// Do not print the events, only the summary.
+    #[arg(long)]
+    pub quiet: bool,
+}
 
 pub async fn run(ctx: &Ctx, args: DemoArgs) -> Result<ExitCode> {
     let schema = &ctx.schema;

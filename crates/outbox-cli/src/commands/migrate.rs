@@ -5,9 +5,39 @@ use std::process::ExitCode;
 use anyhow::Result;
 use outbox::MigrateOptions;
 
-use crate::cli::MigrateArgs;
 use crate::commands::Ctx;
 use crate::db;
+
+/// Flags of `outbox migrate`.
+#[derive(Debug, clap::Args)]
+pub struct MigrateArgs {
+    /// Ownership partitions for a new schema (fixed once created).
+    #[arg(long)]
+    pub partitions: Option<u32>,
+    /// How rows inserted by plain SQL wake relays in other processes:
+    /// `idle` (default for a new schema) sends one NOTIFY per inserting
+    /// statement, only while a relay has said it is idle, so busy relays
+    /// cost producers nothing; `every-insert` is the seed's per-row trigger
+    /// (a NOTIFY per row: every commit takes PostgreSQL's global notify
+    /// lock, about a third less producer throughput at 8 producers); `off`
+    /// leaves relays to their poll (at most `poll_max_ms` late). Left out,
+    /// an existing schema keeps its mode.
+    #[arg(long, value_name = "MODE", value_parser = parse_wakeup_trigger)]
+    pub wakeup_trigger: Option<outbox::WakeupTrigger>,
+    /// Older switch: `true` is `--wakeup-trigger every-insert`, `false` is
+    /// `--wakeup-trigger idle`.
+    #[arg(long, conflicts_with = "wakeup_trigger")]
+    pub notify_trigger: Option<bool>,
+}
+
+/// `--wakeup-trigger`: idle, every-insert or off.
+pub fn parse_wakeup_trigger(s: &str) -> Result<outbox::WakeupTrigger, String> {
+    use outbox::WakeupTrigger as W;
+    [W::Idle, W::EveryInsert, W::Off]
+        .into_iter()
+        .find(|m| m.name() == s)
+        .ok_or_else(|| format!("{s:?} is not a wake-up mode: use idle, every-insert or off"))
+}
 
 pub async fn run(ctx: &Ctx, args: MigrateArgs) -> Result<ExitCode> {
     let schema = &ctx.schema;

@@ -4,18 +4,13 @@ pub mod bench;
 pub mod cleanup;
 pub mod config;
 pub mod dead_letters;
-mod demo;
+pub mod demo;
 pub mod healthcheck;
-mod migrate;
-mod relay;
-mod status;
+pub mod migrate;
+pub mod relay;
+pub mod status;
 
-use std::process::ExitCode;
-
-use anyhow::Result;
 use outbox::Schema;
-
-use crate::cli::Command;
 
 /// What every command is handed: the configuration loaded (and validated)
 /// from the file, the environment and the flags, and its schema.
@@ -30,21 +25,5 @@ impl Ctx {
     /// The configuration's database URL, if any.
     pub fn database_url(&self) -> &Option<String> {
         &self.loaded.config.database_url
-    }
-}
-
-/// Runs `command` with its configuration.
-pub async fn run(command: Command, ctx: Ctx) -> Result<ExitCode> {
-    let ctx = &ctx;
-    match command {
-        Command::Migrate(args) => migrate::run(ctx, args).await,
-        Command::Relay(args) => relay::run(ctx, args).await,
-        Command::Status(args) => status::run(ctx, args).await,
-        Command::Demo(args) => demo::run(ctx, args).await,
-        Command::DeadLetters(cmd) => dead_letters::run(ctx, cmd).await,
-        Command::Cleanup(args) => cleanup::run(ctx, args).await,
-        Command::Config(cmd) => config::run(ctx, cmd).await,
-        Command::Bench(args) => bench::run(ctx, args).await,
-        Command::Healthcheck(args) => healthcheck::run(ctx, args).await,
     }
 }

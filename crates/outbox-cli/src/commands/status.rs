@@ -6,9 +6,16 @@ use std::process::ExitCode;
 use anyhow::Result;
 use outbox::Status;
 
-use crate::cli::StatusArgs;
 use crate::commands::Ctx;
 use crate::db;
+
+/// Flags of `outbox status`.
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
 
 pub async fn run(ctx: &Ctx, args: StatusArgs) -> Result<ExitCode> {
     let schema = &ctx.schema;

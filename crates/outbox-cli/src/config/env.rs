@@ -9,7 +9,7 @@ use anyhow::{anyhow, bail, Result};
 use super::keys::{Kind, KEYS, RESERVED_ENV_PREFIXES};
 use super::model::Config;
 use super::set_path;
-use super::validate::cut;
+use crate::text::cut;
 
 /// The settings found in the environment.
 #[derive(Debug, Clone, Default)]
@@ -83,7 +83,7 @@ pub fn from_vars(vars: impl IntoIterator<Item = (OsString, OsString)>) -> Result
         let mut probe = toml::Table::new();
         set_path(&mut probe, key.path, value.clone());
         if let Err(e) = probe.try_into::<Config>() {
-            let message = super::validate::cut_words(&super::one_line(&e.to_string()));
+            let message = crate::text::cut_words(&crate::text::one_line(&e.to_string()));
             let message = match message.rsplit_once(" in `") {
                 Some((head, _)) => head.to_owned(),
                 None => message,

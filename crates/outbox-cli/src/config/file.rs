@@ -15,7 +15,7 @@ use serde::Deserialize;
 use toml::de::{DeTable, DeValue};
 
 use super::model::Config;
-use super::validate::{cut, cut_words};
+use crate::text::{cut, cut_words, one_line};
 
 /// The largest config file read: 1 MiB, far more than any configuration
 /// needs, so that a wrong path (a log, a device) fails at once.
@@ -222,10 +222,6 @@ impl LineIndex {
 /// 1-based line and column of byte `at` of `text`.
 fn line_col(text: &str, at: usize) -> (usize, usize) {
     LineIndex::new(text).line_col(at)
-}
-
-fn one_line(message: &str) -> String {
-    message.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// serde's wording, in the words of a config file.

@@ -17,12 +17,10 @@ use std::path::PathBuf;
 
 use anyhow::{anyhow, Result};
 
+pub use flags::Flags;
 pub use logging::log_filter;
 pub use model::{Config, LogFormat, TracingConfig};
 pub use show::{redacted_json, render};
-
-use crate::cli::{Cli, Command};
-use crate::commands::config::ConfigCommand;
 
 /// Where a setting's value came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,23 +70,24 @@ impl Loaded {
     }
 }
 
-/// Loads the configuration for this command line from the file, the
-/// process environment and the flags, and validates it.
-pub fn load(cli: &Cli) -> Result<Loaded> {
-    // `config check` shows what `outbox relay` would run with.
-    let (relay, path) = match &cli.command {
-        Command::Relay(args) => (Some(args), None),
-        Command::Config(ConfigCommand::Check { path, relay }) => (Some(relay), path.clone()),
-        _ => (None, None),
-    };
-    let path = path.or_else(|| cli.global.config.clone());
-    let file = path.as_deref().map(file::read).transpose()?;
-    resolve(
-        file,
-        env::read()?,
-        flags::from_cli(&cli.global, relay),
-        relay.is_some(),
-    )
+/// What a command line asks of the configuration, in plain values: the
+/// configuration knows nothing of how the command line is parsed.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The config file to read (`--config`, `OUTBOX_CONFIG`, or the path
+    /// given to `config check`), if any.
+    pub file: Option<PathBuf>,
+    /// The settings given as flags.
+    pub flags: Flags,
+    /// `log.level` when nothing sets it.
+    pub default_log_level: &'static str,
+}
+
+/// Loads the configuration `request` asks for from the file, the process
+/// environment and the flags, and validates it.
+pub fn load(request: Request) -> Result<Loaded> {
+    let file = request.file.as_deref().map(file::read).transpose()?;
+    resolve(file, env::read()?, request.flags, request.default_log_level)
 }
 
 /// Layers `file`, `env` and `flags` over the defaults and validates the
@@ -96,14 +95,17 @@ pub fn load(cli: &Cli) -> Result<Loaded> {
 fn resolve(
     file: Option<file::FileLayer>,
     env: env::EnvLayer,
-    flags: flags::FlagLayer,
-    relay: bool,
+    flags: Flags,
+    default_log_level: &str,
 ) -> Result<Loaded> {
     let mut merged = file.as_ref().map(|f| f.table.clone()).unwrap_or_default();
     merge(&mut merged, env.table);
     merge(&mut merged, flags.table);
     let mut config: Config = merged.try_into().map_err(|e: toml::de::Error| {
-        anyhow!("invalid configuration: {}", one_line(&e.to_string()))
+        anyhow!(
+            "invalid configuration: {}",
+            crate::text::one_line(&e.to_string())
+        )
     })?;
 
     let mut origins = BTreeMap::new();
@@ -120,7 +122,7 @@ fn resolve(
     origins.extend(flags.flags.into_iter().map(|(k, f)| (k, Origin::Flag(f))));
 
     if config.log.level.is_none() {
-        config.log.level = Some(if relay { "info" } else { "warn" }.to_owned());
+        config.log.level = Some(default_log_level.to_owned());
     }
     let loaded = Loaded {
         config,
@@ -161,11 +163,6 @@ fn merge(base: &mut toml::Table, over: toml::Table) {
             }
         }
     }
-}
-
-/// `text` with its line breaks and runs of spaces folded.
-pub(crate) fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]

@@ -52,6 +52,20 @@ impl Default for Config {
     }
 }
 
+impl Config {
+    /// The message format: `[publisher] format`, and for CloudEvents the
+    /// `source` with `{schema}` filled in. The values were checked when the
+    /// configuration was loaded.
+    pub fn envelope(&self) -> anyhow::Result<outbox_publishers::Envelope> {
+        let p = &self.publisher;
+        let format: outbox_publishers::Format =
+            p.format.parse().map_err(|e: String| anyhow::anyhow!(e))?;
+        let source =
+            outbox_publishers::cloudevents::source_for(&p.cloudevents_source, &self.schema);
+        Ok(outbox_publishers::Envelope::new(format, source))
+    }
+}
+
 /// The HTTP server for metrics and health checks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -99,7 +113,7 @@ pub struct TracingConfig {
 }
 
 /// Log line format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// Human-readable lines.
@@ -110,8 +124,11 @@ pub enum LogFormat {
 }
 
 impl LogFormat {
+    /// Every format's name, as files and flags take them.
+    pub const NAMES: [&'static str; 2] = [LogFormat::Text.as_str(), LogFormat::Json.as_str()];
+
     /// The name used in files and flags.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             LogFormat::Text => "text",
             LogFormat::Json => "json",

@@ -20,8 +20,8 @@ fn env_of(pairs: &[(&str, &str)]) -> env::EnvLayer {
     .unwrap()
 }
 
-fn flags_of(path: &str, flag: &'static str, value: toml::Value) -> flags::FlagLayer {
-    let mut l = flags::FlagLayer::default();
+fn flags_of(path: &str, flag: &'static str, value: toml::Value) -> Flags {
+    let mut l = Flags::default();
     set_path(&mut l.table, path, value);
     l.flags.insert(path.to_owned(), flag);
     l
@@ -29,8 +29,8 @@ fn flags_of(path: &str, flag: &'static str, value: toml::Value) -> flags::FlagLa
 
 /// The error of resolving the layers for the relay, as text: for cases
 /// that must be refused.
-fn refused(file: Option<file::FileLayer>, env: env::EnvLayer, flags: flags::FlagLayer) -> String {
-    resolve(file, env, flags, true).unwrap_err().to_string()
+fn refused(file: Option<file::FileLayer>, env: env::EnvLayer, flags: Flags) -> String {
+    resolve(file, env, flags, "info").unwrap_err().to_string()
 }
 
 /// Asserts that the error text `e` holds every one of `needles`.
@@ -53,7 +53,7 @@ fn flags_beat_env_beat_file_beat_defaults() {
         ("OUTBOX_RELAY_MAX_ATTEMPTS", "4"),
     ]);
     let fl = flags_of("relay.batch_size", "--batch-size", toml::Value::Integer(30));
-    let l = resolve(f, e, fl, true).unwrap();
+    let l = resolve(f, e, fl, "info").unwrap();
     assert_eq!(l.config.relay.batch_size, 30);
     assert_eq!(l.config.relay.max_attempts, 4);
     assert_eq!(l.config.relay.lease_ms, 2000);
@@ -91,7 +91,7 @@ fn the_standard_opentelemetry_variables_set_tracing_and_ours_win() {
             "OUTBOX_TRACING_OTLP_ENDPOINT",
         ),
     ] {
-        let l = resolve(None, env_of(vars), Default::default(), true).unwrap();
+        let l = resolve(None, env_of(vars), Default::default(), "info").unwrap();
         let t = &l.config.tracing;
         assert_eq!(t.otlp_endpoint.as_deref(), Some(endpoint));
         assert_eq!(t.service_name.as_deref(), Some("orders-relay"));
@@ -106,7 +106,7 @@ fn the_standard_opentelemetry_variables_set_tracing_and_ours_win() {
 fn env_publisher_replaces_the_file_spec_but_keeps_its_table() {
     let f = file("[publisher]\nspec = \"kafka://a:1\"\n[publisher.kafka]\nclient_id = \"x\"\n");
     let e = env_of(&[("OUTBOX_PUBLISHER", "kafka://b:2")]);
-    let l = resolve(f, e, Default::default(), false).unwrap();
+    let l = resolve(f, e, Default::default(), "warn").unwrap();
     assert_eq!(l.config.publisher.spec, "kafka://b:2");
     assert!(l.config.publisher.tables.contains_key("kafka"));
     assert_eq!(
@@ -166,7 +166,7 @@ fn broker_tables_must_match_the_publisher() {
         file("publisher = \"stdout\"\n[relay]\n"),
         Default::default(),
         Default::default(),
-        true,
+        "info",
     );
     assert!(e.is_ok());
     let f = file("[publisher]\nspec = \"stdout\"\n[publisher.amqp]\nexchange = \"x\"\n");
@@ -236,7 +236,7 @@ fn every_key_and_variable_is_documented() {
 #[test]
 fn the_rendered_config_is_valid_toml_and_hides_passwords() {
     let f = file("database_url = \"postgres://app:hunter2@db/x\"\n[relay]\nbatch_size = 7\n");
-    let l = resolve(f, Default::default(), Default::default(), true).unwrap();
+    let l = resolve(f, Default::default(), Default::default(), "info").unwrap();
     let text = render(&l);
     assert!(!text.contains("hunter2"), "{text}");
     assert!(text.contains("postgres://app:***@db/x"), "{text}");
@@ -251,9 +251,9 @@ fn the_rendered_config_is_valid_toml_and_hides_passwords() {
 
 #[test]
 fn the_message_format_is_checked_naming_key_value_and_choices() {
-    let l = resolve(None, Default::default(), Default::default(), true).unwrap();
+    let l = resolve(None, Default::default(), Default::default(), "info").unwrap();
     assert_eq!(l.config.publisher.format, "plain");
-    let envelope = crate::publisher::envelope(&l.config).unwrap();
+    let envelope = l.config.envelope().unwrap();
     assert!(envelope.is_plain());
 
     let fl = flags_of(
@@ -282,8 +282,8 @@ fn the_message_format_is_checked_naming_key_value_and_choices() {
 #[test]
 fn cloudevents_source_fills_in_the_schema() {
     let f = file("schema = \"shop\"\n[publisher]\nformat = \"cloudevents-structured\"\n");
-    let l = resolve(f, Default::default(), Default::default(), true).unwrap();
-    let envelope = crate::publisher::envelope(&l.config).unwrap();
+    let l = resolve(f, Default::default(), Default::default(), "info").unwrap();
+    let envelope = l.config.envelope().unwrap();
     assert_eq!(
         envelope.format(),
         outbox_publishers::Format::CloudEventsStructured
@@ -296,7 +296,7 @@ fn cloudevents_source_fills_in_the_schema() {
             "https://shop.example/{schema}/x",
         ),
     ]);
-    let l = resolve(None, e, Default::default(), true).unwrap();
-    let envelope = crate::publisher::envelope(&l.config).unwrap();
+    let l = resolve(None, e, Default::default(), "info").unwrap();
+    let envelope = l.config.envelope().unwrap();
     assert_eq!(envelope.source(), "https://shop.example/public/x");
 }

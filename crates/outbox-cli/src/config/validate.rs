@@ -5,39 +5,7 @@ use anyhow::{anyhow, bail, Result};
 
 use super::logging;
 use super::Loaded;
-
-/// Longest value a message shows whole.
-const SHOWN_WHOLE: usize = 80;
-
-/// `value` quoted for a message; a long value is cut to its first 60
-/// characters, followed by its length, so that a mistaken megabyte is not
-/// echoed back whole.
-pub(super) fn cut(value: &str) -> String {
-    if value.chars().count() <= SHOWN_WHOLE {
-        return format!("{value:?}");
-    }
-    let head: String = value.chars().take(60).collect();
-    format!("{head:?}… ({} bytes)", value.len())
-}
-
-/// `text` (a parser's message) with every word longer than 80 characters
-/// cut like [`cut`] does: such messages may quote a whole value.
-pub(super) fn cut_words(text: &str) -> String {
-    if text.len() <= SHOWN_WHOLE {
-        return text.to_owned();
-    }
-    text.split(' ')
-        .map(|word| {
-            if word.chars().count() <= SHOWN_WHOLE {
-                word.to_owned()
-            } else {
-                let head: String = word.chars().take(60).collect();
-                format!("{head}… ({} bytes)", word.len())
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
+use crate::text::{cut, cut_words};
 
 /// The library's refusal `e` of a setting of table `table` (`relay`,
 /// `cleaner`), naming the key and where its value came from (`at`).
@@ -71,6 +39,8 @@ pub fn validate(l: &Loaded) -> Result<()> {
             );
         }
     }
+    printable(l, "relay.instance_id", c.relay.instance_id.as_deref())?;
+    printable(l, "tracing.service_name", c.tracing.service_name.as_deref())?;
     c.relay.validate().map_err(|e| in_table("relay", e, &at))?;
     c.cleaner
         .validate()
@@ -98,16 +68,15 @@ pub fn validate(l: &Loaded) -> Result<()> {
         60_000,
     )?;
     if let Some(addr) = &c.http.addr {
-        let ok = addr
-            .rsplit_once(':')
-            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
-        if !ok {
-            bail!(
-                "invalid http.addr = {} ({}): use HOST:PORT, e.g. 127.0.0.1:9090 or 0.0.0.0:9090",
+        // The check `outbox relay` binds with, so that `config check` passes
+        // no address the relay cannot listen on.
+        crate::http::listen_addrs(addr).map_err(|why| {
+            anyhow!(
+                "invalid http.addr = {} ({}): {why}",
                 cut(addr),
                 at("http.addr")
-            );
-        }
+            )
+        })?;
     }
     if let Some(level) = &c.log.level {
         logging::check_level(level).map_err(|fix| {
@@ -132,6 +101,24 @@ pub fn validate(l: &Loaded) -> Result<()> {
         database_url(url, &at("database_url"))?;
     }
     publisher(l)
+}
+
+/// Refuses a control character (a line break, an escape, …) in the id or
+/// name `key`: such values are written into log lines, where one could
+/// forge a line or colour a terminal.
+fn printable(l: &Loaded, key: &str, value: Option<&str>) -> Result<()> {
+    let Some(value) = value else {
+        return Ok(());
+    };
+    if let Some(c) = crate::text::control_char(value) {
+        bail!(
+            "invalid {key} = {} ({}): it holds the control character {:?}, which would reach log lines and could forge or colour them: use printable characters only, e.g. the pod name",
+            cut(value),
+            l.origin(key).describe(),
+            c
+        );
+    }
+    Ok(())
 }
 
 /// The database URL, checked by the same function that connects with it
@@ -211,24 +198,6 @@ fn publisher(l: &Loaded) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn long_values_are_cut_and_short_ones_kept() {
-        assert_eq!(cut("abc"), "\"abc\"");
-        let long = "y".repeat(10 << 20);
-        let shown = cut(&long);
-        assert!(
-            shown.len() < 100 && shown.ends_with("(10485760 bytes)"),
-            "{shown}"
-        );
-        let text = format!("invalid type: string \"{long}\", expected a whole number");
-        let folded = cut_words(&text);
-        assert!(
-            folded.len() < 200 && folded.ends_with("expected a whole number"),
-            "{folded}"
-        );
-        assert_eq!(cut_words("a short message"), "a short message");
-    }
 
     #[test]
     fn only_postgres_urls_are_database_urls() {

@@ -1,18 +1,10 @@
 //! The gauges only the database knows, read every `http.refresh_ms` by one
-//! loop (never by a scrape): the status counters, how long the oldest
-//! *claimable* event has waited, and how old the oldest snapshot holding
-//! back vacuum is. The loop runs the `/readyz` database check first, which
-//! sets `outbox_database_up`.
-
-use std::sync::Arc;
-use std::time::Duration;
+//! loop (never by a scrape; [`crate::db_probe::refresh_loop`]): the status
+//! counters, how long the oldest *claimable* event has waited, and how old
+//! the oldest snapshot holding back vacuum is.
 
 use outbox::{Schema, Status};
-use sqlx::{PgConnection, PgPool};
-use tokio::sync::watch;
-
-use super::Metrics;
-use crate::http::DbProbe;
+use sqlx::PgConnection;
 
 /// Seconds the oldest claimable pending event has waited: one the relay
 /// could claim now (live, its retry due, its aggregate not held back by an
@@ -80,43 +72,12 @@ impl DbGauges {
     }
 }
 
-/// Every `every` until `stop` turns true: runs the database check (which
-/// sets `outbox_database_up`) and, when it passes, refreshes the database
-/// gauges.
-pub async fn refresh_loop(
-    metrics: Arc<Metrics>,
-    probe: DbProbe,
-    pool: PgPool,
-    schema: Schema,
-    every: Duration,
-    mut stop: watch::Receiver<bool>,
-) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    while !*stop.borrow() {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.changed() => break,
-        }
-        if probe.check().await.is_err() {
-            continue;
-        }
-        let read = async {
-            let mut conn = pool.acquire().await.map_err(|e| e.to_string())?;
-            DbGauges::read(&mut conn, &schema).await
-        };
-        match tokio::time::timeout(every.max(Duration::from_secs(1)), read).await {
-            Ok(Ok(gauges)) => metrics.set_database_gauges(&gauges),
-            Ok(Err(error)) => tracing::debug!(%error, "metrics refresh failed"),
-            Err(_) => tracing::debug!("metrics refresh timed out"),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use sqlx::Connection;
+    use sqlx::PgPool;
+    use std::time::Duration;
 
     async fn gauges(pool: &PgPool) -> DbGauges {
         let mut conn = pool.acquire().await.unwrap();

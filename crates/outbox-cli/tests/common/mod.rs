@@ -16,6 +16,23 @@ pub fn bin() -> Command {
     cmd
 }
 
+/// Processes running `outbox relay` with `DATABASE_URL` set to `url`.
+pub fn relays_on(url: &str) -> Vec<u32> {
+    let has = |hay: &[u8], needle: &str| hay.split(|&b| b == 0).any(|p| p == needle.as_bytes());
+    let env = format!("DATABASE_URL={url}");
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+            (has(&cmdline, "relay") && has(&environ, &env)).then_some(pid)
+        })
+        .collect()
+}
+
 /// Bytes a child printed, as text.
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()

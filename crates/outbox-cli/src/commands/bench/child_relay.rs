@@ -2,9 +2,12 @@
 //! bench's server and schema, run the way a user runs it beside a service
 //! that writes events by plain SQL.
 //!
-//! The child leads a process group of its own under a watchdog, so it never
-//! outlives the bench: dropping [`ChildRelay`] kills it (an error, Ctrl-C),
-//! and so does the watchdog if the bench itself is killed.
+//! The child never outlives the bench: dropping [`ChildRelay`] kills it (an
+//! error, Ctrl-C), and a bench killed outright (`SIGKILL`) ends it too. The
+//! relay runs with `--exit-with-parent`, so it stops as soon as the bench is
+//! gone, even while the dead bench is an unreaped zombie that still holds
+//! nothing but its pid; it also leads a process group of its own under a
+//! watchdog, which kills the group once the bench is reaped.
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
@@ -117,6 +120,8 @@ impl ChildRelay {
             instance,
             "--log-level",
             "warn",
+            "--exit-with-parent",
+            &std::process::id().to_string(),
         ]);
         cmd.args(extra);
         for (name, _) in std::env::vars_os() {

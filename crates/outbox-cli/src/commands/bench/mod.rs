@@ -212,13 +212,7 @@ pub async fn warm_up(pool: &PgPool, n: u32) -> Result<()> {
 }
 
 /// `--wakeup-trigger`: the modes of `outbox migrate --wakeup-trigger`.
-pub fn parse_wakeup_trigger(s: &str) -> Result<outbox::WakeupTrigger, String> {
-    use outbox::WakeupTrigger as W;
-    [W::Idle, W::EveryInsert, W::Off]
-        .into_iter()
-        .find(|m| m.name() == s)
-        .ok_or_else(|| format!("{s:?} is not a wake-up mode: use idle, every-insert or off"))
-}
+pub use crate::commands::migrate::parse_wakeup_trigger;
 
 pub async fn run(ctx: &Ctx, args: BenchArgs) -> Result<ExitCode> {
     let fsync = !args.no_fsync;

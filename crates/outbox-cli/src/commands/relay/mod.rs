@@ -11,14 +11,19 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use outbox::{Relay, RelayHandle, Schema, Status};
 use sqlx::PgPool;
-use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::cli::RelayArgs;
+mod args;
+mod stop;
+
+pub use args::RelayArgs;
+use stop::{Signals, StopReason};
+
 use crate::commands::Ctx;
 use crate::config::Loaded;
-use crate::http::{self, DbProbe, Readiness, RelayState};
+use crate::db_probe::{self, DbProbe};
+use crate::http::{self, Readiness, RelayState};
 use crate::metrics::{self, Metrics};
 use crate::progress::Progress;
 use crate::telemetry::Export;
@@ -31,55 +36,13 @@ const TICK: Duration = Duration::from_millis(100);
 /// matter what (a publisher stuck in a system call cannot be cancelled).
 const HARD_EXIT_GRACE: Duration = Duration::from_secs(2);
 
-/// Why `outbox relay` stops.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum StopReason {
-    /// SIGTERM or SIGINT.
-    Signal(&'static str),
-    /// `--drain`: nothing pending is left.
-    Drained,
-    /// The relay ended by itself (a fatal error, logged where it happened).
-    RelayStopped,
-}
-
-impl std::fmt::Display for StopReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            StopReason::Signal(name) => name,
-            StopReason::Drained => "drained",
-            StopReason::RelayStopped => "relay stopped",
-        })
-    }
-}
-
-struct Signals {
-    term: Signal,
-    int: Signal,
-}
-
-impl Signals {
-    fn install() -> Result<Self> {
-        Ok(Signals {
-            term: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
-            int: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
-        })
-    }
-
-    async fn next(&mut self) -> StopReason {
-        tokio::select! {
-            _ = self.term.recv() => StopReason::Signal("SIGTERM"),
-            _ = self.int.recv() => StopReason::Signal("SIGINT"),
-        }
-    }
-}
-
-pub async fn run(ctx: &Ctx, _args: RelayArgs) -> Result<ExitCode> {
+pub async fn run(ctx: &Ctx, args: RelayArgs) -> Result<ExitCode> {
     let schema = &ctx.schema;
     // Flags were folded into the loaded configuration with the file and
     // the environment.
     let loaded = &ctx.loaded;
     let c = &loaded.config;
-    let mut signals = Signals::install()?;
+    let mut signals = Signals::install(args.exit_with_parent)?;
     let url = db::require_url(&c.database_url)?;
     let listener =
         match &c.http.addr {
@@ -88,11 +51,7 @@ pub async fn run(ctx: &Ctx, _args: RelayArgs) -> Result<ExitCode> {
             })?),
             None => None,
         };
-    let publisher = publisher::from_config(
-        &c.publisher.spec,
-        &c.publisher.tables,
-        publisher::envelope(c)?,
-    )?;
+    let publisher = publisher::from_config(&c.publisher.spec, &c.publisher.tables, c.envelope()?)?;
     tracing::debug!(database = %db::redact_text(&url), "connecting");
     // Worker, leases, wake-up listener, claim-ahead, and the cleaner.
     let pool = db::connect(&url, 6).await?;
@@ -147,7 +106,7 @@ pub async fn run(ctx: &Ctx, _args: RelayArgs) -> Result<ExitCode> {
     let (stop, stopped) = watch::channel(false);
     let mut background: Vec<JoinHandle<()>> = Vec::new();
     if let (Some(listener), Some((side, probe))) = (listener, side) {
-        background.push(tokio::spawn(metrics::refresh_loop(
+        background.push(tokio::spawn(db_probe::refresh_loop(
             metrics.clone(),
             probe.clone(),
             side,

@@ -1,0 +1,165 @@
+//! Text as messages show it: user values quoted and cut ([`cut`]), a
+//! parser's message folded onto one line ([`one_line`]) with its long words
+//! cut ([`cut_words`]), an error's causes without repeats ([`error_chain`]),
+//! and control characters escaped ([`EscapeControls`]).
+
+use std::fmt::{self, Write};
+
+/// Longest value a message shows whole.
+const SHOWN_WHOLE: usize = 80;
+
+/// Characters kept of a value too long to show whole.
+const SHOWN_HEAD: usize = 60;
+
+/// `value` quoted for a message; a long value is cut to its first 60
+/// characters, followed by its length, so that a mistaken megabyte is not
+/// echoed back whole.
+pub fn cut(value: &str) -> String {
+    if value.chars().count() <= SHOWN_WHOLE {
+        return format!("{value:?}");
+    }
+    let head: String = value.chars().take(SHOWN_HEAD).collect();
+    format!("{head:?}… ({} bytes)", value.len())
+}
+
+/// `text` (a parser's message) with every word longer than 80 characters
+/// cut like [`cut`] does: such messages may quote a whole value.
+pub fn cut_words(text: &str) -> String {
+    if text.len() <= SHOWN_WHOLE {
+        return text.to_owned();
+    }
+    text.split(' ')
+        .map(|word| {
+            if word.chars().count() <= SHOWN_WHOLE {
+                word.to_owned()
+            } else {
+                let head: String = word.chars().take(SHOWN_HEAD).collect();
+                format!("{head}… ({} bytes)", word.len())
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `text` with its line breaks and runs of spaces folded.
+pub fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// `error` and its causes on one line (`a: b: c`), a cause left out when
+/// the line already ends with its text: the driver's database errors
+/// repeat their message as their own cause ("timestamp out of range:
+/// timestamp out of range").
+pub fn error_chain(error: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if out.is_empty() {
+            out = text;
+        } else if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+    }
+    out
+}
+
+/// The first control character of `text` (a line break, an escape, …),
+/// if any: ids and names holding one could forge or colour log lines.
+pub fn control_char(text: &str) -> Option<char> {
+    text.chars().find(|c| c.is_control())
+}
+
+/// A writer that passes text on with every control character escaped
+/// (`\n`, `\r`, `\t`, `\u{1b}`, …), so that no value written through it can
+/// end a log line or send a terminal an escape sequence.
+pub struct EscapeControls<W>(pub W);
+
+impl<W: Write> Write for EscapeControls<W> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let mut rest = s;
+        while let Some(at) = rest.find(|c: char| c.is_control()) {
+            self.0.write_str(&rest[..at])?;
+            let c = rest[at..].chars().next().unwrap_or_default();
+            write!(self.0, "{}", c.escape_default())?;
+            rest = &rest[at + c.len_utf8()..];
+        }
+        self.0.write_str(rest)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_values_are_cut_and_short_ones_kept() {
+        assert_eq!(cut("abc"), "\"abc\"");
+        let long = "y".repeat(10 << 20);
+        let shown = cut(&long);
+        assert!(
+            shown.len() < 100 && shown.ends_with("(10485760 bytes)"),
+            "{shown}"
+        );
+        let text = format!("invalid type: string \"{long}\", expected a whole number");
+        let folded = cut_words(&text);
+        assert!(
+            folded.len() < 200 && folded.ends_with("expected a whole number"),
+            "{folded}"
+        );
+        assert_eq!(cut_words("a short message"), "a short message");
+    }
+
+    #[test]
+    fn messages_fold_onto_one_line() {
+        assert_eq!(one_line("a\n  b\r\n\tc "), "a b c");
+    }
+
+    fn escape_controls(text: &str) -> String {
+        let mut out = String::new();
+        EscapeControls(&mut out).write_str(text).unwrap();
+        out
+    }
+
+    #[test]
+    fn control_characters_are_found_and_escaped_and_nothing_else_changes() {
+        assert_eq!(control_char("pod-7"), None);
+        assert_eq!(control_char("x\ny"), Some('\n'));
+        assert_eq!(control_char("a\u{1b}[31m"), Some('\u{1b}'));
+        assert_eq!(control_char("a\u{85}b"), Some('\u{85}'));
+        assert_eq!(
+            escape_controls("x\ny\r\u{1b}[31mz\u{7f}"),
+            "x\\ny\\r\\u{1b}[31mz\\u{7f}"
+        );
+        assert_eq!(escape_controls("plain, ünïcode ✓"), "plain, ünïcode ✓");
+    }
+
+    #[test]
+    fn a_cause_that_repeats_the_message_is_said_once() {
+        #[derive(Debug)]
+        struct Inner;
+        impl std::fmt::Display for Inner {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("timestamp out of range")
+            }
+        }
+        impl std::error::Error for Inner {}
+        #[derive(Debug)]
+        struct Outer(Inner);
+        impl std::fmt::Display for Outer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("error returned from database: timestamp out of range")
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let e = anyhow::Error::new(Outer(Inner)).context("database error during cleanup");
+        assert_eq!(
+            error_chain(&e),
+            "database error during cleanup: error returned from database: timestamp out of range"
+        );
+    }
+}
