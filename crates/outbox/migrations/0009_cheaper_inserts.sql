@@ -19,7 +19,8 @@
 --   before migration 2) does not touch it. Neither column is in an index
 --   or an index predicate, so the type change rewrites nothing.
 -- * `processed_at`, `next_attempt_at` and `dead_lettered_at` keep a table
---   CHECK, written shorter (GREATEST/LEAST skip NULLs). Moving them into the
+--   CHECK, written as one range test (a NULL passes, as before): half the
+--   stored tree of a test per bound and column. Moving them into the
 --   domain as well would rebuild the three partial indexes whose
 --   predicates name them (measured: 1.9 s per million rows under this
 --   migration's lock).
@@ -74,8 +75,8 @@ BEGIN
                    WHERE conname = 'outbox_events_finite_marks'
                      AND conrelid = '{schema}.outbox_events'::regclass) THEN
         ALTER TABLE {schema}.outbox_events ADD CONSTRAINT outbox_events_finite_marks CHECK (
-            GREATEST(processed_at, next_attempt_at, dead_lettered_at) < '100000-01-01'
-            AND LEAST(processed_at, next_attempt_at, dead_lettered_at) > '-infinity'
+            '(-infinity,100000-01-01)'::tstzrange
+                @> ALL (ARRAY[processed_at, next_attempt_at, dead_lettered_at])
         ) NOT VALID;
     END IF;
 END $$;
