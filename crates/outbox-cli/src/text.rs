@@ -5,21 +5,15 @@
 
 use std::fmt::{self, Write};
 
-/// Longest value a message shows whole.
+/// Longest word a parser's message shows whole, and how much of a longer
+/// one it keeps (as [`cut`] does for a value).
 const SHOWN_WHOLE: usize = 80;
-
-/// Characters kept of a value too long to show whole.
 const SHOWN_HEAD: usize = 60;
 
-/// `value` quoted for a message; a long value is cut to its first 60
-/// characters, followed by its length, so that a mistaken megabyte is not
-/// echoed back whole.
+/// `value` quoted for a message and cut when long: the one rule for every
+/// output ([`outbox::redact::quoted`]).
 pub fn cut(value: &str) -> String {
-    if value.chars().count() <= SHOWN_WHOLE {
-        return format!("{value:?}");
-    }
-    let head: String = value.chars().take(SHOWN_HEAD).collect();
-    format!("{head:?}… ({} bytes)", value.len())
+    outbox::redact::quoted(value)
 }
 
 /// `text` (a parser's message) with every word longer than 80 characters

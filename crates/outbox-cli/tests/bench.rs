@@ -140,13 +140,7 @@ async fn bench_produce_reports_every_variant_and_reference_at_each_producer_coun
             let x = row[k].as_f64().unwrap_or(f64::NAN);
             assert!(x.is_finite() && x > 0.0, "{k} in {row}");
         }
-        // An event costs WAL beyond the orders row, whichever way it goes.
-        let wal = |k: &str| row[k].as_f64().unwrap();
-        assert!(
-            wal("seed_wal_bytes_per_tx") > wal("orders_wal_bytes_per_tx")
-                && wal("message_wal_bytes_per_tx") > wal("orders_wal_bytes_per_tx"),
-            "{row}"
-        );
+
         assert!(
             row["idle_relay_backlog_max"].as_i64().unwrap() >= 0,
             "{row}"

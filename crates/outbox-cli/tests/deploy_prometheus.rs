@@ -19,7 +19,8 @@ use std::collections::BTreeSet;
 use std::process::Stdio;
 use std::time::Duration;
 
-use deploy_support::{http10_get, query_encode, read, tool};
+use common::http10_get;
+use deploy_support::{query_encode, read, tool};
 use outbox_testkit::process::free_port;
 use outbox_testkit::wait::wait_until_or_explain;
 use outbox_testkit::webhook::Receiver;

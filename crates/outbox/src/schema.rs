@@ -66,7 +66,7 @@ impl Schema {
         if !plain {
             return invalid(format!(
                 "{} is not a plain identifier: use 1-63 lowercase letters, digits or _, not starting with a digit",
-                shown(name)
+                crate::redact::quoted(name)
             ));
         }
         if KEYWORDS.binary_search(&name).is_ok() {
@@ -106,16 +106,6 @@ impl Schema {
     pub(crate) fn render(&self, sql: &str) -> String {
         sql.replace("{schema}", &self.0)
     }
-}
-
-/// `value` quoted for a message, cut to its first 60 characters (with its
-/// length) when longer than 63.
-fn shown(value: &str) -> String {
-    if value.chars().count() <= MAX_LEN {
-        return format!("{value:?}");
-    }
-    let head: String = value.chars().take(60).collect();
-    format!("{head:?}… ({} bytes)", value.len())
 }
 
 #[cfg(test)]

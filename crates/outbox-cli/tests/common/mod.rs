@@ -281,11 +281,31 @@ pub async fn drain_with(
 /// `GET path` on `127.0.0.1:port`: (status, body), or `None` if nothing
 /// answers within 10 s.
 pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    http_exchange(
+        port,
+        &format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"),
+    )
+    .await
+}
+
+/// `GET path` on `127.0.0.1:port` as HTTP/1.0 (so a Go server answers
+/// without chunking): (status, body), or `None` when nothing answers
+/// within 10 s.
+pub async fn http10_get(port: u16, path: &str) -> Option<(u16, String)> {
+    http_exchange(
+        port,
+        &format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n"),
+    )
+    .await
+}
+
+/// Sends `request` to `127.0.0.1:port` and reads the answer to its end:
+/// (status, body), or `None` when nothing answers within 10 s.
+async fn http_exchange(port: u16, request: &str) -> Option<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
     s.write_all(request.as_bytes()).await.ok()?;
     let mut raw = Vec::new();
     tokio::time::timeout(std::time::Duration::from_secs(10), s.read_to_end(&mut raw))

@@ -95,24 +95,3 @@ pub fn query_encode(s: &str) -> String {
         })
         .collect()
 }
-
-/// `GET path` on `127.0.0.1:port` as HTTP/1.0 (so a Go server answers
-/// without chunking): (status, body), or `None` when nothing answers
-/// within 10 s.
-pub async fn http10_get(port: u16, path: &str) -> Option<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-    s.write_all(request.as_bytes()).await.ok()?;
-    let mut raw = Vec::new();
-    tokio::time::timeout(std::time::Duration::from_secs(10), s.read_to_end(&mut raw))
-        .await
-        .ok()?
-        .ok()?;
-    let raw = String::from_utf8_lossy(&raw).into_owned();
-    let status = raw.split(' ').nth(1)?.parse().ok()?;
-    let body = raw.split_once("\r\n\r\n")?.1.to_owned();
-    Some((status, body))
-}

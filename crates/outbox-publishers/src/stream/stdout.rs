@@ -28,10 +28,20 @@ pub struct EnvelopeStdoutPublisher {
     envelope: Envelope,
 }
 
-fn write_stdout(bytes: &[u8], n: usize) -> Result<Vec<Outcome>, Unavailable> {
-    let mut out = std::io::stdout().lock();
-    match out.write_all(bytes).and_then(|()| out.flush()) {
-        Ok(()) => Ok(vec![Outcome::Delivered; n]),
+/// Writes `bytes` (the lines of `n` events) on a blocking thread: a
+/// reader that stops reading fills the pipe, and the write then waits in
+/// the kernel. On a runtime thread it would hold that thread, and with it
+/// whatever else the runtime had to run there (signal handling, the
+/// shutdown deadline); here only the relay's own wait for this batch waits.
+async fn write_stdout(bytes: Vec<u8>, n: usize) -> Result<Vec<Outcome>, Unavailable> {
+    let written = tokio::task::spawn_blocking(move || {
+        let mut out = std::io::stdout().lock();
+        out.write_all(&bytes).and_then(|()| out.flush())
+    })
+    .await;
+    match written {
+        Ok(Ok(())) => Ok(vec![Outcome::Delivered; n]),
+        Ok(Err(e)) => Err(Unavailable::new(format!("writing to stdout: {e}"))),
         Err(e) => Err(Unavailable::new(format!("writing to stdout: {e}"))),
     }
 }
@@ -43,7 +53,7 @@ impl Publisher for StdoutPublisher {
     }
 
     async fn publish(&self, batch: &[Event]) -> Result<Vec<Outcome>, Unavailable> {
-        write_stdout(&super::json_lines(batch, &Envelope::plain()), batch.len())
+        write_stdout(super::json_lines(batch, &Envelope::plain()), batch.len()).await
     }
 }
 
@@ -54,6 +64,6 @@ impl Publisher for EnvelopeStdoutPublisher {
     }
 
     async fn publish(&self, batch: &[Event]) -> Result<Vec<Outcome>, Unavailable> {
-        write_stdout(&super::json_lines(batch, &self.envelope), batch.len())
+        write_stdout(super::json_lines(batch, &self.envelope), batch.len()).await
     }
 }

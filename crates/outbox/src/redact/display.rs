@@ -1,6 +1,7 @@
-//! The two display helpers every crate uses on what it prints: a long
-//! value cut to a length ([`shorten`]), and a known secret replaced by
-//! [`REDACTED`] ([`hide`]).
+//! The display helpers every crate uses on what it prints: a long value
+//! cut to a length ([`shorten`]), a user's value quoted for a message and
+//! cut when long ([`quoted`]), and a known secret replaced by [`REDACTED`]
+//! ([`hide`]).
 
 use super::REDACTED;
 
@@ -18,6 +19,29 @@ pub fn shorten(text: &str, max_chars: usize) -> String {
         Some((end, _)) => format!("{}…({} bytes)", &text[..end], text.len()),
         None => text.to_owned(),
     }
+}
+
+/// Longest value [`quoted`] shows whole.
+const QUOTED_WHOLE: usize = 80;
+
+/// Characters [`quoted`] keeps of a longer value.
+const QUOTED_HEAD: usize = 60;
+
+/// `value` quoted (and escaped) for a message naming what was wrong with
+/// it; a value longer than 80 characters is cut to its first 60, followed
+/// by its whole length, so that a mistaken megabyte is not echoed back.
+///
+/// ```
+/// use outbox::redact::quoted;
+/// assert_eq!(quoted("order\n"), "\"order\\n\"");
+/// assert_eq!(quoted(&"x".repeat(100)), format!("{:?}… (100 bytes)", "x".repeat(60)));
+/// ```
+pub fn quoted(value: &str) -> String {
+    if value.chars().count() <= QUOTED_WHOLE {
+        return format!("{value:?}");
+    }
+    let head: String = value.chars().take(QUOTED_HEAD).collect();
+    format!("{head:?}… ({} bytes)", value.len())
 }
 
 /// `text` (a client's error, which may quote a password it was given) with

@@ -56,7 +56,7 @@
 
 mod display;
 
-pub use display::{hide, shorten};
+pub use display::{hide, quoted, shorten};
 
 /// What a hidden secret is replaced with.
 pub const REDACTED: &str = "***";
