@@ -74,6 +74,9 @@ pub enum Command {
     /// Measure drain throughput, commit-to-ack latency and producer cost
     /// against a reference on the same server.
     Bench(crate::commands::bench::BenchArgs),
+    /// Serve the web console: overview, stuck aggregates, events, dead
+    /// letters, pause / resume (docs/console.md).
+    Console(crate::console::ConsoleArgs),
 }
 
 #[derive(Debug, Args)]

@@ -44,5 +44,6 @@ pub async fn run(command: Command, ctx: Ctx) -> Result<ExitCode> {
         Command::Cleanup(args) => cleanup::run(ctx, args).await,
         Command::Config(cmd) => config::run(ctx, cmd).await,
         Command::Bench(args) => bench::run(ctx, args).await,
+        Command::Console(args) => crate::console::run(ctx, args).await,
     }
 }

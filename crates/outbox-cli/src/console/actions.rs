@@ -1,0 +1,123 @@
+//! The console's actions (POST, after the session and CSRF checks): the
+//! dead-letter confirmation and its retry or discard through the library's
+//! `outbox::DeadLetters` (the same statements as `outbox dead-letters`),
+//! and pause / resume. Each is logged (who, what, which, how many).
+
+use std::net::SocketAddr;
+
+use hyper::StatusCode;
+
+use super::forms::{self, Action, Params};
+use super::pages::{self, View};
+use super::server::{failed, html, plain, redirect, Answer, App};
+
+pub async fn run(
+    app: &App,
+    path: &str,
+    form: &Params,
+    sid: &str,
+    view: &View,
+    peer: SocketAddr,
+) -> Answer {
+    match path {
+        "/dead-letters/confirm" | "/dead-letters/apply" => {
+            let (action, selector) = match forms::dead_letter_action(form) {
+                Ok(a) => a,
+                Err(e) => {
+                    return html(
+                        StatusCode::BAD_REQUEST,
+                        pages::dead_letters::refused(view, &e),
+                    )
+                }
+            };
+            let what = selector.to_string();
+            let mut conn = match app.store.conn().await {
+                Ok(c) => c,
+                Err(e) => return failed(view, e),
+            };
+            if path == "/dead-letters/confirm" {
+                return match app.store.dead.count(&mut conn, &selector).await {
+                    Ok(n) => html(
+                        StatusCode::OK,
+                        pages::dead_letters::confirm(view, form, action, n, &what),
+                    ),
+                    Err(e) => failed(view, e.into()),
+                };
+            }
+            let done = match action {
+                Action::Retry => app.store.dead.retry(&mut conn, &selector).await,
+                Action::Discard => app.store.dead.discard(&mut conn, &selector).await,
+            };
+            let n = match done {
+                Ok(n) => n,
+                Err(e) => return failed(view, e.into()),
+            };
+            tracing::info!(%peer, action = action.verb(), selector = %what, count = n, "console dead-letter action");
+            if action == Action::Retry {
+                wake(app).await;
+            }
+            let past = match action {
+                Action::Retry => "Retried",
+                Action::Discard => "Discarded",
+            };
+            let noun = if n == 1 {
+                "dead letter"
+            } else {
+                "dead letters"
+            };
+            app.sessions
+                .set_flash(sid, format!("{past} {n} {noun} ({what})."));
+            redirect("/dead-letters")
+        }
+        "/pause" | "/resume" => {
+            let scope = match forms::pause_scope(form) {
+                Ok(s) => s,
+                Err(e) => {
+                    return html(
+                        StatusCode::BAD_REQUEST,
+                        pages::dead_letters::refused(view, &e),
+                    )
+                }
+            };
+            let shown = scope
+                .as_deref()
+                .map(|t| format!("aggregate type {t}"))
+                .unwrap_or_else(|| "everything".into());
+            let by = format!("console ({peer})");
+            let changed = if path == "/pause" {
+                app.store.pause_add(scope.as_deref(), &by).await
+            } else {
+                app.store.pause_remove(scope.as_deref()).await
+            };
+            let changed = match changed {
+                Ok(c) => c,
+                Err(e) => return failed(view, e),
+            };
+            let verb = if path == "/pause" { "pause" } else { "resume" };
+            tracing::info!(%peer, action = verb, scope = %shown, changed, "console delivery action");
+            if path == "/resume" {
+                wake(app).await;
+            }
+            let message = match (path == "/pause", changed) {
+                (true, true) => format!("Delivery paused for {shown}."),
+                (true, false) => format!("Delivery was already paused for {shown}."),
+                (false, true) => format!("Delivery resumed for {shown}."),
+                (false, false) => format!("Delivery was not paused for {shown}."),
+            };
+            app.sessions.set_flash(sid, message);
+            redirect("/")
+        }
+        _ => plain(StatusCode::NOT_FOUND, "not found"),
+    }
+}
+
+/// Wakes idle relays now instead of at their next poll (the same NOTIFY a
+/// producer sends). A failure only leaves it to the poll.
+async fn wake(app: &App) {
+    if let Ok(mut conn) = app.store.conn().await {
+        let _ = sqlx::query("SELECT pg_notify($1, '')")
+            .bind(&app.channel)
+            .execute(&mut *conn)
+            .await;
+    }
+}
