@@ -33,6 +33,7 @@ pub fn page(view: &View, title: &str, active: &str, body: Markup) -> Markup {
             head {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
+                meta name="csrf-token" content=(view.csrf);
                 title { (title) " · outbox console" }
                 link rel="stylesheet" href="/assets/console.css";
                 script src="/assets/console.js" defer {}
