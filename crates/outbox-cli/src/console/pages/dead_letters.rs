@@ -34,8 +34,8 @@ pub fn list(
             label { "Aggregate type " input type="text" name="aggregate_type" value=(v("aggregate_type")); }
             label { "Aggregate id " input type="text" name="aggregate_id" value=(v("aggregate_id")); }
             label { "Event type " input type="text" name="event_type" value=(v("event_type")); }
-            label { "Dead-lettered at least " input type="text" name="older_than" value=(v("older_than")) placeholder="1h" size="6"; " ago" }
-            label { "less than " input type="text" name="newer_than" value=(v("newer_than")) placeholder="7d" size="6"; " ago" }
+            label { "Dead-lettered over (ago)" input type="text" name="older_than" value=(v("older_than")) placeholder="1h" size="8"; }
+            label { "Dead-lettered within" input type="text" name="newer_than" value=(v("newer_than")) placeholder="7d" size="8"; }
             button type="submit" { "Filter" }
         }
         @match &result {
