@@ -1,3 +1,4 @@
+// Why this file is long: one test per guarantee of the console, sharing one program launch helper; splitting them would start more test binaries.
 //! `outbox console` over HTTP against a real PostgreSQL: every page, the
 //! escaping of hostile rows, sessions, CSRF and passwords, the dead-letter
 //! actions (the CLI's semantics, order kept on retry), pause / resume, and

@@ -1,3 +1,4 @@
+// Why this file is long: the session and CSRF gate and every GET route share one request context; split, each part would re-derive it.
 //! The console's HTTP side on the crate's hyper stack: sessions and CSRF
 //! checks in front of every route, security headers on every answer, and
 //! the routes themselves (each a few lines over the store and a page).
