@@ -65,6 +65,7 @@ pub struct Metrics {
     partitions_owned: Gauge,
     partitions_total: Gauge,
     database_up: Gauge,
+    paused: Gauge,
     event_types: Mutex<HashSet<String>>,
 }
 
@@ -93,6 +94,7 @@ impl Metrics {
             partitions_owned: Gauge::default(),
             partitions_total: Gauge::default(),
             database_up: Gauge::default(),
+            paused: Gauge::default(),
             event_types: Mutex::new(HashSet::new()),
             registry: Registry::default(),
         };
@@ -117,6 +119,7 @@ impl Metrics {
             (partitions_owned, "outbox_partitions_owned", "Partitions this instance holds a lease on"),
             (partitions_total, "outbox_partitions", "Partitions of the outbox (from the lease round)"),
             (database_up, "outbox_database_up", "1 when the last database check (the one /readyz shows) could query the outbox tables, else 0"),
+            (paused, "outbox_paused", "Pauses in force (outbox_pauses: the whole outbox, or one aggregate type each); 0 when delivery runs for everything (from the database)"),
         );
         for reason in ["retry", "unavailable", "database"] {
             let _ = m.retries.get_or_create(&Reason { reason });
@@ -210,6 +213,10 @@ impl RelayObserver for Metrics {
     }
 }
 
+/// Pauses in force (migration 10; the console writes them), for
+/// `outbox_paused`.
+const PAUSE_COUNT: &str = "SELECT count(*) FROM {schema}.outbox_pauses";
+
 /// Every `every` until `stop` turns true: runs the database check (which
 /// sets `outbox_database_up`) and, when it passes, refreshes the database
 /// gauges.
@@ -238,7 +245,13 @@ pub async fn refresh_loop(
                 .map_err(|e| format!("{e:#}"))
         };
         match tokio::time::timeout(every.max(Duration::from_secs(1)), read).await {
-            Ok(Ok(status)) => metrics.set_status(&status),
+            Ok(Ok(status)) => {
+                metrics.set_status(&status);
+                let sql = PAUSE_COUNT.replace("{schema}", schema.name());
+                if let Ok(n) = sqlx::query_scalar(&sql).fetch_one(&pool).await {
+                    metrics.paused.set(n);
+                }
+            }
             Ok(Err(error)) => tracing::debug!(%error, "metrics refresh failed"),
             Err(_) => tracing::debug!("metrics refresh timed out"),
         }
