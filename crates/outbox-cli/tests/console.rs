@@ -492,3 +492,73 @@ async fn a_pause_from_the_console_holds_a_running_relay_and_shows_in_its_metrics
     let _ = relay.kill();
     let _ = relay.wait();
 }
+
+#[tokio::test]
+async fn dead_letters_filter_by_error_text_and_all_matching_acts_on_exactly_those() {
+    let (db, pool) = migrated_test_db().await;
+    for (n, error) in [
+        (1, "Timeout talking to the broker"),
+        (2, "schema rejected: 100%_ full"),
+        (3, "timeout again"),
+        (4, "schema rejected: 1000 full"),
+    ] {
+        let id = insert(&pool, &format!("e-{n}"), n, true).await;
+        sqlx::query("UPDATE outbox_events SET last_error = $2 WHERE id = $1")
+            .bind(id)
+            .bind(error)
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    let console = start(&db.url, &[], &[]);
+    let c = client();
+    let (_, page) = get(&c, &console, "/dead-letters?error=TIMEOUT").await;
+    assert_eq!(ticked_ids(&page).len(), 2, "case-insensitive: {page}");
+    // % and _ are plain characters, not patterns.
+    let (_, page) = get(&c, &console, "/dead-letters?error=100%25_").await;
+    assert_eq!(ticked_ids(&page).len(), 1, "{page}");
+    let token = csrf(&page);
+
+    let discard = |error: &'static str| {
+        [
+            ("action", "discard"),
+            ("scope", "matching"),
+            ("error", error),
+        ]
+    };
+    let form = |error| {
+        let mut f: Vec<(&str, &str)> = discard(error).to_vec();
+        f.push(("csrf", token.as_str()));
+        f
+    };
+    let (_, _, confirm) = post(&c, &console, "/dead-letters/confirm", &form("timeout")).await;
+    assert!(
+        confirm.contains(r#"<strong id="confirm-count">2</strong> dead letters"#),
+        "{confirm}"
+    );
+    assert!(confirm.contains("last error containing"), "{confirm}");
+    post(&c, &console, "/dead-letters/apply", &form("timeout")).await;
+    let left: Vec<String> = sqlx::query_scalar("SELECT last_error FROM outbox_dead_letters")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        left,
+        ["schema rejected: 100%_ full", "schema rejected: 1000 full"]
+    );
+    let (status, _, confirm) = post(
+        &c,
+        &console,
+        "/dead-letters/confirm",
+        &form("no such error"),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(confirm.contains("Nothing to discard"), "{confirm}");
+    let (status, _, _) = post(&c, &console, "/dead-letters/apply", &form("no such error")).await;
+    assert_eq!(status, 303);
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM outbox_dead_letters").await,
+        2
+    );
+}

@@ -7,7 +7,9 @@ use std::net::SocketAddr;
 
 use hyper::StatusCode;
 
-use super::forms::{self, Action, Params};
+use outbox::Selector;
+
+use super::forms::{self, Action, FieldError, Params};
 use super::pages::{self, View};
 use super::server::{failed, html, plain, redirect, Answer, App};
 
@@ -30,12 +32,38 @@ pub async fn run(
                     )
                 }
             };
-            let what = selector.to_string();
+            let error = match forms::error_text(form) {
+                Ok(e) => e,
+                Err(e) => {
+                    return html(
+                        StatusCode::BAD_REQUEST,
+                        pages::dead_letters::refused(view, &e),
+                    )
+                }
+            };
+            let (selector, what) = match (error.as_deref(), form.get("scope")) {
+                (Some(text), Some("matching")) => match resolve(app, view, &selector, text).await {
+                    Ok(found) => found,
+                    Err(answer) => return answer,
+                },
+                _ => {
+                    let what = selector.to_string();
+                    (selector, what)
+                }
+            };
             let mut conn = match app.store.conn().await {
                 Ok(c) => c,
                 Err(e) => return failed(view, e),
             };
             if path == "/dead-letters/confirm" {
+                // An empty id list (error text matching nothing) is not a
+                // selector the library takes: nothing to count.
+                if selector.validate().is_err() {
+                    return html(
+                        StatusCode::OK,
+                        pages::dead_letters::confirm(view, form, action, 0, &what),
+                    );
+                }
                 return match app.store.dead.count(&mut conn, &selector).await {
                     Ok(n) => html(
                         StatusCode::OK,
@@ -45,6 +73,7 @@ pub async fn run(
                 };
             }
             let done = match action {
+                _ if selector.validate().is_err() => Ok(0),
                 Action::Retry => app.store.dead.retry(&mut conn, &selector).await,
                 Action::Discard => app.store.dead.discard(&mut conn, &selector).await,
             };
@@ -109,6 +138,39 @@ pub async fn run(
         }
         _ => plain(StatusCode::NOT_FOUND, "not found"),
     }
+}
+
+/// Most dead letters an error-text filter may select at once.
+const MAX_RESOLVED: usize = 100_000;
+
+/// "Every dead letter matching" with error text, which the library's
+/// selector cannot express: the matching ids, in seq order, as a selector,
+/// and what it selects in words.
+async fn resolve(
+    app: &App,
+    view: &View,
+    filter: &Selector,
+    text: &str,
+) -> Result<(Selector, String), Answer> {
+    let found = app.store.dead_letter_ids(filter, Some(text), MAX_RESOLVED);
+    let ids = found.await.map_err(|e| failed(view, e))?;
+    if ids.len() >= MAX_RESOLVED {
+        let e = FieldError {
+            field: "error",
+            message: format!("matches {MAX_RESOLVED} dead letters or more: narrow the filter"),
+        };
+        let page = pages::dead_letters::refused(view, &e);
+        return Err(html(StatusCode::BAD_REQUEST, page));
+    }
+    let base = if filter.all {
+        String::new()
+    } else {
+        format!("{filter}, ")
+    };
+    Ok((
+        Selector::ids(ids),
+        format!("{base}last error containing {text:?}"),
+    ))
 }
 
 /// Wakes idle relays now instead of at their next poll (the same NOTIFY a

@@ -152,6 +152,15 @@ pub fn dead_letter_filter(p: &Params) -> Result<Selector, FieldError> {
     })
 }
 
+/// The dead-letter filter's error text (the last error contains it,
+/// case-insensitively), if any.
+pub fn error_text(p: &Params) -> Result<Option<String>, FieldError> {
+    match p.get("error") {
+        Some(e) if e.chars().count() > 200 => Err(bad("error", "is longer than 200 characters")),
+        e => Ok(e.map(str::to_owned)),
+    }
+}
+
 /// A dead-letter action.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {

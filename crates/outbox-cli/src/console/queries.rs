@@ -185,23 +185,46 @@ pub const EVENT_ESTIMATE: &str = "
 SELECT greatest(reltuples, 0)::bigint FROM pg_class
 WHERE oid = to_regclass('{schema}.outbox_events')";
 
-/// Dead letters, one keyset page: the library's dead-letter predicate
-/// (`outbox::DeadLetters`, `$1`–`$6`: ids, aggregate type, aggregate id,
-/// event type, dead-lettered at least / less than so many ms ago) written
-/// out again, so a page lists exactly what a retry or discard with the same
-/// criteria touches (a test holds the two together), then seq above `$7`,
-/// at most `$8`.
-pub const DEAD_LETTER_PAGE: &str = concat!(
-    "SELECT ",
-    event_columns!(),
-    " FROM {schema}.outbox_events
-WHERE dead_lettered_at IS NOT NULL AND processed_at IS NULL
+/// The library's dead-letter predicate (`outbox::DeadLetters`, `$1`–`$6`:
+/// ids, aggregate type, aggregate id, event type, dead-lettered at least /
+/// less than so many ms ago) written out again, so the console lists
+/// exactly what a retry or discard with the same criteria touches (a test
+/// holds the two together), plus `$9`: the last error contains this text,
+/// case-insensitively (`strpos`, so `%` and `_` are plain characters).
+macro_rules! dead_letter_match {
+    () => {
+        "dead_lettered_at IS NOT NULL AND processed_at IS NULL
   AND ($1::uuid[] IS NULL OR id = ANY($1::uuid[]))
   AND ($2::text IS NULL OR aggregate_type = $2::text)
   AND ($3::text IS NULL OR aggregate_id = $3::text)
   AND ($4::text IS NULL OR event_type = $4::text)
   AND ($5::bigint IS NULL OR dead_lettered_at <= now() - $5::bigint * interval '1 millisecond')
   AND ($6::bigint IS NULL OR dead_lettered_at > now() - $6::bigint * interval '1 millisecond')
+  AND ($9::text IS NULL OR strpos(lower(coalesce(last_error, '')), lower($9::text)) > 0)"
+    };
+}
+
+/// Dead letters matching `$1`–`$6`, `$9` (`dead_letter_match`), one keyset
+/// page: seq above `$7`, at most `$8`.
+pub const DEAD_LETTER_PAGE: &str = concat!(
+    "SELECT ",
+    event_columns!(),
+    " FROM {schema}.outbox_events WHERE ",
+    dead_letter_match!(),
+    "
+  AND seq > $7
+ORDER BY seq
+LIMIT $8"
+);
+
+/// The ids of the dead letters matching `$1`–`$6`, `$9`, in seq order,
+/// above seq `$7`, at most `$8`: what "every dead letter matching" means
+/// when the filter names error text, which the library's selector has no
+/// criterion for (the action then runs on these ids).
+pub const DEAD_LETTER_IDS: &str = concat!(
+    "SELECT id FROM {schema}.outbox_events WHERE ",
+    dead_letter_match!(),
+    "
   AND seq > $7
 ORDER BY seq
 LIMIT $8"

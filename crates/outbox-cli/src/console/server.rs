@@ -311,12 +311,12 @@ async fn get(app: &App, path: &str, query: &Params, sid: &str, view: &View) -> A
         },
         "/events" => events(app, query, view).await,
         "/dead-letters" => {
-            let result =
-                forms::dead_letter_filter(query).and_then(|s| Ok((s, forms::after(query)?)));
+            let result = forms::dead_letter_filter(query)
+                .and_then(|s| Ok((s, forms::error_text(query)?, forms::after(query)?)));
             let page = match result {
-                Ok((selector, after)) => match app
+                Ok((selector, error, after)) => match app
                     .store
-                    .dead_letter_page(&selector, after, PAGE_SIZE)
+                    .dead_letter_page(&selector, error.as_deref(), after, PAGE_SIZE)
                     .await
                 {
                     Ok(p) => Ok(p),

@@ -167,6 +167,7 @@ pub struct Store {
     event_search: String,
     estimate: String,
     dead_page: String,
+    dead_ids: String,
 }
 
 impl Store {
@@ -186,6 +187,7 @@ impl Store {
             event_search: r(q::EVENT_SEARCH),
             estimate: r(q::EVENT_ESTIMATE),
             dead_page: r(q::DEAD_LETTER_PAGE),
+            dead_ids: r(q::DEAD_LETTER_IDS),
         }
     }
 
@@ -354,31 +356,27 @@ impl Store {
         Ok((page(items, size), estimate.unwrap_or(0)))
     }
 
-    /// One keyset page of the dead letters `selector`'s criteria match
-    /// (its `all` flag aside), after seq `after`.
+    /// One keyset page of the dead letters `selector`'s criteria and
+    /// `error` text match (the selector's `all` flag aside), after seq
+    /// `after`.
     pub async fn dead_letter_page(
         &self,
         selector: &Selector,
+        error: Option<&str>,
         after: i64,
         size: usize,
     ) -> Result<Page<EventRow>> {
         let mut tx = self.read().await?;
-        let ms = |d: Option<std::time::Duration>| {
-            d.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        };
-        let ids = (!selector.ids.is_empty()).then_some(selector.ids.as_slice());
-        let rows = sqlx::query(&self.dead_page)
-            .bind(ids)
-            .bind(&selector.aggregate_type)
-            .bind(&selector.aggregate_id)
-            .bind(&selector.event_type)
-            .bind(ms(selector.older_than))
-            .bind(ms(selector.newer_than))
-            .bind(after)
-            .bind(size as i64 + 1)
-            .fetch_all(&mut *tx)
-            .await
-            .context("listing dead letters")?;
+        let rows = bind_dead_letter_match(
+            sqlx::query(&self.dead_page),
+            selector,
+            error,
+            after,
+            size as i64 + 1,
+        )
+        .fetch_all(&mut *tx)
+        .await
+        .context("listing dead letters")?;
         let items = rows
             .iter()
             .map(EventRow::from_row)
@@ -386,8 +384,51 @@ impl Store {
         Ok(page(items, size))
     }
 
+    /// The ids of at most `max` dead letters `selector` and `error` match,
+    /// in seq order.
+    pub async fn dead_letter_ids(
+        &self,
+        selector: &Selector,
+        error: Option<&str>,
+        max: usize,
+    ) -> Result<Vec<Uuid>> {
+        let mut tx = self.read().await?;
+        let rows =
+            bind_dead_letter_match(sqlx::query(&self.dead_ids), selector, error, 0, max as i64)
+                .fetch_all(&mut *tx)
+                .await
+                .context("listing dead letters")?;
+        rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
+    }
+
     /// A connection for the dead-letter actions (the library's methods).
     pub async fn conn(&self) -> Result<sqlx::pool::PoolConnection<Postgres>> {
         self.pool.acquire().await.context("connecting")
     }
+}
+
+type Query<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
+
+/// Binds every parameter of `dead_letter_match` and the keyset (`$7`
+/// after, `$8` limit), in order.
+fn bind_dead_letter_match<'q>(
+    q: Query<'q>,
+    s: &'q Selector,
+    error: Option<&'q str>,
+    after: i64,
+    limit: i64,
+) -> Query<'q> {
+    let ms = |d: Option<std::time::Duration>| {
+        d.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    };
+    let ids = (!s.ids.is_empty()).then_some(s.ids.as_slice());
+    q.bind(ids)
+        .bind(s.aggregate_type.as_deref())
+        .bind(s.aggregate_id.as_deref())
+        .bind(s.event_type.as_deref())
+        .bind(ms(s.older_than))
+        .bind(ms(s.newer_than))
+        .bind(after)
+        .bind(limit)
+        .bind(error)
 }

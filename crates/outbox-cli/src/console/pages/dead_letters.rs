@@ -9,10 +9,11 @@ use crate::console::forms::{Action, FieldError, Params};
 use crate::console::store::{EventRow, Page};
 
 /// The filter fields, as hidden inputs (carried into the action forms).
-const FILTER: [&str; 5] = [
+const FILTER: [&str; 6] = [
     "aggregate_type",
     "aggregate_id",
     "event_type",
+    "error",
     "older_than",
     "newer_than",
 ];
@@ -34,6 +35,7 @@ pub fn list(
             label { "Aggregate type " input type="text" name="aggregate_type" value=(v("aggregate_type")); }
             label { "Aggregate id " input type="text" name="aggregate_id" value=(v("aggregate_id")); }
             label { "Event type " input type="text" name="event_type" value=(v("event_type")); }
+            label { "Last error contains " input type="text" name="error" value=(v("error")) maxlength="200"; }
             label { "Dead-lettered over (ago)" input type="text" name="older_than" value=(v("older_than")) placeholder="1h" size="8"; }
             label { "Dead-lettered within" input type="text" name="newer_than" value=(v("newer_than")) placeholder="7d" size="8"; }
             button type="submit" { "Filter" }
@@ -90,7 +92,6 @@ pub fn confirm(view: &View, p: &Params, action: Action, count: u64, what: &str) 
                 @for (k, v) in &p.0 {
                     @if k != "csrf" { input type="hidden" name=(k) value=(v); }
                 }
-                input type="hidden" name="expected" value=(count);
                 button.danger[action == Action::Discard] type="submit" { (verb) " " (count) " " (noun) }
             }
         }

@@ -88,7 +88,11 @@ pub fn search(
             Err(e) => (field_error(e)),
             Ok(None) => p.hint { "Give an aggregate (type and id) for its whole history in order, an event type and a time range, or a state. Table size: see below once you search." },
             Ok(Some((page, estimate))) => {
-                p.hint { "About " (estimate) " rows in the table (the planner's estimate; nothing is counted). Pages follow insertion order (seq)." }
+                p.hint {
+                    @if *estimate > 0 { "About " (estimate) " rows in the table (the planner's estimate; nothing is counted). " }
+                    @else { "The table's size is not estimated yet (no ANALYZE has run); nothing is counted. " }
+                    "Pages follow insertion order (seq)."
+                }
                 @if page.items.is_empty() { p { "No event matches." } } @else { (table(&page.items, false)) }
                 @if let Some(after) = page.next_after {
                     p { a.next href=(next_link("/events", p, after)) { "Next page →" } }
