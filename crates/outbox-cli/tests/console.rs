@@ -562,3 +562,80 @@ async fn dead_letters_filter_by_error_text_and_all_matching_acts_on_exactly_thos
         2
     );
 }
+
+/// JSON text without the whitespace outside its strings.
+fn squeeze(json: &str) -> String {
+    let (mut out, mut in_string, mut escaped) = (String::new(), false, false);
+    for c in json.chars() {
+        if in_string {
+            out.push(c);
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_string = false;
+            }
+        } else if c == '"' {
+            in_string = true;
+            out.push(c);
+        } else if !c.is_whitespace() {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The text of `<pre … id="ID">…</pre>` on a page, unescaped.
+fn pre_text(page: &str, id: &str) -> String {
+    let start = page.find(&format!(r#"id="{id}">"#)).unwrap() + id.len() + 6;
+    let end = start + page[start..].find("</pre>").unwrap();
+    page[start..end]
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&amp;", "&")
+}
+
+#[tokio::test]
+async fn every_hostile_payload_and_header_set_is_shown_as_stored() {
+    use outbox_testkit::conformance::{HOSTILE_HEADERS, HOSTILE_PAYLOADS};
+    let (db, pool) = migrated_test_db().await;
+    let mut rows = Vec::new();
+    let headers = HOSTILE_HEADERS
+        .iter()
+        .map(|(name, h)| (*name, "'{}'::jsonb", *h));
+    let payloads = HOSTILE_PAYLOADS
+        .iter()
+        .map(|(name, p)| (*name, *p, "'{}'::jsonb"));
+    for (name, payload, headers) in payloads.chain(headers) {
+        let sql = format!(
+            "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, headers)
+             VALUES ('hostile', $1, 'x', {payload}, {headers})
+             RETURNING id, payload::text, headers::text"
+        );
+        let (id, p, h): (uuid::Uuid, String, String) = sqlx::query_as(&sql)
+            .bind(name)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        rows.push((name, id, p, h));
+    }
+    let console = start(&db.url, &[], &[]);
+    let c = client();
+    for (name, id, payload, headers) in rows {
+        let (status, page) = get(&c, &console, &format!("/events/{id}")).await;
+        assert_eq!(status, 200, "{name}");
+        assert_eq!(
+            squeeze(&pre_text(&page, "payload")),
+            squeeze(&payload),
+            "{name}: payload"
+        );
+        assert_eq!(
+            squeeze(&pre_text(&page, "headers")),
+            squeeze(&headers),
+            "{name}: headers"
+        );
+    }
+}
