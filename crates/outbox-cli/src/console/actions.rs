@@ -1,7 +1,9 @@
 //! The console's actions (POST, after the session and CSRF checks): the
 //! dead-letter confirmation and its retry or discard through the library's
 //! `outbox::DeadLetters` (the same statements as `outbox dead-letters`),
-//! and pause / resume. Each is logged (who, what, which, how many).
+//! and pause / resume. Each is logged (who, what, which, how many) at
+//! warn level, so the default level (warn for every command but `relay`)
+//! keeps the record.
 
 use std::net::SocketAddr;
 
@@ -81,7 +83,7 @@ pub async fn run(
                 Ok(n) => n,
                 Err(e) => return failed(view, e.into()),
             };
-            tracing::info!(%peer, action = action.verb(), selector = %what, count = n, "console dead-letter action");
+            tracing::warn!(%peer, action = action.verb(), selector = %what, count = n, "console dead-letter action");
             if action == Action::Retry {
                 wake(app).await;
             }
@@ -123,7 +125,7 @@ pub async fn run(
                 Err(e) => return failed(view, e),
             };
             let verb = if path == "/pause" { "pause" } else { "resume" };
-            tracing::info!(%peer, action = verb, scope = %shown, changed, "console delivery action");
+            tracing::warn!(%peer, action = verb, scope = %shown, changed, "console delivery action");
             if path == "/resume" {
                 wake(app).await;
             }

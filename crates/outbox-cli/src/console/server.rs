@@ -261,7 +261,7 @@ async fn login(
         return html(StatusCode::UNAUTHORIZED, pages::layout::login(true));
     }
     let (id, _) = app.sessions.open(true);
-    tracing::info!(%peer, "console sign-in");
+    tracing::warn!(%peer, "console sign-in");
     set_cookie(redirect("/"), &id, None)
 }
 
