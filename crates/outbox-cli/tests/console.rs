@@ -324,6 +324,18 @@ async fn retry_and_discard_say_how_many_first_and_retried_ones_are_delivered_in_
         "{after}"
     );
     assert_eq!(ticked_ids(&after), vec![b1, b2]);
+    outbox_testkit::wait_until(
+        "the action to be logged",
+        std::time::Duration::from_secs(10),
+        || async {
+            console.log().iter().any(|l| {
+                l.contains("console dead-letter action")
+                    && l.contains("retry")
+                    && l.contains("count=3")
+            })
+        },
+    )
+    .await;
 
     // Discard one ticked dead letter of "b".
     let discard = [

@@ -14,6 +14,7 @@ pub struct Console {
     child: Child,
     /// `http://127.0.0.1:PORT`.
     pub base: String,
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Drop for Console {
@@ -26,6 +27,11 @@ impl Drop for Console {
 impl Console {
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
+    }
+
+    /// What it has logged so far (stderr), one line each.
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
     }
 }
 
@@ -54,9 +60,15 @@ pub fn start(url: &str, args: &[&str], env: &[(&str, &str)]) -> Console {
             break rest.trim_end_matches('/').to_owned();
         }
     };
-    // Keep draining its log so it never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Console { child, base }
+    // Keep reading its log so it never blocks on a full pipe.
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = log.clone();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            kept.lock().unwrap().push(line);
+        }
+    });
+    Console { child, base, log }
 }
 
 /// A client that keeps cookies and does not follow redirects.
