@@ -26,6 +26,9 @@ struct Browser {
     base: String,
     session: String,
     http: reqwest::Client,
+    /// The browser's profile, removed with the test (Chromium leaves its
+    /// own temporary one behind when its driver is killed).
+    _profile: tempfile::TempDir,
 }
 
 impl Drop for Browser {
@@ -77,7 +80,10 @@ impl Browser {
             assert!(Instant::now() < deadline, "chromedriver did not start");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        let profile = tempfile::tempdir().unwrap();
+        let user_data = format!("--user-data-dir={}", profile.path().display());
         let mut args = vec![
+            user_data.as_str(),
             "--headless=new",
             "--disable-gpu",
             "--disable-dev-shm-usage",
@@ -108,6 +114,7 @@ impl Browser {
             base,
             session,
             http,
+            _profile: profile,
         }
     }
 
