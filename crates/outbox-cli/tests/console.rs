@@ -651,3 +651,45 @@ async fn every_hostile_payload_and_header_set_is_shown_as_stored() {
         );
     }
 }
+
+#[tokio::test]
+async fn the_database_password_shows_on_no_page_and_in_no_log_line() {
+    let (db, pool) = migrated_test_db().await;
+    // The test cluster trusts everyone: any password connects.
+    let marker = "Pw-Console-Marker-7319";
+    let (scheme, rest) = db.url.split_once("://").unwrap();
+    let url = match rest.split_once('@') {
+        Some((user, host)) => format!(
+            "{scheme}://{}:{marker}@{host}",
+            user.split(':').next().unwrap()
+        ),
+        None => format!("{scheme}://postgres:{marker}@{rest}"),
+    };
+    let console = start(&url, &[], &[]);
+    let c = client();
+    let (status, page) = get(&c, &console, "/").await;
+    assert_eq!(status, 200, "{page}");
+    // A failing read shows its error, redacted.
+    sqlx::query("DROP TABLE outbox_pauses")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let (status, page) = get(&c, &console, "/").await;
+    assert_eq!(status, 500);
+    assert!(page.contains("outbox_pauses"), "the error is shown: {page}");
+    for path in [
+        "/",
+        "/overview.json",
+        "/stuck",
+        "/dead-letters",
+        "/events?state=dead",
+    ] {
+        let (_, page) = get(&c, &console, path).await;
+        assert!(!page.contains(marker), "{path}: {page}");
+    }
+    assert!(
+        console.log().iter().all(|l| !l.contains(marker)),
+        "{:?}",
+        console.log()
+    );
+}
