@@ -100,6 +100,9 @@ pub enum Command {
     /// Ask a running relay's /readyz whether it is ready: one line why,
     /// exit 0 or 1 (for exec probes and images without curl).
     Healthcheck(HealthcheckArgs),
+    /// Serve the web console: overview, stuck aggregates, events, dead
+    /// letters, pause / resume (docs/console.md).
+    Console(crate::console::ConsoleArgs),
 }
 
 impl Cli {
@@ -161,6 +164,7 @@ impl Command {
             Command::Config(cmd) => commands::config::run(ctx, cmd).await,
             Command::Bench(args) => commands::bench::run(ctx, args).await,
             Command::Healthcheck(args) => commands::healthcheck::run(ctx, args).await,
+            Command::Console(args) => crate::console::run(ctx, args).await,
         }
     }
 }

@@ -4,6 +4,7 @@
 mod cli;
 mod commands;
 mod config;
+mod console;
 mod db;
 mod db_probe;
 mod http;

@@ -86,6 +86,7 @@ pub struct Metrics {
     database_up: Gauge,
     publisher_up: Gauge,
     relay_info: Family<RelayInfo, Gauge>,
+    paused: Gauge,
     event_types: Mutex<HashSet<String>>,
 }
 
@@ -118,6 +119,7 @@ impl Metrics {
             database_up: Gauge::default(),
             publisher_up: Gauge::default(),
             relay_info: Family::default(),
+            paused: Gauge::default(),
             event_types: Mutex::new(HashSet::new()),
             registry: Registry::default(),
         };
@@ -146,6 +148,7 @@ impl Metrics {
             (database_up, "outbox_database_up", "1 when the last database check (the one /readyz shows) could query the outbox tables, else 0"),
             (publisher_up, "outbox_publisher_up", "0 while the broker is down (the last publish found it unavailable), else 1"),
             (relay_info, "outbox_relay_info", "1, labelled with this relay's version, instance id, schema and publisher"),
+            (paused, "outbox_paused", "Pauses in force (outbox_pauses: the whole outbox, or one aggregate type each); 0 when delivery runs for everything (from the database)"),
         );
         m.publisher_up.set(1);
         for reason in ["retry", "unavailable", "database"] {
@@ -178,6 +181,7 @@ impl Metrics {
             .set(gauges.oldest_claimable_age_seconds.max(0.0));
         self.oldest_xmin_age
             .set(gauges.oldest_xmin_age_seconds.max(0.0));
+        self.paused.set(gauges.paused);
     }
 
     /// Sets `outbox_relay_info`, once, when the relay starts.
@@ -440,10 +444,12 @@ mod tests {
             },
             oldest_claimable_age_seconds: 12.5,
             oldest_xmin_age_seconds: 700.0,
+            paused: 2,
         });
         let text = m.encode();
         assert_eq!(value(&text, "outbox_events_pending"), 5.0);
         assert_eq!(value(&text, "outbox_oldest_pending_age_seconds"), 90.0);
+        assert_eq!(value(&text, "outbox_paused"), 2.0);
         assert_eq!(value(&text, "outbox_oldest_claimable_age_seconds"), 12.5);
         assert_eq!(value(&text, "outbox_oldest_xmin_age_seconds"), 700.0);
     }

@@ -56,6 +56,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "cheaper_inserts",
         include_str!("../migrations/0009_cheaper_inserts.sql"),
     ),
+    (10, "pause", include_str!("../migrations/0010_pause.sql")),
 ];
 
 const TRIGGER_ON: &str = include_str!("../migrations/notify_trigger_on.sql");
@@ -266,6 +267,7 @@ pub async fn ensure_migrated(conn: &mut PgConnection, schema: &Schema) -> Result
         "outbox_partitions",
         "outbox_relay_instances",
         "outbox_relay_idle_until",
+        "outbox_pauses",
     ] {
         let exists: bool = sqlx::query_scalar(q::TABLE_EXISTS)
             .bind(format!("{}.{table}", schema.name()))

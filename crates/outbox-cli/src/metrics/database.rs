@@ -38,6 +38,10 @@ SELECT coalesce(EXTRACT(EPOCH FROM now() - min(began))::float8, 0) FROM (
     SELECT prepared FROM pg_prepared_xacts WHERE database = current_database()
 ) AS holders";
 
+/// Pauses in force (migration 10; the console writes them), for
+/// `outbox_paused`. `{schema}` is the outbox schema.
+pub const PAUSE_COUNT: &str = "SELECT count(*) FROM {schema}.outbox_pauses";
+
 /// What one refresh read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DbGauges {
@@ -47,6 +51,8 @@ pub struct DbGauges {
     pub oldest_claimable_age_seconds: f64,
     /// [`OLDEST_XMIN_AGE`].
     pub oldest_xmin_age_seconds: f64,
+    /// [`PAUSE_COUNT`].
+    pub paused: i64,
 }
 
 impl DbGauges {
@@ -64,10 +70,15 @@ impl DbGauges {
             .fetch_one(&mut *conn)
             .await
             .map_err(|e| format!("reading the oldest snapshot's age: {e}"))?;
+        let paused: i64 = sqlx::query_scalar(&PAUSE_COUNT.replace("{schema}", schema.name()))
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(|e| format!("reading the pauses: {e}"))?;
         Ok(DbGauges {
             status,
             oldest_claimable_age_seconds,
             oldest_xmin_age_seconds,
+            paused,
         })
     }
 }

@@ -48,6 +48,13 @@
 /// assigned before. It is assigned only when rows come back (the column is
 /// evaluated with the first row), and its commit is not flushed.
 ///
+/// Paused delivery (migration 10, `outbox_pauses`): an aggregate type
+/// paused there is skipped like a blocked aggregate, and a pause of the
+/// whole outbox (`aggregate_type IS NULL`) claims nothing. The skipped rows
+/// stay pending and in the cursor's lowest fresh seq, so the cursor never
+/// passes them and they are claimed, in seq order, at the first claim after
+/// the pause row is deleted.
+///
 /// Every test of `next_attempt_at` against `now()` carries the other bound
 /// too (`<= 'infinity'`, `>= '-infinity'`: true of every timestamp), so
 /// that the planner reads the retry index whatever the table's size when
@@ -63,7 +70,9 @@ WITH acked AS ({ack}),
 blocked AS (
     SELECT aggregate_id FROM {schema}.outbox_events
     WHERE next_attempt_at > now() AND next_attempt_at <= 'infinity'
-      AND coalesce(processed_at, dead_lettered_at) IS NULL)
+      AND coalesce(processed_at, dead_lettered_at) IS NULL),
+paused AS (
+    SELECT aggregate_type FROM {schema}.outbox_pauses WHERE aggregate_type IS NOT NULL)
 SELECT id, seq, aggregate_type, aggregate_id, event_type, payload::text, headers::text,
        topic, attempts,
        CASE WHEN isfinite(created_at) AND created_at < '100000-01-01' THEN created_at END,
@@ -85,6 +94,7 @@ FROM (
        AND partition = ANY($1::int[])
        AND id NOT IN (SELECT unnest($5::uuid[]))
        AND aggregate_id NOT IN (SELECT aggregate_id FROM blocked)
+       AND aggregate_type NOT IN (SELECT aggregate_type FROM paused)
      ORDER BY seq
      LIMIT $2)
     UNION ALL
@@ -95,9 +105,11 @@ FROM (
        AND partition = ANY($1::int[])
        AND id NOT IN (SELECT unnest($5::uuid[]))
        AND aggregate_id NOT IN (SELECT aggregate_id FROM blocked)
+       AND aggregate_type NOT IN (SELECT aggregate_type FROM paused)
      ORDER BY seq + 0
      LIMIT $2)
 ) e
+WHERE NOT EXISTS (SELECT FROM {schema}.outbox_pauses WHERE aggregate_type IS NULL)
 ORDER BY seq
 LIMIT $2";
 

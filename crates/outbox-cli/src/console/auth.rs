@@ -1,0 +1,299 @@
+//! Who may use the console: the password (from the environment or a file,
+//! never a flag), sessions held in memory behind an `HttpOnly`,
+//! `SameSite=Strict` cookie, and a per-session CSRF token every POST must
+//! carry. The decisions are pure functions, tested without a server.
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use rand::Rng;
+
+/// The session cookie's name.
+pub const COOKIE: &str = "outbox_console";
+
+/// How long a session lasts after it is opened.
+const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
+
+/// Sessions kept at once; the oldest is dropped beyond it, so anonymous
+/// visits (loopback without a password) cannot grow memory without bound.
+const MAX_SESSIONS: usize = 1024;
+
+/// Environment variable holding the console's password.
+pub const PASSWORD_ENV: &str = "OUTBOX_CONSOLE_PASSWORD";
+
+/// The password, if one is configured: `--password-file` wins over
+/// `OUTBOX_CONSOLE_PASSWORD`. A file's trailing newline is not part of it.
+pub fn password(file: Option<&std::path::Path>, env: Option<String>) -> Result<Option<String>> {
+    let password = match file {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read the password file {}", path.display()))?
+                .trim_end_matches(['\n', '\r'])
+                .to_owned(),
+        ),
+        None => env,
+    };
+    match password {
+        Some(p) if p.is_empty() => bail!("the console password is empty: set a non-empty one"),
+        p => Ok(p),
+    }
+}
+
+/// Whether every address `listen` names is a loopback address.
+pub fn is_loopback(listen: &str) -> Result<bool> {
+    let addrs: Vec<SocketAddr> = listen
+        .to_socket_addrs()
+        .with_context(|| format!("--listen {listen:?} is not HOST:PORT"))?
+        .collect();
+    Ok(!addrs.is_empty() && addrs.iter().all(|a| a.ip().is_loopback()))
+}
+
+/// Refuses to serve a non-loopback address without a password.
+pub fn check_exposure(listen: &str, has_password: bool) -> Result<()> {
+    if !has_password && !is_loopback(listen)? {
+        bail!(
+            "--listen {listen} is reachable from other machines: set a password in \
+             {PASSWORD_ENV} or --password-file, or listen on 127.0.0.1"
+        );
+    }
+    Ok(())
+}
+
+/// Equality whose time does not depend on where `a` and `b` differ.
+pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    let len = a.len().max(b.len());
+    let mut diff = (a.len() != b.len()) as u8;
+    for i in 0..len {
+        diff |= a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0);
+    }
+    diff == 0
+}
+
+/// 32 random bytes from the thread's CSPRNG, as hex.
+pub fn token() -> String {
+    let bytes: [u8; 32] = rand::rng().random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A signed-in (or, without a password, anonymous) browser.
+#[derive(Debug, Clone)]
+pub struct Session {
+    /// The token every form of this session carries.
+    pub csrf: String,
+    /// Whether the password was given (always true without a password).
+    pub signed_in: bool,
+    /// A message for the next page (the outcome of an action).
+    pub flash: Option<String>,
+    opened: Instant,
+}
+
+/// The sessions, by cookie value.
+#[derive(Default)]
+pub struct Sessions {
+    map: Mutex<HashMap<String, Session>>,
+}
+
+impl Sessions {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Session>> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Opens a session; returns its cookie value.
+    pub fn open(&self, signed_in: bool) -> (String, Session) {
+        let id = token();
+        let session = Session {
+            csrf: token(),
+            signed_in,
+            flash: None,
+            opened: Instant::now(),
+        };
+        let mut map = self.lock();
+        map.retain(|_, s| s.opened.elapsed() < SESSION_TTL);
+        if map.len() >= MAX_SESSIONS {
+            if let Some(oldest) = map
+                .iter()
+                .min_by_key(|(_, s)| s.opened)
+                .map(|(k, _)| k.clone())
+            {
+                map.remove(&oldest);
+            }
+        }
+        map.insert(id.clone(), session.clone());
+        (id, session)
+    }
+
+    /// The live session of cookie value `id`.
+    pub fn get(&self, id: &str) -> Option<Session> {
+        let map = self.lock();
+        map.get(id)
+            .filter(|s| s.opened.elapsed() < SESSION_TTL)
+            .cloned()
+    }
+
+    /// Keeps `message` for the session's next page.
+    pub fn set_flash(&self, id: &str, message: String) {
+        if let Some(s) = self.lock().get_mut(id) {
+            s.flash = Some(message);
+        }
+    }
+
+    /// The session's message, once.
+    pub fn take_flash(&self, id: &str) -> Option<String> {
+        self.lock().get_mut(id).and_then(|s| s.flash.take())
+    }
+
+    pub fn close(&self, id: &str) {
+        self.lock().remove(id);
+    }
+}
+
+/// The value of cookie `name` in a `Cookie` header.
+pub fn cookie<'a>(header: &'a str, name: &str) -> Option<&'a str> {
+    header.split(';').find_map(|pair| {
+        let (k, v) = pair.trim().split_once('=')?;
+        (k == name).then_some(v)
+    })
+}
+
+/// Why a POST is refused, if it is.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// No session, or not signed in.
+    NotSignedIn,
+    /// The form's token is missing or wrong, or the request came from
+    /// another site.
+    Csrf,
+}
+
+/// Whether a POST may proceed: a signed-in session, a form token equal to
+/// the session's, and, when the browser says where the request comes from
+/// (`Origin`), this very host.
+pub fn check_post(
+    session: Option<&Session>,
+    form_token: Option<&str>,
+    origin: Option<&str>,
+    host: Option<&str>,
+) -> Result<(), Refusal> {
+    let Some(session) = session.filter(|s| s.signed_in) else {
+        return Err(Refusal::NotSignedIn);
+    };
+    if let Some(origin) = origin {
+        if !same_origin(origin, host) {
+            return Err(Refusal::Csrf);
+        }
+    }
+    match form_token {
+        Some(t) if ct_eq(t.as_bytes(), session.csrf.as_bytes()) => Ok(()),
+        _ => Err(Refusal::Csrf),
+    }
+}
+
+/// Whether `Origin` names the host the request was sent to.
+pub fn same_origin(origin: &str, host: Option<&str>) -> bool {
+    let Some(host) = host else { return false };
+    origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+        .is_some_and(|rest| rest.eq_ignore_ascii_case(host))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(signed_in: bool) -> Session {
+        Sessions::default().open(signed_in).1
+    }
+
+    #[test]
+    fn a_post_needs_a_signed_in_session_and_its_own_token() {
+        let s = session(true);
+        let host = Some("127.0.0.1:8080");
+        assert_eq!(check_post(Some(&s), Some(&s.csrf), None, host), Ok(()));
+        assert_eq!(
+            check_post(Some(&s), Some(&s.csrf), Some("http://127.0.0.1:8080"), host),
+            Ok(())
+        );
+        assert_eq!(
+            check_post(None, Some(&s.csrf), None, host),
+            Err(Refusal::NotSignedIn)
+        );
+        assert_eq!(
+            check_post(Some(&session(false)), Some(&s.csrf), None, host),
+            Err(Refusal::NotSignedIn)
+        );
+        assert_eq!(check_post(Some(&s), None, None, host), Err(Refusal::Csrf));
+        assert_eq!(
+            check_post(Some(&s), Some(&session(true).csrf), None, host),
+            Err(Refusal::Csrf)
+        );
+        assert_eq!(
+            check_post(Some(&s), Some(&s.csrf), Some("http://evil.example"), host),
+            Err(Refusal::Csrf)
+        );
+        assert_eq!(
+            check_post(Some(&s), Some(&s.csrf), Some("null"), host),
+            Err(Refusal::Csrf)
+        );
+    }
+
+    #[test]
+    fn tokens_are_unguessable_and_compared_whole() {
+        assert_ne!(token(), token());
+        assert_eq!(token().len(), 64);
+        assert!(ct_eq(b"abc", b"abc"));
+        assert!(!ct_eq(b"abc", b"abd"));
+        assert!(!ct_eq(b"abc", b"abcd"));
+        assert!(!ct_eq(b"", b"a"));
+    }
+
+    #[test]
+    fn only_loopback_listens_without_a_password() {
+        assert!(check_exposure("127.0.0.1:0", false).is_ok());
+        assert!(check_exposure("[::1]:0", false).is_ok());
+        let err = check_exposure("0.0.0.0:0", false).unwrap_err().to_string();
+        assert!(err.contains(PASSWORD_ENV), "{err}");
+        assert!(check_exposure("0.0.0.0:0", true).is_ok());
+    }
+
+    #[test]
+    fn cookies_are_found_by_exact_name() {
+        assert_eq!(cookie("a=1; outbox_console=xyz; b=2", COOKIE), Some("xyz"));
+        assert_eq!(cookie("xoutbox_console=1", COOKIE), None);
+    }
+
+    #[test]
+    fn sessions_are_bounded_and_closed_ones_are_gone() {
+        let sessions = Sessions::default();
+        let (first, _) = sessions.open(true);
+        for _ in 0..MAX_SESSIONS {
+            sessions.open(false);
+        }
+        assert!(
+            sessions.get(&first).is_none(),
+            "the oldest was kept beyond the cap"
+        );
+        let (id, _) = sessions.open(true);
+        assert!(sessions.get(&id).is_some());
+        sessions.close(&id);
+        assert!(sessions.get(&id).is_none());
+    }
+
+    #[test]
+    fn an_empty_password_is_refused_and_a_file_loses_its_newline() {
+        assert!(password(None, Some(String::new())).is_err());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pw");
+        std::fs::write(&path, "s3cret\n").unwrap();
+        assert_eq!(
+            password(Some(&path), Some("env".into()))
+                .unwrap()
+                .as_deref(),
+            Some("s3cret")
+        );
+        assert_eq!(password(None, None).unwrap(), None);
+    }
+}

@@ -1,0 +1,94 @@
+//! `outbox console`: a server-rendered web console for the people on call
+//! (overview, stuck aggregates, events, dead letters, pause / resume). See
+//! docs/console.md.
+
+mod actions;
+mod auth;
+mod forms;
+mod json_pretty;
+mod pages;
+mod queries;
+mod server;
+mod store;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{bail, Result};
+
+use crate::commands::Ctx;
+use crate::db;
+
+/// Flags of `outbox console`. The password comes from
+/// `OUTBOX_CONSOLE_PASSWORD` or `--password-file`, never from a flag.
+#[derive(Debug, clap::Args)]
+pub struct ConsoleArgs {
+    /// Address to serve on. Anything but a loopback address needs a
+    /// password.
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:8080")]
+    pub listen: String,
+    /// File holding the password (its trailing newline ignored); wins over
+    /// OUTBOX_CONSOLE_PASSWORD. Without either, the console serves loopback
+    /// only and asks for no password.
+    #[arg(long, value_name = "PATH")]
+    pub password_file: Option<PathBuf>,
+    /// Show everything, change nothing: no action buttons, every POST but
+    /// sign-in and sign-out refused.
+    #[arg(long)]
+    pub read_only: bool,
+    /// Link for an event's trace, `{trace_id}` replaced by the trace id of
+    /// its `traceparent` header, e.g. http://jaeger:16686/trace/{trace_id}.
+    #[arg(long, value_name = "URL")]
+    pub trace_link: Option<String>,
+}
+
+pub async fn run(ctx: &Ctx, args: ConsoleArgs) -> Result<ExitCode> {
+    let password = auth::password(
+        args.password_file.as_deref(),
+        std::env::var(auth::PASSWORD_ENV).ok(),
+    )?;
+    auth::check_exposure(&args.listen, password.is_some())?;
+    if let Some(t) = &args.trace_link {
+        if !(t.starts_with("https://") || t.starts_with("http://")) || !t.contains("{trace_id}") {
+            bail!("--trace-link must be an http(s) URL holding {{trace_id}}");
+        }
+    }
+    let url = db::require_url(ctx.database_url())?;
+    let pool = db::connect(&url, 4).await?;
+    {
+        let mut conn = pool.acquire().await?;
+        outbox::ensure_migrated(&mut conn, &ctx.schema).await?;
+    }
+    let listener = crate::http::bind(&args.listen).await?;
+    let shown = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or(args.listen.clone());
+    let app = Arc::new(server::App {
+        store: store::Store::new(pool, &ctx.schema),
+        sessions: auth::Sessions::default(),
+        password,
+        read_only: args.read_only,
+        schema: ctx.schema.name().to_owned(),
+        channel: ctx.schema.channel(),
+        trace_link: args.trace_link,
+    });
+    tracing::info!(listen = %shown, read_only = args.read_only, "console serving");
+    eprintln!("console: serving http://{shown}/");
+    tokio::select! {
+        () = server::serve(listener, app) => {}
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminated() => {}
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn terminated() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut s) => {
+            s.recv().await;
+        }
+        Err(_) => std::future::pending().await,
+    }
+}

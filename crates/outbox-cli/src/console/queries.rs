@@ -1,0 +1,231 @@
+//! The console's statements, one per constant; `{schema}` is the configured
+//! schema. Every read runs in a read-only transaction (`store.rs`); only the
+//! pause statements write, and the dead-letter actions go through the
+//! library's `outbox::DeadLetters` (the same statements as
+//! `outbox dead-letters retry|discard`).
+//!
+//! Times come back as text in UTC (`TS`), so a stored value no client type
+//! can hold (`infinity`, rows older than migration 2) is shown, not an
+//! error. Payloads and headers come back as the text PostgreSQL prints for
+//! the `jsonb`: nothing is re-parsed, so numbers stay as stored.
+
+/// A timestamp column as UTC text, `{c}` being the column.
+macro_rules! ts {
+    ($c:literal) => {
+        concat!(
+            "to_char(",
+            $c,
+            " AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS\"Z\"')"
+        )
+    };
+}
+
+/// The overview's figures, one row. Each count reads only the rows its
+/// index covers: pending through the unprocessed-rows index's predicate,
+/// retrying through the retry index's (`next_attempt_at IS NOT NULL`).
+/// The oldest *claimable* pending age leaves out rows waiting out a backoff
+/// and rows of paused aggregate types (they are not late, they wait on
+/// purpose) and non-finite `created_at` values. The last two columns are
+/// the cluster's oldest open transaction and its age in seconds (what holds
+/// back vacuum), from `pg_stat_activity`.
+pub const OVERVIEW_COUNTS: &str = "
+SELECT
+  (SELECT count(*) FROM {schema}.outbox_events
+    WHERE processed_at IS NULL AND dead_lettered_at IS NULL),
+  (SELECT count(*) FROM {schema}.outbox_events
+    WHERE next_attempt_at IS NOT NULL AND coalesce(processed_at, dead_lettered_at) IS NULL),
+  (SELECT count(*) FROM {schema}.outbox_events
+    WHERE dead_lettered_at IS NOT NULL AND processed_at IS NULL),
+  (SELECT EXTRACT(EPOCH FROM now() - min(e.created_at))::float8 FROM {schema}.outbox_events e
+    WHERE e.processed_at IS NULL AND e.dead_lettered_at IS NULL AND isfinite(e.created_at)
+      AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= now())
+      AND NOT EXISTS (SELECT FROM {schema}.outbox_pauses p
+                      WHERE p.aggregate_type IS NULL OR p.aggregate_type = e.aggregate_type)),
+  (SELECT EXTRACT(EPOCH FROM now() - min(xact_start))::float8 FROM pg_stat_activity
+    WHERE (backend_xid IS NOT NULL OR backend_xmin IS NOT NULL) AND pid <> pg_backend_pid()),
+  (SELECT max(age(backend_xmin))::bigint FROM pg_stat_activity
+    WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid())";
+
+/// Relay instances that have announced themselves, with the partitions
+/// each holds under a live lease, the highest epoch and the earliest lease
+/// expiry among them (ms from now), and the heartbeat's age (ms).
+pub const OVERVIEW_RELAYS: &str = concat!(
+    "
+SELECT i.instance_id, ",
+    ts!("i.heartbeat_at"),
+    ", (EXTRACT(EPOCH FROM now() - i.heartbeat_at) * 1000)::bigint, ",
+    ts!("i.started_at"),
+    ",
+       coalesce(array_agg(p.partition ORDER BY p.partition)
+                FILTER (WHERE p.partition IS NOT NULL), '{}')::int[],
+       max(p.epoch),
+       (EXTRACT(EPOCH FROM min(p.lease_until) - now()) * 1000)::bigint
+FROM {schema}.outbox_relay_instances i
+LEFT JOIN {schema}.outbox_partitions p ON p.owner = i.instance_id AND p.lease_until > now()
+GROUP BY i.instance_id, i.heartbeat_at, i.started_at
+ORDER BY i.instance_id"
+);
+
+/// Partitions no relay holds under a live lease (never owned, released, or
+/// the lease ran out), with their last owner.
+pub const OVERVIEW_UNOWNED: &str = "
+SELECT partition, owner FROM {schema}.outbox_partitions
+WHERE owner IS NULL OR lease_until IS NULL OR lease_until <= now()
+ORDER BY partition";
+
+/// The pauses in force (migration 10): `aggregate_type` NULL is the whole
+/// outbox; it sorts first.
+pub const PAUSE_LIST: &str = concat!(
+    "
+SELECT aggregate_type, ",
+    ts!("paused_at"),
+    ", paused_by FROM {schema}.outbox_pauses
+ORDER BY aggregate_type NULLS FIRST"
+);
+
+/// Pauses delivery of aggregate type `$1` (NULL: everything), by `$2`.
+/// Pausing what is already paused changes nothing (the first pause's time
+/// stays).
+pub const PAUSE_ADD: &str = "
+INSERT INTO {schema}.outbox_pauses (aggregate_type, paused_by) VALUES ($1, $2)
+ON CONFLICT ((aggregate_type IS NULL), (coalesce(aggregate_type, ''))) DO NOTHING";
+
+/// Resumes delivery of aggregate type `$1` (NULL: the whole-outbox pause
+/// only; a type paused on its own stays paused).
+pub const PAUSE_REMOVE: &str = "
+DELETE FROM {schema}.outbox_pauses
+WHERE aggregate_type IS NOT DISTINCT FROM $1";
+
+/// Aggregates whose first failing event (retrying, or dead-lettered) is
+/// the oldest failing one of the aggregate, with how many live events of
+/// the aggregate are pending behind it. At most `$1`, oldest first. The
+/// failing rows are found through the retry index and the dead letters
+/// (few, by the guarantees: poison is contained); the pending rows behind
+/// them through one pass over the unprocessed rows.
+pub const STUCK_AGGREGATES: &str = concat!(
+    "
+WITH failing AS (
+    SELECT DISTINCT ON (aggregate_type, aggregate_id)
+           aggregate_type, aggregate_id, id, seq, event_type, attempts, last_error,
+           next_attempt_at, dead_lettered_at
+    FROM {schema}.outbox_events
+    WHERE (next_attempt_at IS NOT NULL AND next_attempt_at >= '-infinity'
+           AND coalesce(processed_at, dead_lettered_at) IS NULL)
+       OR (dead_lettered_at IS NOT NULL AND processed_at IS NULL)
+    ORDER BY aggregate_type, aggregate_id, seq),
+heads AS (SELECT * FROM failing ORDER BY seq LIMIT $1),
+behind AS (
+    SELECT w.aggregate_type, w.aggregate_id, count(*) AS n
+    FROM {schema}.outbox_events w JOIN heads h USING (aggregate_type, aggregate_id)
+    WHERE w.processed_at IS NULL AND w.dead_lettered_at IS NULL AND w.seq > h.seq
+    GROUP BY 1, 2)
+SELECT h.aggregate_type, h.aggregate_id, h.id, h.event_type, h.attempts, h.last_error, ",
+    ts!("h.next_attempt_at"),
+    ", ",
+    ts!("h.dead_lettered_at"),
+    ", coalesce(b.n, 0)
+FROM heads h LEFT JOIN behind b USING (aggregate_type, aggregate_id)
+ORDER BY h.seq"
+);
+
+/// The columns of an event row, shared by the search and the detail.
+macro_rules! event_columns {
+    () => {
+        concat!(
+            "id, seq, aggregate_type, aggregate_id, event_type, attempts, last_error, topic, ",
+            "partition, ",
+            ts!("created_at"),
+            ", ",
+            ts!("processed_at"),
+            ", ",
+            ts!("next_attempt_at"),
+            ", ",
+            ts!("dead_lettered_at"),
+            ", CASE WHEN processed_at IS NOT NULL THEN 'processed' ",
+            "WHEN dead_lettered_at IS NOT NULL THEN 'dead' ",
+            "WHEN next_attempt_at IS NOT NULL THEN 'retrying' ELSE 'pending' END"
+        )
+    };
+}
+
+/// One event by id (`$1`), with its payload and headers as stored.
+pub const EVENT_BY_ID: &str = concat!(
+    "SELECT ",
+    event_columns!(),
+    ", payload::text, headers::text FROM {schema}.outbox_events WHERE id = $1"
+);
+
+/// The event search: every criterion optional (NULL matches all): `$1`
+/// aggregate type, `$2` aggregate id, `$3` event type, `$4` created at or
+/// after, `$5` created before, `$6` state (`pending`, `retrying`,
+/// `processed`, `dead`). Keyset pagination: seq above `$7`, in seq order,
+/// at most `$8` rows; never an OFFSET, so a page costs the same however
+/// deep.
+pub const EVENT_SEARCH: &str = concat!(
+    "SELECT ",
+    event_columns!(),
+    " FROM {schema}.outbox_events
+WHERE ($1::text IS NULL OR aggregate_type = $1::text)
+  AND ($2::text IS NULL OR aggregate_id = $2::text)
+  AND ($3::text IS NULL OR event_type = $3::text)
+  AND ($4::timestamptz IS NULL OR created_at >= $4::timestamptz)
+  AND ($5::timestamptz IS NULL OR created_at < $5::timestamptz)
+  AND ($6::text IS NULL OR $6::text = CASE WHEN processed_at IS NOT NULL THEN 'processed'
+                                          WHEN dead_lettered_at IS NOT NULL THEN 'dead'
+                                          WHEN next_attempt_at IS NOT NULL THEN 'retrying'
+                                          ELSE 'pending' END)
+  AND seq > $7
+ORDER BY seq
+LIMIT $8"
+);
+
+/// The planner's estimate of the whole table's rows, shown instead of a
+/// `count(*)` over the table.
+pub const EVENT_ESTIMATE: &str = "
+SELECT greatest(reltuples, 0)::bigint FROM pg_class
+WHERE oid = to_regclass('{schema}.outbox_events')";
+
+/// The library's dead-letter predicate (`outbox::DeadLetters`, `$1`–`$6`:
+/// ids, aggregate type, aggregate id, event type, dead-lettered at least /
+/// less than so many ms ago) written out again, so the console lists
+/// exactly what a retry or discard with the same criteria touches (a test
+/// holds the two together), plus `$9`: the last error contains this text,
+/// case-insensitively (`strpos`, so `%` and `_` are plain characters).
+macro_rules! dead_letter_match {
+    () => {
+        "dead_lettered_at IS NOT NULL AND processed_at IS NULL
+  AND ($1::uuid[] IS NULL OR id = ANY($1::uuid[]))
+  AND ($2::text IS NULL OR aggregate_type = $2::text)
+  AND ($3::text IS NULL OR aggregate_id = $3::text)
+  AND ($4::text IS NULL OR event_type = $4::text)
+  AND ($5::bigint IS NULL OR dead_lettered_at <= now() - $5::bigint * interval '1 millisecond')
+  AND ($6::bigint IS NULL OR dead_lettered_at > now() - $6::bigint * interval '1 millisecond')
+  AND ($9::text IS NULL OR strpos(lower(coalesce(last_error, '')), lower($9::text)) > 0)"
+    };
+}
+
+/// Dead letters matching `$1`–`$6`, `$9` (`dead_letter_match`), one keyset
+/// page: seq above `$7`, at most `$8`.
+pub const DEAD_LETTER_PAGE: &str = concat!(
+    "SELECT ",
+    event_columns!(),
+    " FROM {schema}.outbox_events WHERE ",
+    dead_letter_match!(),
+    "
+  AND seq > $7
+ORDER BY seq
+LIMIT $8"
+);
+
+/// The ids of the dead letters matching `$1`–`$6`, `$9`, in seq order,
+/// above seq `$7`, at most `$8`: what "every dead letter matching" means
+/// when the filter names error text, which the library's selector has no
+/// criterion for (the action then runs on these ids).
+pub const DEAD_LETTER_IDS: &str = concat!(
+    "SELECT id FROM {schema}.outbox_events WHERE ",
+    dead_letter_match!(),
+    "
+  AND seq > $7
+ORDER BY seq
+LIMIT $8"
+);

@@ -1,0 +1,441 @@
+// Why this file is long: the session and CSRF gate and every GET route share one request context; split, each part would re-derive it.
+//! The console's HTTP side on the crate's hyper stack: sessions and CSRF
+//! checks in front of every route, security headers on every answer, and
+//! the routes themselves (each a few lines over the store and a page).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE, LOCATION, SET_COOKIE};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use maud::Markup;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use uuid::Uuid;
+
+use super::auth::{self, Refusal, Session, Sessions, COOKIE};
+use super::forms::{self, Params};
+use super::pages::{self, View};
+use super::store::Store;
+use crate::db::redact_text;
+
+/// Connections served at once; more wait to be accepted.
+const MAX_CONNECTIONS: usize = 64;
+/// Time a client has to send a request head.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest form accepted.
+const MAX_BODY: usize = 1 << 20;
+/// Rows per page of events and dead letters.
+pub const PAGE_SIZE: usize = 50;
+/// Stuck aggregates shown.
+const STUCK_LIMIT: i64 = 200;
+
+/// No inline script or style, nothing from elsewhere, no framing.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
+                   connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+const JS: &str = include_str!("assets/console.js");
+const CSS: &str = include_str!("assets/console.css");
+
+pub(super) type Answer = Response<Full<Bytes>>;
+
+/// Everything the routes share.
+pub struct App {
+    pub store: Store,
+    pub sessions: Sessions,
+    pub password: Option<String>,
+    pub read_only: bool,
+    pub schema: String,
+    /// The relays' wake-up channel, notified after a resume or a retry.
+    pub channel: String,
+    /// `{trace_id}` URL template for the event page.
+    pub trace_link: Option<String>,
+}
+
+/// Serves `app` on `listener` until the task ends.
+pub async fn serve(listener: TcpListener, app: Arc<App>) {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let (stream, peer) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "console accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let app = app.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let app = app.clone();
+                async move { Ok::<_, Infallible>(handle(&app, req, peer).await) }
+            });
+            let served = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+            if let Err(e) = served {
+                tracing::debug!(%peer, error = %e, "console connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+}
+
+fn with_headers(mut r: Answer) -> Answer {
+    let h = r.headers_mut();
+    h.insert("content-security-policy", HeaderValue::from_static(CSP));
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    // `same-origin`, not `no-referrer`: with the latter browsers send
+    // `Origin: null` on the console's own form posts, which the CSRF check
+    // must refuse.
+    h.insert("referrer-policy", HeaderValue::from_static("same-origin"));
+    h.insert("x-frame-options", HeaderValue::from_static("DENY"));
+    if !h.contains_key(CACHE_CONTROL) {
+        h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    r
+}
+
+fn answer(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Answer {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    with_headers(r)
+}
+
+pub(super) fn html(status: StatusCode, page: Markup) -> Answer {
+    answer(status, "text/html; charset=utf-8", page.into_string())
+}
+
+pub(super) fn redirect(to: &str) -> Answer {
+    let mut r = answer(StatusCode::SEE_OTHER, "text/plain; charset=utf-8", "");
+    if let Ok(v) = HeaderValue::from_str(to) {
+        r.headers_mut().insert(LOCATION, v);
+    }
+    r
+}
+
+fn set_cookie(mut r: Answer, value: &str, max_age: Option<u64>) -> Answer {
+    let age = max_age
+        .map(|s| format!("; Max-Age={s}"))
+        .unwrap_or_default();
+    let cookie = format!("{COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict{age}");
+    if let Ok(v) = HeaderValue::from_str(&cookie) {
+        r.headers_mut().append(SET_COOKIE, v);
+    }
+    r
+}
+
+pub(super) fn plain(status: StatusCode, text: &str) -> Answer {
+    answer(status, "text/plain; charset=utf-8", format!("{text}\n"))
+}
+
+fn header<'a>(req: &'a Request<Incoming>, name: &str) -> Option<&'a str> {
+    req.headers().get(name).and_then(|v| v.to_str().ok())
+}
+
+async fn handle(app: &App, req: Request<Incoming>, peer: SocketAddr) -> Answer {
+    let path = req.uri().path().to_owned();
+    match path.as_str() {
+        "/assets/console.js" => return asset("text/javascript; charset=utf-8", JS),
+        "/assets/console.css" => return asset("text/css; charset=utf-8", CSS),
+        _ => {}
+    }
+    let method = req.method().clone();
+    let query = Params::parse(req.uri().query().unwrap_or(""));
+    let cookie_id = header(&req, "cookie")
+        .and_then(|c| auth::cookie(c, COOKIE))
+        .map(str::to_owned);
+    let origin = header(&req, "origin").map(str::to_owned);
+    let host = header(&req, "host").map(str::to_owned);
+    let form = if method == Method::POST {
+        match Limited::new(req.into_body(), MAX_BODY).collect().await {
+            Ok(body) => Params::parse(&String::from_utf8_lossy(&body.to_bytes())),
+            Err(_) => return plain(StatusCode::PAYLOAD_TOO_LARGE, "form too large"),
+        }
+    } else {
+        Params::default()
+    };
+
+    if path == "/login" {
+        return login(
+            app,
+            &method,
+            &form,
+            origin.as_deref(),
+            host.as_deref(),
+            peer,
+        )
+        .await;
+    }
+    let session = cookie_id
+        .as_deref()
+        .and_then(|id| app.sessions.get(id).map(|s| (id.to_owned(), s)));
+    let (sid, session, new_cookie) = match session {
+        Some((id, s)) if s.signed_in => (id, s, false),
+        _ if app.password.is_none() && method == Method::GET => {
+            let (id, s) = app.sessions.open(true);
+            (id, s, true)
+        }
+        _ if method == Method::GET => return redirect("/login"),
+        _ => return plain(StatusCode::FORBIDDEN, "refused: sign in first"),
+    };
+    let view = View {
+        csrf: session.csrf.clone(),
+        read_only: app.read_only,
+        password: app.password.is_some(),
+        schema: app.schema.clone(),
+    };
+    let mut r = if method == Method::POST {
+        post(
+            app,
+            &path,
+            &form,
+            &sid,
+            &session,
+            origin.as_deref(),
+            host.as_deref(),
+            &view,
+            peer,
+        )
+        .await
+    } else if method == Method::GET || method == Method::HEAD {
+        get(app, &path, &query, &sid, &view).await
+    } else {
+        plain(StatusCode::METHOD_NOT_ALLOWED, "use GET or POST")
+    };
+    if new_cookie {
+        r = set_cookie(r, &sid, None);
+    }
+    r
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Answer {
+    let mut r = answer(StatusCode::OK, content_type, body);
+    r.headers_mut()
+        .insert(CACHE_CONTROL, HeaderValue::from_static("max-age=300"));
+    r
+}
+
+async fn login(
+    app: &App,
+    method: &Method,
+    form: &Params,
+    origin: Option<&str>,
+    host: Option<&str>,
+    peer: SocketAddr,
+) -> Answer {
+    let Some(password) = &app.password else {
+        return redirect("/");
+    };
+    if *method != Method::POST {
+        return html(StatusCode::OK, pages::layout::login(false));
+    }
+    if origin.is_some_and(|o| !auth::same_origin(o, host)) {
+        return plain(StatusCode::FORBIDDEN, "refused: cross-site sign-in");
+    }
+    let given = form
+        .0
+        .iter()
+        .find(|(k, _)| k == "password")
+        .map(|(_, v)| v.as_str())
+        .unwrap_or("");
+    if !auth::ct_eq(given.as_bytes(), password.as_bytes()) {
+        tracing::warn!(%peer, "console sign-in refused: wrong password");
+        // Slows guessing down; the answer is the same whatever was wrong.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        return html(StatusCode::UNAUTHORIZED, pages::layout::login(true));
+    }
+    let (id, _) = app.sessions.open(true);
+    tracing::warn!(%peer, "console sign-in");
+    set_cookie(redirect("/"), &id, None)
+}
+
+/// A database failure as a page, the URL's password redacted.
+pub(super) fn failed(view: &View, e: anyhow::Error) -> Answer {
+    let text = redact_text(&format!("{e:#}"));
+    tracing::warn!(error = %text, "console read failed");
+    html(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        pages::layout::page(view, "Error", "", maud::html! { p.error { (text) } }),
+    )
+}
+
+async fn get(app: &App, path: &str, query: &Params, sid: &str, view: &View) -> Answer {
+    let flash = app.sessions.take_flash(sid);
+    match path {
+        "/" => match app.store.overview().await {
+            Ok(o) => html(
+                StatusCode::OK,
+                pages::overview::overview(view, &o, flash.as_deref()),
+            ),
+            Err(e) => failed(view, e),
+        },
+        "/overview.json" => match app.store.overview().await {
+            Ok(o) => {
+                let map: serde_json::Map<String, serde_json::Value> = pages::overview::figures(&o)
+                    .into_iter()
+                    .map(|(k, v)| (k.to_owned(), v.into()))
+                    .collect();
+                answer(
+                    StatusCode::OK,
+                    "application/json",
+                    serde_json::Value::Object(map).to_string(),
+                )
+            }
+            Err(e) => plain(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &redact_text(&format!("{e:#}")),
+            ),
+        },
+        "/stuck" => match app.store.stuck_list(STUCK_LIMIT).await {
+            Ok(rows) => html(
+                StatusCode::OK,
+                pages::overview::stuck(view, &rows, STUCK_LIMIT),
+            ),
+            Err(e) => failed(view, e),
+        },
+        "/events" => events(app, query, view).await,
+        "/dead-letters" => {
+            let result = forms::dead_letter_filter(query)
+                .and_then(|s| Ok((s, forms::error_text(query)?, forms::after(query)?)));
+            let page = match result {
+                Ok((selector, error, after)) => match app
+                    .store
+                    .dead_letter_page(&selector, error.as_deref(), after, PAGE_SIZE)
+                    .await
+                {
+                    Ok(p) => Ok(p),
+                    Err(e) => return failed(view, e),
+                },
+                Err(e) => Err(e),
+            };
+            let status = if page.is_ok() {
+                StatusCode::OK
+            } else {
+                StatusCode::BAD_REQUEST
+            };
+            html(
+                status,
+                pages::dead_letters::list(view, query, page, flash.as_deref()),
+            )
+        }
+        _ => match path.strip_prefix("/events/").map(Uuid::parse_str) {
+            Some(Ok(id)) => match app.store.event_get(id).await {
+                Ok(Some(e)) => {
+                    let trace = trace_link(app.trace_link.as_deref(), &e.headers);
+                    html(StatusCode::OK, pages::events::detail(view, &e, trace))
+                }
+                Ok(None) => html(
+                    StatusCode::NOT_FOUND,
+                    pages::layout::page(
+                        view,
+                        "Not found",
+                        "/events",
+                        maud::html! { p { "No event has this id (delivered events are deleted unless the relay keeps them)." } },
+                    ),
+                ),
+                Err(e) => failed(view, e),
+            },
+            _ => plain(StatusCode::NOT_FOUND, "not found"),
+        },
+    }
+}
+
+async fn events(app: &App, query: &Params, view: &View) -> Answer {
+    match forms::event_id(query) {
+        Ok(Some(id)) => return redirect(&format!("/events/{id}")),
+        Ok(None) => {}
+        Err(e) => {
+            return html(
+                StatusCode::BAD_REQUEST,
+                pages::events::search(view, query, Err(e)),
+            )
+        }
+    }
+    let q = match forms::event_query(query) {
+        Ok(q) => q,
+        Err(e) => {
+            return html(
+                StatusCode::BAD_REQUEST,
+                pages::events::search(view, query, Err(e)),
+            )
+        }
+    };
+    let searching = q.aggregate_type.is_some()
+        || q.aggregate_id.is_some()
+        || q.event_type.is_some()
+        || q.from.is_some()
+        || q.to.is_some()
+        || q.state.is_some()
+        || q.after > 0;
+    if !searching {
+        return html(StatusCode::OK, pages::events::search(view, query, Ok(None)));
+    }
+    match app.store.event_search(&q, PAGE_SIZE).await {
+        Ok(found) => html(
+            StatusCode::OK,
+            pages::events::search(view, query, Ok(Some(found))),
+        ),
+        Err(e) => failed(view, e),
+    }
+}
+
+/// The trace link of an event whose headers hold a W3C `traceparent`.
+fn trace_link(template: Option<&str>, headers: &str) -> Option<String> {
+    let template = template?;
+    let map: serde_json::Map<String, serde_json::Value> = serde_json::from_str(headers).ok()?;
+    let tp = map.get("traceparent")?.as_str()?;
+    let trace_id = tp.split('-').nth(1)?;
+    let ok = trace_id.len() == 32 && trace_id.bytes().all(|b| b.is_ascii_hexdigit());
+    ok.then(|| template.replace("{trace_id}", trace_id))
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn post(
+    app: &App,
+    path: &str,
+    form: &Params,
+    sid: &str,
+    session: &Session,
+    origin: Option<&str>,
+    host: Option<&str>,
+    view: &View,
+    peer: SocketAddr,
+) -> Answer {
+    match auth::check_post(Some(session), form.get("csrf"), origin, host) {
+        Ok(()) => {}
+        Err(Refusal::NotSignedIn) => return plain(StatusCode::FORBIDDEN, "refused: sign in first"),
+        Err(Refusal::Csrf) => {
+            tracing::warn!(%peer, path, "console POST refused: missing or wrong CSRF token, or cross-site");
+            return plain(StatusCode::FORBIDDEN, "refused: this form is stale or came from another site; reload the page and try again");
+        }
+    }
+    if path == "/logout" {
+        app.sessions.close(sid);
+        let to = if app.password.is_some() {
+            "/login"
+        } else {
+            "/"
+        };
+        return set_cookie(redirect(to), "", Some(0));
+    }
+    if app.read_only {
+        return plain(StatusCode::FORBIDDEN, "refused: the console runs read-only");
+    }
+    super::actions::run(app, path, form, sid, view, peer).await
+}
