@@ -202,7 +202,8 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: E2eArgs) -> Result<Value> {
     let drain_cpu = cpu_report(cpu_before, cpu.now(&pool, &relay).await?, n, relay_secs);
     drop(consumer);
     let (tally, _) = verdict("drain through the relay", &arrivals)?;
-    let relay_dups = tally.duplicates;
+    let (relay_dups, relay_delivered, relay_reordered) =
+        (tally.duplicates, tally.distinct, tally.out_of_order);
 
     // The reference: the broker's own client, the same messages.
     let arrivals = Arrivals::new(n, aggs);
@@ -215,7 +216,7 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: E2eArgs) -> Result<Value> {
     published?;
     let reference_secs = waited?;
     drop(consumer);
-    verdict("drain through the broker's own client", &arrivals)?;
+    let (reference_tally, _) = verdict("drain through the broker's own client", &arrivals)?;
 
     let (relay_rate, reference_rate) = (n as f64 / relay_secs, n as f64 / reference_secs);
     println!(
@@ -260,7 +261,10 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: E2eArgs) -> Result<Value> {
             "relay_secs": relay_secs,
             "reference_secs": reference_secs,
             "reference_in_flight": if broker.kind == broker::Kind::Http { reference::HTTP_IN_FLIGHT as u64 } else { reference::WINDOW },
+            "delivered": relay_delivered,
+            "out_of_order": relay_reordered,
             "duplicates": relay_dups,
+            "reference_delivered": reference_tally.distinct,
             "cpu": drain_cpu,
         },
         "latency": rates,
@@ -343,6 +347,8 @@ async fn at_rate(
         "p999_ms": q(0.999),
         "max_ms": q(1.0),
         "late_starts": late,
+        "delivered": tally.distinct,
+        "out_of_order": tally.out_of_order,
         "duplicates": tally.duplicates,
         "cpu": cpu,
     }))
