@@ -66,8 +66,9 @@ pub struct E2eArgs {
     /// Seconds the relay is idle before each latency run.
     #[arg(long, default_value_t = 2)]
     pub idle_secs: u64,
-    /// Producer connections of the latency runs.
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
+    /// Producer connections of the latency runs (enough that the schedule
+    /// is kept).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub connections: u32,
 }
 
@@ -78,10 +79,12 @@ struct Cpu {
 
 impl Cpu {
     async fn now(&mut self, pool: &PgPool, relay: &Relay) -> Result<(f64, f64)> {
-        let process = cpu_seconds(relay.pid()).unwrap_or(0.0);
+        // NaN (null in the JSON) where it cannot be read: a server on
+        // another machine.
+        let process = cpu_seconds(relay.pid()).unwrap_or(f64::NAN);
         let sessions = database_cpu(pool, &mut self.seen)
             .await?
-            .map_or(0.0, |by_class| by_class[0]);
+            .map_or(f64::NAN, |by_class| by_class[0]);
         Ok((process, sessions))
     }
 }
