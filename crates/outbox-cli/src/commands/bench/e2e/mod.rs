@@ -145,6 +145,16 @@ fn verdict(what: &str, arrivals: &Arrivals) -> Result<(check::Tally, Vec<Option<
     Ok((tally, times))
 }
 
+/// Seconds from `start` to the first arrival: what starting took (the
+/// relay's process, connections and partitions; the client's connection).
+fn first_arrival(times: &[Option<Instant>], start: Instant) -> f64 {
+    times
+        .iter()
+        .flatten()
+        .min()
+        .map_or(0.0, |t| t.saturating_duration_since(start).as_secs_f64())
+}
+
 /// Writes events `0..events` of a run over `aggregates` aggregates into
 /// `schema` by plain SQL, in order.
 async fn preload(pool: &PgPool, schema: &Schema, events: u64, aggregates: u32) -> Result<()> {
@@ -204,7 +214,8 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: E2eArgs) -> Result<Value> {
     let relay_secs = wait_all(&arrivals, n, &mut consumer, Some(&mut relay), start).await?;
     let drain_cpu = cpu_report(cpu_before, cpu.now(&pool, &relay).await?, n, relay_secs);
     drop(consumer);
-    let (tally, _) = verdict("drain through the relay", &arrivals)?;
+    let (tally, times) = verdict("drain through the relay", &arrivals)?;
+    let relay_first = first_arrival(&times, start);
     let (relay_dups, relay_delivered, relay_reordered) =
         (tally.duplicates, tally.distinct, tally.out_of_order);
 
@@ -219,13 +230,17 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: E2eArgs) -> Result<Value> {
     published?;
     let reference_secs = waited?;
     drop(consumer);
-    let (reference_tally, _) = verdict("drain through the broker's own client", &arrivals)?;
+    let (reference_tally, times) = verdict("drain through the broker's own client", &arrivals)?;
+    let reference_first = first_arrival(&times, start);
 
     let (relay_rate, reference_rate) = (n as f64 / relay_secs, n as f64 / reference_secs);
     println!(
         "  drain: relay {relay_rate:>9.0} events/s ({relay_secs:.2} s, {relay_dups} duplicates), \
          broker's own client {reference_rate:>9.0} events/s ({reference_secs:.2} s): {:.2}x",
         relay_rate / reference_rate
+    );
+    println!(
+        "         first arrival after {relay_first:.2} s (relay) and {reference_first:.2} s (client)"
     );
     println!(
         "         relay cpu {:.1} us/event",
@@ -263,6 +278,8 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: E2eArgs) -> Result<Value> {
             "ratio": relay_rate / reference_rate,
             "relay_secs": relay_secs,
             "reference_secs": reference_secs,
+            "relay_first_arrival_secs": relay_first,
+            "reference_first_arrival_secs": reference_first,
             "reference_in_flight": if broker.kind == broker::Kind::Http { reference::HTTP_IN_FLIGHT as u64 } else { reference::WINDOW },
             "delivered": relay_delivered,
             "out_of_order": relay_reordered,
