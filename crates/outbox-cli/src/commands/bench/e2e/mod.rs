@@ -336,7 +336,8 @@ async fn at_rate(
         }),
         wait_all(&arrivals, total, &mut consumer, None, start)
     );
-    let (committed, late, _, _) = schedule?;
+    let (committed, late, _, schedule_secs) = schedule?;
+    let achieved = total as f64 / schedule_secs.max(1e-9);
     let secs = waited?;
     let cpu = cpu_report(cpu_before, cpu.now(pool, relay).await?, total, secs);
     drop(consumer);
@@ -350,7 +351,8 @@ async fn at_rate(
     let q = |x| ms(quantile(&latencies, x));
     println!(
         "  {rate:>6}/s: commit -> consumer p50 {:.1} ms, p99 {:.1} ms, p99.9 {:.1} ms, max {:.1} ms; \
-         relay cpu {:.1} us/event ({:.1} % of a core); {late} late starts, {} duplicates",
+         relay cpu {:.1} us/event ({:.1} % of a core); {late} late starts \
+         ({achieved:.0}/s achieved), {} duplicates",
         q(0.5),
         q(0.99),
         q(0.999),
@@ -367,6 +369,7 @@ async fn at_rate(
         "p999_ms": q(0.999),
         "max_ms": q(1.0),
         "late_starts": late,
+        "achieved_rate": achieved,
         "delivered": tally.distinct,
         "out_of_order": tally.out_of_order,
         "duplicates": tally.duplicates,
