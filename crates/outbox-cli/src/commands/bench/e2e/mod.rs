@@ -16,11 +16,11 @@
 mod broker;
 mod check;
 mod consumer;
+mod cpu;
 mod reference;
 mod relay;
 mod webhook;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,8 +33,8 @@ use uuid::Uuid;
 
 use self::broker::{Broker, Side, AGGREGATE_TYPE, EVENT_TYPE};
 use self::consumer::{Arrivals, Consumer};
+use self::cpu::{cpu_report, Cpu};
 use self::relay::Relay;
-use super::held_snapshot::{cpu_seconds, database_cpu};
 use super::latency::open_loop;
 use super::stats::{ms, quantile};
 use super::{fresh_schema, warm_up, Server};
@@ -70,35 +70,6 @@ pub struct E2eArgs {
     /// is kept).
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub connections: u32,
-}
-
-/// CPU seconds so far of the relay's process and of its database sessions.
-struct Cpu {
-    seen: HashMap<u32, (usize, f64)>,
-}
-
-impl Cpu {
-    async fn now(&mut self, pool: &PgPool, relay: &Relay) -> Result<(f64, f64)> {
-        // NaN (null in the JSON) where it cannot be read: a server on
-        // another machine.
-        let process = cpu_seconds(relay.pid()).unwrap_or(f64::NAN);
-        let sessions = database_cpu(pool, &mut self.seen)
-            .await?
-            .map_or(f64::NAN, |by_class| by_class[0]);
-        Ok((process, sessions))
-    }
-}
-
-/// The relay's CPU over a run of `events` events lasting `secs`.
-fn cpu_report(before: (f64, f64), after: (f64, f64), events: u64, secs: f64) -> Value {
-    let (process, sessions) = (after.0 - before.0, after.1 - before.1);
-    let per = |s: f64| s / events.max(1) as f64 * 1e6;
-    json!({
-        "relay_process_us_per_event": per(process),
-        "relay_sessions_us_per_event": per(sessions),
-        "relay_us_per_event": per(process + sessions),
-        "relay_core_share": (process + sessions) / secs.max(1e-9),
-    })
 }
 
 /// Waits until `arrivals` has all `events`, failing loudly if the consumer
@@ -207,9 +178,7 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: E2eArgs) -> Result<Value> {
     let (spec, env) = broker.relay_spec();
     let start = Instant::now();
     let mut relay = Relay::spawn(&server.url, &schema, &spec, &env)?;
-    let mut cpu = Cpu {
-        seen: HashMap::new(),
-    };
+    let mut cpu = Cpu::default();
     let cpu_before = cpu.now(&pool, &relay).await?;
     let relay_secs = wait_all(&arrivals, n, &mut consumer, Some(&mut relay), start).await?;
     let drain_cpu = cpu_report(cpu_before, cpu.now(&pool, &relay).await?, n, relay_secs);
@@ -375,4 +344,37 @@ async fn at_rate(
         "duplicates": tally.duplicates,
         "cpu": cpu,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_missing_an_event_or_out_of_order_fails_loudly() {
+        let lost = Arrivals::new(3, 1);
+        for i in [0, 1] {
+            lost.record(check::body(i, 1).as_bytes());
+        }
+        let err = verdict("drain", &lost).unwrap_err().to_string();
+        assert!(
+            err.contains("LOSS OR REORDERING") && err.contains("2 of 3"),
+            "{err}"
+        );
+
+        let reordered = Arrivals::new(3, 1);
+        for i in [0, 2, 1] {
+            reordered.record(check::body(i, 1).as_bytes());
+        }
+        let err = verdict("drain", &reordered).unwrap_err().to_string();
+        assert!(err.contains("1 out of their aggregate's order"), "{err}");
+
+        let clean = Arrivals::new(3, 1);
+        for i in [0, 1, 1, 2] {
+            clean.record(check::body(i, 1).as_bytes());
+        }
+        let (tally, times) = verdict("drain", &clean).unwrap();
+        assert_eq!((tally.distinct, tally.duplicates), (3, 1));
+        assert!(times.iter().all(Option::is_some));
+    }
 }
