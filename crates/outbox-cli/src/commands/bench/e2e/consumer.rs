@@ -72,9 +72,10 @@ impl Consumer {
                 amqp_reader(&broker.url, routing_key, arrivals).await?
             }
             Destination::Nats { stream, .. } => nats_reader(&broker.url, stream, arrivals).await?,
-            Destination::Http { .. } => {
+            Destination::Http { url } => {
                 let receiver = broker.receiver.as_ref().context("no webhook receiver")?;
-                receiver.deliver_to(arrivals);
+                let path = url.strip_prefix(&broker.url).unwrap_or(&url);
+                receiver.deliver_to(path, arrivals);
                 tokio::spawn(std::future::pending())
             }
         };

@@ -1,11 +1,13 @@
 //! The webhook receiver of `bench e2e --publisher http`: a hyper server in
 //! the bench's process, so the receiver is not what is measured (a
 //! scripting-language server caps near 40 requests/s here). Every request
-//! body goes to the current run's [`Arrivals`] before it is answered `204`:
-//! the answer is the acknowledgement.
+//! body goes to the current run's [`Arrivals`] for its path (the relay's and
+//! the reference's are apart) before it is answered `204`: the answer is
+//! the acknowledgement.
 //!
 //! Signatures are not verified here; the webhook tests do that.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -20,8 +22,9 @@ use tokio::task::JoinHandle;
 
 use super::consumer::Arrivals;
 
-/// Where the receiver puts what it gets: the current run's arrivals.
-type Sink = Arc<Mutex<Option<Arc<Arrivals>>>>;
+/// Where the receiver puts what it gets: the current run's arrivals, by
+/// request path.
+type Sink = Arc<Mutex<HashMap<String, Arc<Arrivals>>>>;
 
 /// A running receiver; stopped on drop.
 pub struct Receiver {
@@ -47,9 +50,12 @@ impl Receiver {
         self.addr
     }
 
-    /// From now on, bodies go to `arrivals`.
-    pub fn deliver_to(&self, arrivals: Arc<Arrivals>) {
-        *self.sink.lock().expect("lock") = Some(arrivals);
+    /// From now on, bodies sent to `path` go to `arrivals`.
+    pub fn deliver_to(&self, path: &str, arrivals: Arc<Arrivals>) {
+        self.sink
+            .lock()
+            .expect("lock")
+            .insert(path.to_owned(), arrivals);
     }
 }
 
@@ -77,14 +83,18 @@ async fn serve(listener: TcpListener, sink: Sink) {
 }
 
 async fn receive(req: Request<Incoming>, sink: Sink) -> Result<Response<Empty<Bytes>>, Infallible> {
+    let path = req.uri().path().to_owned();
     let status = match req.into_body().collect().await {
         Ok(body) => {
             let body = body.to_bytes();
-            let arrivals = sink.lock().expect("lock").clone();
-            if let Some(arrivals) = arrivals {
-                arrivals.record(&body);
+            let arrivals = sink.lock().expect("lock").get(&path).cloned();
+            match arrivals {
+                Some(arrivals) => {
+                    arrivals.record(&body);
+                    StatusCode::NO_CONTENT
+                }
+                None => StatusCode::NOT_FOUND,
             }
-            StatusCode::NO_CONTENT
         }
         Err(_) => StatusCode::BAD_REQUEST,
     };
