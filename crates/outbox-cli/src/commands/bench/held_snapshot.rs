@@ -57,7 +57,7 @@ pub struct HeldSnapshotArgs {
 /// CPU seconds used so far by every thread of process `pid`, from
 /// `/proc/PID/task/*/schedstat` (`None` if the process is not on this
 /// machine or is gone).
-fn cpu_seconds(pid: u32) -> Option<f64> {
+pub(super) fn cpu_seconds(pid: u32) -> Option<f64> {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
     let mut ns = 0u64;
     for task in tasks.flatten() {
@@ -69,7 +69,7 @@ fn cpu_seconds(pid: u32) -> Option<f64> {
 
 /// Who spent the database's CPU: each server process is put in one class
 /// by its `pg_stat_activity` row.
-const CLASSES: [&str; 5] = ["relay", "producers", "autovacuum", "other", "observer"];
+pub(super) const CLASSES: [&str; 5] = ["relay", "producers", "autovacuum", "other", "observer"];
 
 /// The `application_name` of this bench's producer sessions.
 const PRODUCER_APPLICATION_NAME: &str = "outbox-bench-producer";
@@ -92,7 +92,7 @@ fn class_of(backend_type: &str, application_name: &str) -> usize {
 /// The database's CPU so far, by class: every server process it lists
 /// (backends and background workers), by pid, so a process that ends only
 /// stops counting.
-async fn database_cpu(
+pub(super) async fn database_cpu(
     pool: &PgPool,
     seen: &mut HashMap<u32, (usize, f64)>,
 ) -> Result<Option<[f64; CLASSES.len()]>> {

@@ -156,12 +156,12 @@ fn payload(id: i64) -> serde_json::Value {
 
 /// What the schedule did: each event and when its COMMIT returned, the
 /// transactions started late, those that began late, the seconds it took.
-type Schedule = (Vec<(Uuid, Instant)>, u64, u64, f64);
+pub(super) type Schedule = (Vec<(Uuid, Instant)>, u64, u64, f64);
 
 /// Runs `commit(i)` for i in 0..total, one every 1/rate s from now, each on
 /// a task of its own. Each returns its event, when its COMMIT returned and
 /// when its BEGIN returned.
-async fn open_loop<F, Fut>(rate: u32, total: u64, commit: F) -> Result<Schedule>
+pub(super) async fn open_loop<F, Fut>(rate: u32, total: u64, commit: F) -> Result<Schedule>
 where
     F: Fn(i64) -> Fut,
     Fut: Future<Output = Result<(Uuid, Instant, Instant)>> + Send + 'static,

@@ -4,6 +4,7 @@
 
 mod child_relay;
 mod drain;
+mod e2e;
 mod held_snapshot;
 mod latency;
 mod produce;
@@ -52,6 +53,12 @@ pub enum Scenario {
     /// `REPEATABLE READ` transaction held for `--hold` seconds; database CPU
     /// per event at the end of the hold against before it.
     HeldSnapshot(held_snapshot::HeldSnapshotArgs),
+    /// End to end through a real broker (RabbitMQ, NATS JetStream, Redis
+    /// Streams or a webhook): a consumer reads every message back and
+    /// checks completeness and per-aggregate order; drain against the
+    /// broker's own client, and commit-to-consumer latency with the
+    /// relay's CPU per event at steady rates.
+    E2e(e2e::E2eArgs),
 }
 
 /// The server a scenario runs on: a throwaway cluster unless DATABASE_URL
@@ -222,6 +229,7 @@ pub async fn run(ctx: &Ctx, args: BenchArgs) -> Result<ExitCode> {
             Scenario::Latency(a) => latency::run(ctx, fsync, a).await,
             Scenario::Produce(a) => produce::run(ctx, fsync, a).await,
             Scenario::HeldSnapshot(a) => held_snapshot::run(ctx, fsync, a).await,
+            Scenario::E2e(a) => e2e::run(ctx, fsync, a).await,
         }
     };
     // Ctrl-C drops the scenario, and with it the throwaway server and any

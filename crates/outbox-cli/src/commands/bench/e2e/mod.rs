@@ -1,0 +1,380 @@
+//! `bench e2e`: PostgreSQL to a real broker to a consumer that reads every
+//! message back ([`consumer`]) and checks that none is missing and that each
+//! aggregate's arrived in order ([`check`]); a loss or a reordering fails
+//! the run.
+//!
+//! - Drain: `--events` events preloaded by plain SQL, `outbox relay
+//!   --publisher SPEC` started as a child process ([`relay`]); the time
+//!   until the consumer has them all, against the same messages published
+//!   by the broker's own client ([`reference`]) and read back by the same
+//!   consumer.
+//! - Latency: at each `--rate`, after the relay has been idle
+//!   `--idle-secs`, plain-SQL producers on their own connections commit one
+//!   event each on an open-loop schedule; commit to consumer receive, and
+//!   the relay's CPU (its process and its database sessions) per event.
+
+mod broker;
+mod check;
+mod consumer;
+mod cpu;
+mod reference;
+mod relay;
+mod webhook;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Result};
+use clap::Args;
+use outbox::{Schema, WakeupTrigger};
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use self::broker::{Broker, Side, AGGREGATE_TYPE, EVENT_TYPE};
+use self::consumer::{Arrivals, Consumer};
+use self::cpu::{cpu_report, Cpu};
+use self::relay::Relay;
+use super::latency::open_loop;
+use super::stats::{ms, quantile};
+use super::{fresh_schema, warm_up, Server};
+use crate::commands::Ctx;
+
+/// How long the consumer may go without a new event before the run fails.
+const STALL: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Args)]
+pub struct E2eArgs {
+    /// The broker: `redis`, `amqp`, `nats` or `http` starts a throwaway one
+    /// (for `http`, a webhook receiver in this process); a `redis://`,
+    /// `amqp://` or `nats://` URL uses a running one. `kafka` is refused:
+    /// no real Kafka-protocol broker is available to the bench.
+    #[arg(long, value_name = "SPEC")]
+    pub publisher: String,
+    /// Events of the drain run.
+    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub events: u64,
+    /// Aggregates of the drain run (event i belongs to aggregate i % this).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    pub aggregates: u32,
+    /// Producer rates of the latency runs, events per second.
+    #[arg(long, value_delimiter = ',', default_values_t = [500, 5000])]
+    pub rate: Vec<u32>,
+    /// Seconds of each latency run.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3_600))]
+    pub seconds: u64,
+    /// Seconds the relay is idle before each latency run.
+    #[arg(long, default_value_t = 2)]
+    pub idle_secs: u64,
+    /// Producer connections of the latency runs (enough that the schedule
+    /// is kept).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub connections: u32,
+}
+
+/// Waits until `arrivals` has all `events`, failing loudly if the consumer
+/// or the relay stops or nothing new arrives for [`STALL`]; the seconds
+/// since `start`.
+async fn wait_all(
+    arrivals: &Arrivals,
+    events: u64,
+    consumer: &mut Consumer,
+    mut relay: Option<&mut Relay>,
+    start: Instant,
+) -> Result<f64> {
+    let (mut last, mut progress) = (0, Instant::now());
+    loop {
+        let now = arrivals.distinct();
+        if now >= events {
+            return Ok(start.elapsed().as_secs_f64());
+        }
+        if now > last {
+            (last, progress) = (now, Instant::now());
+        } else if progress.elapsed() > STALL {
+            bail!(
+                "the consumer has {now} of {events} events and nothing new for {} s",
+                STALL.as_secs()
+            );
+        }
+        consumer.check().await?;
+        if let Some(relay) = relay.as_deref_mut() {
+            relay.check_running()?;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Fails the run if `arrivals` is not every event, each aggregate's in
+/// order; the duplicates otherwise.
+fn verdict(what: &str, arrivals: &Arrivals) -> Result<(check::Tally, Vec<Option<Instant>>)> {
+    let (tally, times) = arrivals.snapshot();
+    ensure!(
+        tally.clean(),
+        "{what}: LOSS OR REORDERING: {}",
+        tally.faults()
+    );
+    Ok((tally, times))
+}
+
+/// Seconds from `start` to the first arrival: what starting took (the
+/// relay's process, connections and partitions; the client's connection).
+fn first_arrival(times: &[Option<Instant>], start: Instant) -> f64 {
+    times
+        .iter()
+        .flatten()
+        .min()
+        .map_or(0.0, |t| t.saturating_duration_since(start).as_secs_f64())
+}
+
+/// Writes events `0..events` of a run over `aggregates` aggregates into
+/// `schema` by plain SQL, in order.
+async fn preload(pool: &PgPool, schema: &Schema, events: u64, aggregates: u32) -> Result<()> {
+    let sql = format!(
+        "INSERT INTO {}.outbox_events (aggregate_type, aggregate_id, event_type, payload)
+         SELECT $1, (i % $4)::text, $2,
+                jsonb_build_object('a', i % $4, 'i', i, 'n', i / $4, 'pad', repeat('x', $5 - length(
+                    format('{{\"a\": %s, \"i\": %s, \"n\": %s, \"pad\": \"', i % $4, i, i / $4))))
+         FROM generate_series($3::bigint, $6::bigint) AS i ORDER BY i",
+        schema.name()
+    );
+    let chunk = 50_000u64;
+    for start in (0..events).step_by(chunk as usize) {
+        sqlx::query(&sql)
+            .bind(AGGREGATE_TYPE)
+            .bind(EVENT_TYPE)
+            .bind(start as i64)
+            .bind(i64::from(aggregates))
+            .bind(198i32)
+            .bind(((start + chunk).min(events) - 1) as i64)
+            .execute(pool)
+            .await?;
+    }
+    Ok(())
+}
+
+pub async fn run(ctx: &Ctx, fsync: bool, args: E2eArgs) -> Result<Value> {
+    let broker = Broker::start(&args.publisher).await?;
+    broker.prepare().await?;
+    let server = Server::start(ctx, fsync).await?;
+    let pool = server.pool(4).await?;
+    let schema = fresh_schema(&pool, "bench_e2e", WakeupTrigger::Idle).await?;
+    let (n, aggs) = (args.events, args.aggregates);
+    println!(
+        "e2e: {} ({}), {n} events over {aggs} aggregates, then {:?} events/s for {} s each",
+        broker.name(),
+        if broker.started {
+            "started by the bench"
+        } else {
+            "running"
+        },
+        args.rate,
+        args.seconds
+    );
+    preload(&pool, &schema, n, aggs).await?;
+
+    // Drain: the relay starts with the backlog waiting.
+    let arrivals = Arrivals::new(n, aggs);
+    let mut consumer = Consumer::start(&broker, Side::Relay, arrivals.clone()).await?;
+    let (spec, env) = broker.relay_spec();
+    let start = Instant::now();
+    let mut relay = Relay::spawn(&server.url, &schema, &spec, &env)?;
+    let mut cpu = Cpu::default();
+    let cpu_before = cpu.now(&pool, &relay).await?;
+    let relay_secs = wait_all(&arrivals, n, &mut consumer, Some(&mut relay), start).await?;
+    let drain_cpu = cpu_report(cpu_before, cpu.now(&pool, &relay).await?, n, relay_secs);
+    drop(consumer);
+    let (tally, times) = verdict("drain through the relay", &arrivals)?;
+    let relay_first = first_arrival(&times, start);
+    let (relay_dups, relay_delivered, relay_reordered) =
+        (tally.duplicates, tally.distinct, tally.out_of_order);
+
+    // The reference: the broker's own client, the same messages.
+    let arrivals = Arrivals::new(n, aggs);
+    let mut consumer = Consumer::start(&broker, Side::Reference, arrivals.clone()).await?;
+    let start = Instant::now();
+    let (published, waited) = tokio::join!(
+        reference::publish(&broker, n, aggs),
+        wait_all(&arrivals, n, &mut consumer, None, start)
+    );
+    published?;
+    let reference_secs = waited?;
+    drop(consumer);
+    let (reference_tally, times) = verdict("drain through the broker's own client", &arrivals)?;
+    let reference_first = first_arrival(&times, start);
+
+    let (relay_rate, reference_rate) = (n as f64 / relay_secs, n as f64 / reference_secs);
+    println!(
+        "  drain: relay {relay_rate:>9.0} events/s ({relay_secs:.2} s, {relay_dups} duplicates), \
+         broker's own client {reference_rate:>9.0} events/s ({reference_secs:.2} s): {:.2}x",
+        relay_rate / reference_rate
+    );
+    println!(
+        "         first arrival after {relay_first:.2} s (relay) and {reference_first:.2} s (client)"
+    );
+    println!(
+        "         relay cpu {:.1} us/event",
+        drain_cpu["relay_us_per_event"].as_f64().unwrap_or(0.0)
+    );
+
+    let producers = server
+        .producer_pool(args.connections, Duration::from_secs(args.seconds) + STALL)
+        .await?;
+    warm_up(&producers, args.connections).await?;
+    let mut rates = Vec::new();
+    for &rate in &args.rate {
+        tokio::time::sleep(Duration::from_secs(args.idle_secs)).await;
+        relay.check_running()?;
+        rates.push(
+            at_rate(
+                &args, rate, &broker, &producers, &pool, &schema, &mut relay, &mut cpu,
+            )
+            .await?,
+        );
+    }
+    relay.stop().await?;
+    producers.close().await;
+
+    Ok(json!({
+        "scenario": "e2e",
+        "broker": broker.name(),
+        "broker_started": broker.started,
+        "kafka": "not run: no real Kafka-protocol broker here (librdkafka's mock cluster does not count)",
+        "events": n,
+        "aggregates": aggs,
+        "drain": {
+            "relay_events_per_s": relay_rate,
+            "reference_events_per_s": reference_rate,
+            "ratio": relay_rate / reference_rate,
+            "relay_secs": relay_secs,
+            "reference_secs": reference_secs,
+            "relay_first_arrival_secs": relay_first,
+            "reference_first_arrival_secs": reference_first,
+            "reference_in_flight": if broker.kind == broker::Kind::Http { reference::HTTP_IN_FLIGHT as u64 } else { reference::WINDOW },
+            "delivered": relay_delivered,
+            "out_of_order": relay_reordered,
+            "duplicates": relay_dups,
+            "reference_delivered": reference_tally.distinct,
+            "cpu": drain_cpu,
+        },
+        "latency": rates,
+        "fsync": fsync,
+    }))
+}
+
+/// One latency run at `rate` events/s.
+#[allow(clippy::too_many_arguments)]
+async fn at_rate(
+    args: &E2eArgs,
+    rate: u32,
+    broker: &Broker,
+    producers: &PgPool,
+    pool: &PgPool,
+    schema: &Schema,
+    relay: &mut Relay,
+    cpu: &mut Cpu,
+) -> Result<Value> {
+    let total = u64::from(rate) * args.seconds;
+    // One event per aggregate per second: producers never race on one
+    // aggregate, so the order they commit in is the order written.
+    let aggs = rate.max(1);
+    let arrivals = Arrivals::new(total, aggs);
+    let mut consumer = Consumer::start(broker, Side::Relay, arrivals.clone()).await?;
+    let insert: Arc<str> = format!(
+        "INSERT INTO {}.outbox_events (aggregate_type, aggregate_id, event_type, payload)
+         VALUES ($1, $2, $3, $4::jsonb) RETURNING id",
+        schema.name()
+    )
+    .into();
+    let start = Instant::now();
+    let cpu_before = cpu.now(pool, relay).await?;
+    let (schedule, waited) = tokio::join!(
+        open_loop(rate, total, |i| {
+            let (producers, insert) = (producers.clone(), insert.clone());
+            async move {
+                let i = i as u64;
+                let began = Instant::now();
+                let id: Uuid = sqlx::query_scalar(&insert)
+                    .bind(AGGREGATE_TYPE)
+                    .bind((i % u64::from(aggs)).to_string())
+                    .bind(EVENT_TYPE)
+                    .bind(check::body(i, aggs))
+                    .fetch_one(&producers)
+                    .await?;
+                Ok((id, Instant::now(), began))
+            }
+        }),
+        wait_all(&arrivals, total, &mut consumer, None, start)
+    );
+    let (committed, late, _, schedule_secs) = schedule?;
+    let achieved = total as f64 / schedule_secs.max(1e-9);
+    let secs = waited?;
+    let cpu = cpu_report(cpu_before, cpu.now(pool, relay).await?, total, secs);
+    drop(consumer);
+    let (tally, times) = verdict(&format!("latency at {rate}/s"), &arrivals)?;
+    let mut latencies: Vec<Duration> = committed
+        .iter()
+        .zip(&times)
+        .map(|((_, at), got)| got.map_or(Duration::ZERO, |got| got.saturating_duration_since(*at)))
+        .collect();
+    latencies.sort();
+    let q = |x| ms(quantile(&latencies, x));
+    println!(
+        "  {rate:>6}/s: commit -> consumer p50 {:.1} ms, p99 {:.1} ms, p99.9 {:.1} ms, max {:.1} ms; \
+         relay cpu {:.1} us/event ({:.1} % of a core); {late} late starts \
+         ({achieved:.0}/s achieved), {} duplicates",
+        q(0.5),
+        q(0.99),
+        q(0.999),
+        q(1.0),
+        cpu["relay_us_per_event"].as_f64().unwrap_or(0.0),
+        cpu["relay_core_share"].as_f64().unwrap_or(0.0) * 100.0,
+        tally.duplicates
+    );
+    Ok(json!({
+        "rate": rate,
+        "events": total,
+        "p50_ms": q(0.5),
+        "p99_ms": q(0.99),
+        "p999_ms": q(0.999),
+        "max_ms": q(1.0),
+        "late_starts": late,
+        "achieved_rate": achieved,
+        "delivered": tally.distinct,
+        "out_of_order": tally.out_of_order,
+        "duplicates": tally.duplicates,
+        "cpu": cpu,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_missing_an_event_or_out_of_order_fails_loudly() {
+        let lost = Arrivals::new(3, 1);
+        for i in [0, 1] {
+            lost.record(check::body(i, 1).as_bytes());
+        }
+        let err = verdict("drain", &lost).unwrap_err().to_string();
+        assert!(
+            err.contains("LOSS OR REORDERING") && err.contains("2 of 3"),
+            "{err}"
+        );
+
+        let reordered = Arrivals::new(3, 1);
+        for i in [0, 2, 1] {
+            reordered.record(check::body(i, 1).as_bytes());
+        }
+        let err = verdict("drain", &reordered).unwrap_err().to_string();
+        assert!(err.contains("1 out of their aggregate's order"), "{err}");
+
+        let clean = Arrivals::new(3, 1);
+        for i in [0, 1, 1, 2] {
+            clean.record(check::body(i, 1).as_bytes());
+        }
+        let (tally, times) = verdict("drain", &clean).unwrap();
+        assert_eq!((tally.distinct, tally.duplicates), (3, 1));
+        assert!(times.iter().all(Option::is_some));
+    }
+}

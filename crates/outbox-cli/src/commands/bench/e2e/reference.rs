@@ -1,0 +1,151 @@
+//! The reference: the same messages published by the broker's own client
+//! from one process, with the relay's durability and about as many in
+//! flight: `XADD`s pipelined [`WINDOW`] at a time, RabbitMQ persistent
+//! messages with publisher confirms awaited per [`WINDOW`], JetStream
+//! publishes whose acks are awaited per [`WINDOW`], webhook POSTs
+//! [`HTTP_IN_FLIGHT`] at a time, each answered before it counts — the
+//! relay's batch size and the webhook publisher's concurrency.
+
+use anyhow::{ensure, Context, Result};
+use futures::StreamExt;
+use uuid::Uuid;
+
+use super::broker::{amqp_channel, nats_connect, Broker, Destination, Side, AMQP_EXCHANGE};
+use super::broker::{AGGREGATE_TYPE, EVENT_TYPE};
+use super::check::body;
+
+/// Messages in flight (the relay's default batch size).
+pub const WINDOW: u64 = 500;
+/// Requests in flight to the webhook (the publisher's default concurrency).
+pub const HTTP_IN_FLIGHT: usize = 16;
+
+/// Publishes events `0..events` of a run over `aggregates` aggregates to the
+/// reference destination of `broker`.
+pub async fn publish(broker: &Broker, events: u64, aggregates: u32) -> Result<()> {
+    let message = |i: u64| {
+        (
+            Uuid::new_v4(),
+            i % u64::from(aggregates),
+            body(i, aggregates),
+        )
+    };
+    match broker.destination(Side::Reference) {
+        Destination::Redis { stream } => {
+            let client = redis::Client::open(broker.url.as_str())?;
+            let mut conn = client.get_multiplexed_async_connection().await?;
+            for start in (0..events).step_by(WINDOW as usize) {
+                let mut pipe = redis::pipe();
+                for i in start..(start + WINDOW).min(events) {
+                    let (id, a, body) = message(i);
+                    pipe.cmd("XADD")
+                        .arg(stream)
+                        .arg("*")
+                        .arg("id")
+                        .arg(id.to_string())
+                        .arg("aggregate_type")
+                        .arg(AGGREGATE_TYPE)
+                        .arg("aggregate_id")
+                        .arg(a.to_string())
+                        .arg("event_type")
+                        .arg(EVENT_TYPE)
+                        .arg("payload")
+                        .arg(body);
+                }
+                let _: Vec<String> = pipe.query_async(&mut conn).await?;
+            }
+        }
+        Destination::Amqp { routing_key } => {
+            use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+            use lapin::types::{AMQPValue, FieldTable, LongString};
+            let (_conn, ch) = amqp_channel(&broker.url).await?;
+            ch.confirm_select(ConfirmSelectOptions::default()).await?;
+            for start in (0..events).step_by(WINDOW as usize) {
+                let mut confirms = Vec::with_capacity(WINDOW as usize);
+                for i in start..(start + WINDOW).min(events) {
+                    let (id, a, body) = message(i);
+                    let mut headers = FieldTable::default();
+                    for (k, v) in [
+                        ("outbox-event-id", id.to_string()),
+                        ("outbox-aggregate-id", a.to_string()),
+                    ] {
+                        headers.insert(k.into(), AMQPValue::LongString(LongString::from(v)));
+                    }
+                    let props = lapin::BasicProperties::default()
+                        .with_content_type("application/json".into())
+                        .with_delivery_mode(2)
+                        .with_message_id(id.to_string().into())
+                        .with_headers(headers);
+                    let options = BasicPublishOptions {
+                        mandatory: true,
+                        ..Default::default()
+                    };
+                    confirms.push(
+                        ch.basic_publish(
+                            AMQP_EXCHANGE.into(),
+                            routing_key.into(),
+                            options,
+                            body.as_bytes(),
+                            props,
+                        )
+                        .await?,
+                    );
+                }
+                for confirm in confirms {
+                    let confirmation = confirm.await?;
+                    ensure!(
+                        confirmation.is_ack(),
+                        "rabbitmq did not take a reference message"
+                    );
+                }
+            }
+        }
+        Destination::Nats { subject, .. } => {
+            let js = async_nats::jetstream::new(nats_connect(&broker.url).await?);
+            for start in (0..events).step_by(WINDOW as usize) {
+                let mut acks = Vec::with_capacity(WINDOW as usize);
+                for i in start..(start + WINDOW).min(events) {
+                    let (id, a, body) = message(i);
+                    let mut headers = async_nats::HeaderMap::new();
+                    headers.insert("Nats-Msg-Id", id.to_string().as_str());
+                    headers.insert("outbox-event-id", id.to_string().as_str());
+                    headers.insert("outbox-aggregate-id", a.to_string().as_str());
+                    acks.push(
+                        js.publish_with_headers(subject, headers, body.into())
+                            .await
+                            .context("jetstream publish")?,
+                    );
+                }
+                for ack in futures::future::join_all(
+                    acks.into_iter().map(std::future::IntoFuture::into_future),
+                )
+                .await
+                {
+                    ack.context("jetstream did not acknowledge a reference message")?;
+                }
+            }
+        }
+        Destination::Http { url } => {
+            let client = reqwest::Client::new();
+            let mut posts = futures::stream::iter(0..events)
+                .map(|i| {
+                    let (id, _, body) = message(i);
+                    client
+                        .post(&url)
+                        .header("content-type", "application/json")
+                        .header("webhook-id", id.to_string())
+                        .body(body)
+                        .send()
+                })
+                .buffer_unordered(HTTP_IN_FLIGHT);
+            while let Some(answer) = posts.next().await {
+                let answer = answer.context("reference webhook request")?;
+                ensure!(
+                    answer.status().is_success(),
+                    "the receiver answered {}",
+                    answer.status()
+                );
+            }
+        }
+    }
+    Ok(())
+}
