@@ -224,7 +224,7 @@ fn print_table(items: &[DeadLetter]) {
                 d.dead_lettered_at
                     .map(|at| at.format("%Y-%m-%d %H:%M:%SZ").to_string())
                     .unwrap_or_else(|| "not finite".to_owned()),
-                truncate(d.last_error.as_deref().unwrap_or("-"), ERROR_CHARS),
+                outbox::redact::fit(d.last_error.as_deref().unwrap_or("-"), ERROR_CHARS),
             ]
         })
         .collect();
@@ -248,21 +248,6 @@ fn print_table(items: &[DeadLetter]) {
     line(&header);
     for row in &rows {
         line(&row.each_ref().map(String::as_str));
-    }
-}
-
-/// The first `max` characters of `text` on one line, with `…` when cut.
-fn truncate(text: &str, max: usize) -> String {
-    let one_line: String = text
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    if one_line.chars().count() <= max {
-        one_line
-    } else {
-        let mut cut: String = one_line.chars().take(max - 1).collect();
-        cut.push('…');
-        cut
     }
 }
 
@@ -351,7 +336,7 @@ mod tests {
 
     #[test]
     fn errors_are_cut_to_one_short_line() {
-        assert_eq!(truncate("a\nb", 10), "a b");
-        assert_eq!(truncate("abcdef", 4), "abc…");
+        assert_eq!(outbox::redact::fit("a\nb", 10), "a b");
+        assert_eq!(outbox::redact::fit("abcdef", 4), "abc…");
     }
 }

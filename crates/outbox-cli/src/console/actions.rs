@@ -11,9 +11,9 @@ use hyper::StatusCode;
 
 use outbox::Selector;
 
+use super::answer::{failed, html, plain, redirect, Answer, App};
 use super::forms::{self, Action, FieldError, Params};
 use super::pages::{self, View};
-use super::server::{failed, html, plain, redirect, Answer, App};
 
 pub async fn run(
     app: &App,

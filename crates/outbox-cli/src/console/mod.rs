@@ -3,6 +3,7 @@
 //! docs/console.md.
 
 mod actions;
+mod answer;
 mod auth;
 mod forms;
 mod json_pretty;
@@ -65,7 +66,7 @@ pub async fn run(ctx: &Ctx, args: ConsoleArgs) -> Result<ExitCode> {
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or(args.listen.clone());
-    let app = Arc::new(server::App {
+    let app = Arc::new(answer::App {
         store: store::Store::new(pool, &ctx.schema),
         sessions: auth::Sessions::default(),
         password,

@@ -8,20 +8,19 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::{Bytes, Incoming};
-use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE, LOCATION, SET_COOKIE};
-use hyper::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CACHE_CONTROL, SET_COOKIE};
+use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use maud::Markup;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use uuid::Uuid;
 
-use super::auth::{self, Refusal, Session, Sessions, COOKIE};
+use super::answer::{answer, failed, html, plain, redirect, Answer, App};
+use super::auth::{self, Refusal, Session, COOKIE};
 use super::forms::{self, Params};
 use super::pages::{self, View};
-use super::store::Store;
 use crate::db::redact_text;
 
 /// Connections served at once; more wait to be accepted.
@@ -35,27 +34,8 @@ pub const PAGE_SIZE: usize = 50;
 /// Stuck aggregates shown.
 const STUCK_LIMIT: i64 = 200;
 
-/// No inline script or style, nothing from elsewhere, no framing.
-const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
-                   connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
-
 const JS: &str = include_str!("assets/console.js");
 const CSS: &str = include_str!("assets/console.css");
-
-pub(super) type Answer = Response<Full<Bytes>>;
-
-/// Everything the routes share.
-pub struct App {
-    pub store: Store,
-    pub sessions: Sessions,
-    pub password: Option<String>,
-    pub read_only: bool,
-    pub schema: String,
-    /// The relays' wake-up channel, notified after a resume or a retry.
-    pub channel: String,
-    /// `{trace_id}` URL template for the event page.
-    pub trace_link: Option<String>,
-}
 
 /// Serves `app` on `listener` until the task ends.
 pub async fn serve(listener: TcpListener, app: Arc<App>) {
@@ -91,44 +71,6 @@ pub async fn serve(listener: TcpListener, app: Arc<App>) {
     }
 }
 
-fn with_headers(mut r: Answer) -> Answer {
-    let h = r.headers_mut();
-    h.insert("content-security-policy", HeaderValue::from_static(CSP));
-    h.insert(
-        "x-content-type-options",
-        HeaderValue::from_static("nosniff"),
-    );
-    // `same-origin`, not `no-referrer`: with the latter browsers send
-    // `Origin: null` on the console's own form posts, which the CSRF check
-    // must refuse.
-    h.insert("referrer-policy", HeaderValue::from_static("same-origin"));
-    h.insert("x-frame-options", HeaderValue::from_static("DENY"));
-    if !h.contains_key(CACHE_CONTROL) {
-        h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    }
-    r
-}
-
-fn answer(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Answer {
-    let mut r = Response::new(Full::new(body.into()));
-    *r.status_mut() = status;
-    r.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-    with_headers(r)
-}
-
-pub(super) fn html(status: StatusCode, page: Markup) -> Answer {
-    answer(status, "text/html; charset=utf-8", page.into_string())
-}
-
-pub(super) fn redirect(to: &str) -> Answer {
-    let mut r = answer(StatusCode::SEE_OTHER, "text/plain; charset=utf-8", "");
-    if let Ok(v) = HeaderValue::from_str(to) {
-        r.headers_mut().insert(LOCATION, v);
-    }
-    r
-}
-
 fn set_cookie(mut r: Answer, value: &str, max_age: Option<u64>) -> Answer {
     let age = max_age
         .map(|s| format!("; Max-Age={s}"))
@@ -138,10 +80,6 @@ fn set_cookie(mut r: Answer, value: &str, max_age: Option<u64>) -> Answer {
         r.headers_mut().append(SET_COOKIE, v);
     }
     r
-}
-
-pub(super) fn plain(status: StatusCode, text: &str) -> Answer {
-    answer(status, "text/plain; charset=utf-8", format!("{text}\n"))
 }
 
 fn header<'a>(req: &'a Request<Incoming>, name: &str) -> Option<&'a str> {
@@ -263,16 +201,6 @@ async fn login(
     let (id, _) = app.sessions.open(true);
     tracing::warn!(%peer, "console sign-in");
     set_cookie(redirect("/"), &id, None)
-}
-
-/// A database failure as a page, the URL's password redacted.
-pub(super) fn failed(view: &View, e: anyhow::Error) -> Answer {
-    let text = redact_text(&format!("{e:#}"));
-    tracing::warn!(error = %text, "console read failed");
-    html(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        pages::layout::page(view, "Error", "", maud::html! { p.error { (text) } }),
-    )
 }
 
 async fn get(app: &App, path: &str, query: &Params, sid: &str, view: &View) -> Answer {

@@ -5,8 +5,7 @@ use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
 use lapin::Confirmation;
 use outbox::Outcome;
 
-use super::config::Unroutable;
-use super::publisher::AmqpPublisher;
+use super::config::{AmqpConfig, Unroutable};
 
 /// A failure while publishing, before classification.
 pub(super) enum Failure {
@@ -16,29 +15,33 @@ pub(super) enum Failure {
     Channel(String),
 }
 
-impl AmqpPublisher {
-    pub(super) fn confirmed(&self, confirmation: Confirmation, routing_key: &str) -> Outcome {
-        match confirmation {
+/// A publisher confirm for a message sent with `routing_key` under
+/// `config`, as an [`Outcome`].
+pub(super) fn confirmed(
+    config: &AmqpConfig,
+    confirmation: Confirmation,
+    routing_key: &str,
+) -> Outcome {
+    match confirmation {
             Confirmation::Ack(None) => Outcome::Delivered,
             Confirmation::Ack(Some(returned)) | Confirmation::Nack(Some(returned)) => {
                 let why = format!(
                     "rabbitmq returned the message as unroutable: no queue is bound to exchange {:?} for routing key {routing_key:?} ({} {})",
-                    self.config.exchange, returned.reply_code, returned.reply_text
+                    config.exchange, returned.reply_code, returned.reply_text
                 );
-                match self.config.unroutable {
+                match config.unroutable {
                     Unroutable::Reject => Outcome::Rejected(why),
                     Unroutable::Retry | Unroutable::Drop => Outcome::Retry(why),
                 }
             }
             Confirmation::Nack(None) => Outcome::Retry(format!(
                 "rabbitmq refused the message (basic.nack) on exchange {:?}, routing key {routing_key:?}",
-                self.config.exchange
+                config.exchange
             )),
             Confirmation::NotRequested => {
                 Outcome::Retry("rabbitmq channel is not in confirm mode".to_owned())
             }
         }
-    }
 }
 
 /// Sorts a publish failure: only a channel closed for the message's sake

@@ -5,11 +5,12 @@ use std::time::Duration;
 
 use lapin::options::{ConfirmSelectOptions, ExchangeDeclareOptions};
 use lapin::types::FieldTable;
+use lapin::uri::AMQPUri;
 use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
+use outbox::redact::hide;
 use tokio::time::timeout;
 
-use super::config::ExchangeType;
-use super::publisher::AmqpPublisher;
+use super::config::{redact_url, AmqpConfig, ExchangeType};
 use crate::broker::publisher::connect_within;
 
 /// A connection and the confirm-mode channel the publisher sends on.
@@ -24,7 +25,26 @@ impl Link {
     }
 }
 
-impl AmqpPublisher {
+/// What opening a link needs: the settings and the parsed URL. Its
+/// messages name the broker by its redacted URL and never quote the
+/// password.
+pub(super) struct Dialer<'a> {
+    pub(super) config: &'a AmqpConfig,
+    pub(super) uri: &'a AMQPUri,
+}
+
+impl Dialer<'_> {
+    /// The broker, as messages name it (password hidden).
+    pub(super) fn where_(&self) -> String {
+        redact_url(&self.config.url)
+    }
+
+    /// Removes the password from `text`, should a client error quote it
+    /// (the already redacted URL in it is left alone).
+    pub(super) fn scrub(&self, text: String) -> String {
+        hide(&text, &self.uri.authority.userinfo.password, &self.where_())
+    }
+
     pub(super) async fn connect(&self) -> Result<Link, String> {
         let wait = Duration::from_millis(self.config.connect_timeout_ms);
         let props = ConnectionProperties::default()

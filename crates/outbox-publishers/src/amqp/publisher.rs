@@ -9,14 +9,13 @@ use lapin::options::BasicPublishOptions;
 use lapin::types::ShortString;
 use lapin::uri::AMQPUri;
 use lapin::{BasicProperties, Channel, Connection};
-use outbox::redact::hide;
 use outbox::{Event, Outcome, Publisher, Unavailable};
 use tokio::sync::Mutex;
 use tokio::time::{timeout, timeout_at, Instant};
 
-use super::classify::{classify, Failure};
-use super::config::{redact_url, AmqpConfig, Unroutable};
-use super::connection::{close_quietly, Link};
+use super::classify::{classify, confirmed, Failure};
+use super::config::{AmqpConfig, Unroutable};
+use super::connection::{close_quietly, Dialer, Link};
 use crate::broker::publisher::{broker_publisher, or_retry, partial_outage};
 use crate::{Envelope, Error, Template};
 
@@ -82,13 +81,21 @@ impl AmqpPublisher {
     }
 
     pub(super) fn where_(&self) -> String {
-        redact_url(&self.config.url)
+        self.dialer().where_()
     }
 
     /// Removes the password from `text`, should a client error quote it
     /// (the already redacted URL in it is left alone).
     pub(super) fn scrub(&self, text: String) -> String {
-        hide(&text, &self.uri.authority.userinfo.password, &self.where_())
+        self.dialer().scrub(text)
+    }
+
+    /// Opens links to the broker this publisher sends to.
+    fn dialer(&self) -> Dialer<'_> {
+        Dialer {
+            config: &self.config,
+            uri: &self.uri,
+        }
     }
 
     /// A new confirm-mode channel after the broker closed one. lapin can
@@ -96,11 +103,11 @@ impl AmqpPublisher {
     /// such a channel is unusable at once (`invalid channel state`); a fresh
     /// connection is then opened in place of `link`'s.
     async fn renew_channel(&self, link: &mut Link) -> Result<Channel, String> {
-        match self.open_channel(&link.connection).await {
+        match self.dialer().open_channel(&link.connection).await {
             Ok(ch) => Ok(ch),
             Err(e) => {
                 tracing::debug!(error = %e, "no new channel on this connection; reconnecting");
-                let fresh = self.connect().await?;
+                let fresh = self.dialer().connect().await?;
                 let channel = fresh.channel.clone();
                 close_quietly(Some(std::mem::replace(link, fresh))).await;
                 Ok(channel)
@@ -156,7 +163,9 @@ impl AmqpPublisher {
         for (i, key, confirm) in confirms {
             match timeout_at(deadline, confirm).await {
                 Err(_) => return Err(stalled("sent no publisher confirm")),
-                Ok(Ok(confirmation)) => outcomes[i] = Some(self.confirmed(confirmation, key)),
+                Ok(Ok(confirmation)) => {
+                    outcomes[i] = Some(confirmed(&self.config, confirmation, key))
+                }
                 Ok(Err(e)) => {
                     // The broker's reason for closing the channel beats the
                     // "channel closed" errors that follow from it.
@@ -202,7 +211,7 @@ impl Publisher for AmqpPublisher {
         let mut guard = self.link.lock().await;
         if !guard.as_ref().is_some_and(Link::usable) {
             close_quietly(guard.take()).await;
-            *guard = Some(self.connect().await.map_err(Unavailable::new)?);
+            *guard = Some(self.dialer().connect().await.map_err(Unavailable::new)?);
         }
         let Some(link) = guard.as_mut() else {
             return Err(Unavailable::new("rabbitmq connection missing"));
@@ -292,7 +301,7 @@ impl Publisher for AmqpPublisher {
         if guard.as_ref().is_some_and(Link::usable) {
             return Ok(());
         }
-        *guard = Some(self.connect().await.map_err(Unavailable::new)?);
+        *guard = Some(self.dialer().connect().await.map_err(Unavailable::new)?);
         Ok(())
     }
 

@@ -1,7 +1,7 @@
 //! The display helpers every crate uses on what it prints: a long value
 //! cut to a length ([`shorten`]), a user's value quoted for a message and
-//! cut when long ([`quoted`]), and a known secret replaced by [`REDACTED`]
-//! ([`hide`]).
+//! cut when long ([`quoted`]), a text fitted to a table column ([`fit`]),
+//! and a known secret replaced by [`REDACTED`] ([`hide`]).
 
 use super::REDACTED;
 
@@ -19,6 +19,28 @@ pub fn shorten(text: &str, max_chars: usize) -> String {
         Some((end, _)) => format!("{}…({} bytes)", &text[..end], text.len()),
         None => text.to_owned(),
     }
+}
+
+/// `text` on one line (every control character a space) and at most
+/// `width` characters wide: a longer text keeps its first `width - 1`
+/// characters and ends in `…`, so a table column stays aligned.
+///
+/// ```
+/// use outbox::redact::fit;
+/// assert_eq!(fit("a\nb", 10), "a b");
+/// assert_eq!(fit("abcdef", 4), "abc…");
+/// ```
+pub fn fit(text: &str, width: usize) -> String {
+    let line: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if line.chars().count() <= width {
+        return line;
+    }
+    let mut cut: String = line.chars().take(width.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
 }
 
 /// Longest value [`quoted`] shows whole.

@@ -56,7 +56,7 @@
 
 mod display;
 
-pub use display::{hide, quoted, shorten};
+pub use display::{fit, hide, quoted, shorten};
 
 /// What a hidden secret is replaced with.
 pub const REDACTED: &str = "***";

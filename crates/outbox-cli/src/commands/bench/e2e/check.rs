@@ -7,6 +7,10 @@
 //! its body says all three ([`body`]), so a message that was corrupted or
 //! belongs to another run is caught as well as a lost or reordered one.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
 use serde::Deserialize;
 
 /// The body of event `i`: the JSON text PostgreSQL prints for the `jsonb`
@@ -154,6 +158,48 @@ impl Tally {
             self.out_of_order,
             self.foreign,
             self.examples.join("; ")
+        )
+    }
+}
+
+/// One run's arrivals: the check, and when each event first arrived.
+pub struct Arrivals {
+    inner: Mutex<(Tally, Vec<Option<Instant>>)>,
+    distinct: AtomicU64,
+}
+
+impl Arrivals {
+    pub fn new(events: u64, aggregates: u32) -> Arc<Arrivals> {
+        Arc::new(Arrivals {
+            inner: Mutex::new((Tally::new(events, aggregates), vec![None; events as usize])),
+            distinct: AtomicU64::new(0),
+        })
+    }
+
+    /// Records one message body, arrived now.
+    pub fn record(&self, body: &[u8]) {
+        let at = Instant::now();
+        let said = Said::parse(body);
+        let mut inner = self.inner.lock().expect("lock");
+        let (tally, times) = &mut *inner;
+        if let (Arrival::First | Arrival::OutOfOrder { .. }, Some(s)) = (tally.record(said), said) {
+            times[s.i as usize] = Some(at);
+            self.distinct.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Distinct events arrived so far.
+    pub fn distinct(&self) -> u64 {
+        self.distinct.load(Ordering::Relaxed)
+    }
+
+    /// The check and the arrival times, as they are now.
+    pub fn snapshot(&self) -> (Tally, Vec<Option<Instant>>) {
+        let mut inner = self.inner.lock().expect("lock");
+        let (tally, times) = &mut *inner;
+        (
+            std::mem::replace(tally, Tally::new(0, 1)),
+            std::mem::take(times),
         )
     }
 }

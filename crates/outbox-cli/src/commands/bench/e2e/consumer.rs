@@ -1,60 +1,17 @@
 //! The consumer: reads every message of a run back with the broker's own
 //! client (redis `XREAD`, a lapin consumer, a JetStream ordered consumer,
 //! the bench's webhook receiver) and hands each body to the run's
-//! [`Arrivals`], which checks it ([`Tally`]) and notes when it arrived.
+//! [`Arrivals`] (in `check.rs`), which checks it and notes when it
+//! arrived.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use futures::StreamExt;
 use tokio::task::JoinHandle;
 
 use super::broker::{amqp_channel, nats_connect, Broker, Destination, Side, AMQP_EXCHANGE};
-use super::check::{Arrival, Said, Tally};
-
-/// One run's arrivals: the check, and when each event first arrived.
-pub struct Arrivals {
-    inner: Mutex<(Tally, Vec<Option<Instant>>)>,
-    distinct: AtomicU64,
-}
-
-impl Arrivals {
-    pub fn new(events: u64, aggregates: u32) -> Arc<Arrivals> {
-        Arc::new(Arrivals {
-            inner: Mutex::new((Tally::new(events, aggregates), vec![None; events as usize])),
-            distinct: AtomicU64::new(0),
-        })
-    }
-
-    /// Records one message body, arrived now.
-    pub fn record(&self, body: &[u8]) {
-        let at = Instant::now();
-        let said = Said::parse(body);
-        let mut inner = self.inner.lock().expect("lock");
-        let (tally, times) = &mut *inner;
-        if let (Arrival::First | Arrival::OutOfOrder { .. }, Some(s)) = (tally.record(said), said) {
-            times[s.i as usize] = Some(at);
-            self.distinct.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// Distinct events arrived so far.
-    pub fn distinct(&self) -> u64 {
-        self.distinct.load(Ordering::Relaxed)
-    }
-
-    /// The check and the arrival times, as they are now.
-    pub fn snapshot(&self) -> (Tally, Vec<Option<Instant>>) {
-        let mut inner = self.inner.lock().expect("lock");
-        let (tally, times) = &mut *inner;
-        (
-            std::mem::replace(tally, Tally::new(0, 1)),
-            std::mem::take(times),
-        )
-    }
-}
+use super::check::Arrivals;
 
 /// A consumer reading one side's destination; stopped on drop.
 pub struct Consumer {

@@ -32,7 +32,8 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use self::broker::{Broker, Side, AGGREGATE_TYPE, EVENT_TYPE};
-use self::consumer::{Arrivals, Consumer};
+use self::check::Arrivals;
+use self::consumer::Consumer;
 use self::cpu::{cpu_report, Cpu};
 use self::relay::Relay;
 use super::latency::open_loop;

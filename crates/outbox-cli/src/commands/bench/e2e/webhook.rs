@@ -20,7 +20,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use super::consumer::Arrivals;
+use super::check::Arrivals;
 
 /// Where the receiver puts what it gets: the current run's arrivals, by
 /// request path.

@@ -1,0 +1,89 @@
+//! What every console route shares: the application state ([`App`]) and
+//! the answers it gives, each with the console's security headers (a
+//! strict CSP, no framing, no sniffing, no caching).
+
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE, LOCATION};
+use hyper::{Response, StatusCode};
+use maud::Markup;
+
+use super::auth::Sessions;
+use super::pages::{self, View};
+use super::store::Store;
+use crate::db::redact_text;
+
+/// No inline script or style, nothing from elsewhere, no framing.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
+                   connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+pub(super) type Answer = Response<Full<Bytes>>;
+
+/// Everything the routes share.
+pub struct App {
+    pub store: Store,
+    pub sessions: Sessions,
+    pub password: Option<String>,
+    pub read_only: bool,
+    pub schema: String,
+    /// The relays' wake-up channel, notified after a resume or a retry.
+    pub channel: String,
+    /// `{trace_id}` URL template for the event page.
+    pub trace_link: Option<String>,
+}
+
+fn with_headers(mut r: Answer) -> Answer {
+    let h = r.headers_mut();
+    h.insert("content-security-policy", HeaderValue::from_static(CSP));
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    // `same-origin`, not `no-referrer`: with the latter browsers send
+    // `Origin: null` on the console's own form posts, which the CSRF check
+    // must refuse.
+    h.insert("referrer-policy", HeaderValue::from_static("same-origin"));
+    h.insert("x-frame-options", HeaderValue::from_static("DENY"));
+    if !h.contains_key(CACHE_CONTROL) {
+        h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    r
+}
+
+pub(super) fn answer(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Answer {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    with_headers(r)
+}
+
+pub(super) fn html(status: StatusCode, page: Markup) -> Answer {
+    answer(status, "text/html; charset=utf-8", page.into_string())
+}
+
+pub(super) fn redirect(to: &str) -> Answer {
+    let mut r = answer(StatusCode::SEE_OTHER, "text/plain; charset=utf-8", "");
+    if let Ok(v) = HeaderValue::from_str(to) {
+        r.headers_mut().insert(LOCATION, v);
+    }
+    r
+}
+
+pub(super) fn plain(status: StatusCode, text: &str) -> Answer {
+    answer(status, "text/plain; charset=utf-8", format!("{text}\n"))
+}
+
+/// A database failure as a page, the URL's password redacted.
+pub(super) fn failed(view: &View, e: anyhow::Error) -> Answer {
+    let text = redact_text(&format!("{e:#}"));
+    tracing::warn!(error = %text, "console read failed");
+    html(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        pages::layout::page(view, "Error", "", maud::html! { p.error { (text) } }),
+    )
+}
