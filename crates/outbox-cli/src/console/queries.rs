@@ -187,20 +187,17 @@ WHERE oid = to_regclass('{schema}.outbox_events')";
 
 /// The library's dead-letter predicate (`outbox::DeadLetters`, `$1`–`$6`:
 /// ids, aggregate type, aggregate id, event type, dead-lettered at least /
-/// less than so many ms ago) written out again, so the console lists
-/// exactly what a retry or discard with the same criteria touches (a test
-/// holds the two together), plus `$9`: the last error contains this text,
-/// case-insensitively (`strpos`, so `%` and `_` are plain characters).
+/// less than so many ms ago), the very text the library's retry and
+/// discard run, so the console lists exactly what they touch; plus `$9`:
+/// the last error contains this text, case-insensitively (`strpos`, so `%`
+/// and `_` are plain characters).
 macro_rules! dead_letter_match {
     () => {
-        "dead_lettered_at IS NOT NULL AND processed_at IS NULL
-  AND ($1::uuid[] IS NULL OR id = ANY($1::uuid[]))
-  AND ($2::text IS NULL OR aggregate_type = $2::text)
-  AND ($3::text IS NULL OR aggregate_id = $3::text)
-  AND ($4::text IS NULL OR event_type = $4::text)
-  AND ($5::bigint IS NULL OR dead_lettered_at <= now() - $5::bigint * interval '1 millisecond')
-  AND ($6::bigint IS NULL OR dead_lettered_at > now() - $6::bigint * interval '1 millisecond')
+        concat!(
+            outbox::__outbox_dead_letter_match!(),
+            "
   AND ($9::text IS NULL OR strpos(lower(coalesce(last_error, '')), lower($9::text)) > 0)"
+        )
     };
 }
 

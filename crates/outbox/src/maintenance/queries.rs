@@ -15,7 +15,11 @@
 //! | `$6`  | `bigint`   | dead-lettered less than this many ms ago          |
 
 /// A dead letter (as in the `outbox_dead_letters` view) matching `$1`–`$6`.
-macro_rules! dead_letter_match {
+/// Exported (hidden) so the console lists exactly what a retry or discard
+/// with the same criteria touches, from this one text.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __outbox_dead_letter_match {
     () => {
         "dead_lettered_at IS NOT NULL AND processed_at IS NULL
   AND ($1::uuid[] IS NULL OR id = ANY($1::uuid[]))
@@ -24,6 +28,13 @@ macro_rules! dead_letter_match {
   AND ($4::text IS NULL OR event_type = $4::text)
   AND ($5::bigint IS NULL OR dead_lettered_at <= now() - $5::bigint * interval '1 millisecond')
   AND ($6::bigint IS NULL OR dead_lettered_at > now() - $6::bigint * interval '1 millisecond')"
+    };
+}
+
+/// [`__outbox_dead_letter_match`], by its name in this module.
+macro_rules! dead_letter_match {
+    () => {
+        $crate::__outbox_dead_letter_match!()
     };
 }
 
