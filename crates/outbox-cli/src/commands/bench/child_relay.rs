@@ -107,33 +107,9 @@ impl ChildRelay {
         output: Output,
         extra: &[&str],
     ) -> Result<ChildRelay> {
-        let exe =
-            std::env::current_exe().context("cannot find the outbox program to run the relay")?;
-        let mut cmd = Command::new(exe);
-        cmd.args([
-            "relay",
-            "--publisher",
-            "stdout",
-            "--schema",
-            schema.name(),
-            "--instance-id",
-            instance,
-            "--log-level",
-            "warn",
-            "--exit-with-parent",
-            &std::process::id().to_string(),
-        ]);
+        let mut cmd = relay_command(url, schema, instance, "stdout", &[])?;
         cmd.args(extra);
-        for (name, _) in std::env::vars_os() {
-            if name.to_str().is_some_and(|n| n.starts_with("OUTBOX_")) {
-                cmd.env_remove(name);
-            }
-        }
-        // Its sessions name themselves, so the database's CPU can be told
-        // apart by who spent it (`bench held-snapshot`).
-        cmd.env("DATABASE_URL", url)
-            .env("PGAPPNAME", RELAY_APPLICATION_NAME)
-            .stderr(Stdio::inherit());
+        cmd.stderr(Stdio::inherit());
         let (lines, reader) = match output {
             Output::Discard => {
                 cmd.stdout(Stdio::null());
@@ -288,6 +264,45 @@ fn read_lines(mut rx: impl Read, lines: &Lines) {
         }
         partial.extend_from_slice(chunk);
     }
+}
+
+/// The command line of a child `outbox relay` on `url` and `schema`,
+/// publishing to `publisher`: it names its sessions
+/// ([`RELAY_APPLICATION_NAME`]), so the database's CPU can be told apart
+/// by who spent it; it stops when this process dies, even by SIGKILL
+/// (`--exit-with-parent`); and it sees none of the bench's `OUTBOX_*`
+/// settings, only `env` (a publisher's secret, say).
+pub fn relay_command(
+    url: &str,
+    schema: &Schema,
+    instance: &str,
+    publisher: &str,
+    env: &[(&str, &str)],
+) -> Result<Command> {
+    let exe = std::env::current_exe().context("cannot find the outbox program to run the relay")?;
+    let mut cmd = Command::new(exe);
+    cmd.args([
+        "relay",
+        "--publisher",
+        publisher,
+        "--schema",
+        schema.name(),
+        "--instance-id",
+        instance,
+        "--log-level",
+        "warn",
+        "--exit-with-parent",
+        &std::process::id().to_string(),
+    ]);
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(|n| n.starts_with("OUTBOX_")) {
+            cmd.env_remove(name);
+        }
+    }
+    cmd.envs(env.iter().copied())
+        .env("DATABASE_URL", url)
+        .env("PGAPPNAME", RELAY_APPLICATION_NAME);
+    Ok(cmd)
 }
 
 #[cfg(test)]

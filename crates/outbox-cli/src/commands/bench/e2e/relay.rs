@@ -1,22 +1,20 @@
 //! `outbox relay --publisher SPEC` as a child process, publishing to a real
 //! broker.
 //!
-//! [`super::super::child_relay::ChildRelay`] always passes `--publisher
-//! stdout` (and clap refuses the flag twice) and removes every `OUTBOX_*`
-//! variable, which the webhook's secret needs; so this runs the relay the
-//! same way (its own process group under the same watchdog, the same
-//! `application_name`, the bench's `OUTBOX_*` settings not passed on) with
-//! the broker's spec instead. A `publisher` argument on `ChildRelay` would
-//! make this file unnecessary.
+//! The command line is [`relay_command`]'s, as for every child relay (its
+//! sessions named, gone with the bench even after a SIGKILL, none of the
+//! bench's `OUTBOX_*` settings), with the broker's spec and the
+//! publisher's secret; what differs from `ChildRelay` is only that its
+//! output is not read.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use outbox::Schema;
 use outbox_embedded_pg::process::{Group, Signal, Watchdog};
 
-use super::super::child_relay::RELAY_APPLICATION_NAME;
+use super::super::child_relay::relay_command;
 
 /// How long a stopped relay may take to exit before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(15);
@@ -33,21 +31,8 @@ impl Relay {
     /// Starts the relay on `url` and `schema`, publishing to `spec`, with
     /// `env` (the publisher's secret) added to a clean environment.
     pub fn spawn(url: &str, schema: &Schema, spec: &str, env: &[(&str, &str)]) -> Result<Relay> {
-        let exe =
-            std::env::current_exe().context("cannot find the outbox program to run the relay")?;
-        let mut cmd = Command::new(exe);
-        cmd.args(["relay", "--publisher", spec, "--schema", schema.name()])
-            .args(["--instance-id", INSTANCE, "--log-level", "warn"]);
-        for (name, _) in std::env::vars_os() {
-            if name.to_str().is_some_and(|n| n.starts_with("OUTBOX_")) {
-                cmd.env_remove(name);
-            }
-        }
-        cmd.envs(env.iter().copied())
-            .env("DATABASE_URL", url)
-            .env("PGAPPNAME", RELAY_APPLICATION_NAME)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+        let mut cmd = relay_command(url, schema, INSTANCE, spec, env)?;
+        cmd.stdout(Stdio::null()).stderr(Stdio::inherit());
         let group = Group::spawn(cmd, &Watchdog::kill_group())
             .context("cannot start `outbox relay` as a child process")?;
         Ok(Relay { group })
