@@ -109,6 +109,24 @@ impl ChildRelay {
     ) -> Result<ChildRelay> {
         let mut cmd = relay_command(url, schema, instance, "stdout", &[])?;
         cmd.args(extra);
+        Self::spawn_command(cmd, instance, output)
+    }
+
+    /// A relay publishing to `publisher` (a broker's spec) instead of
+    /// stdout, with `env` (the publisher's secret) added to its clean
+    /// environment; its output is not read.
+    pub fn spawn_publishing(
+        url: &str,
+        schema: &Schema,
+        instance: &str,
+        publisher: &str,
+        env: &[(&str, &str)],
+    ) -> Result<ChildRelay> {
+        let cmd = relay_command(url, schema, instance, publisher, env)?;
+        Self::spawn_command(cmd, instance, Output::Discard)
+    }
+
+    fn spawn_command(mut cmd: Command, instance: &str, output: Output) -> Result<ChildRelay> {
         cmd.stderr(Stdio::inherit());
         let (lines, reader) = match output {
             Output::Discard => {

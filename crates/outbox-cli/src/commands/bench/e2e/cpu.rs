@@ -8,7 +8,7 @@ use anyhow::Result;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-use super::relay::Relay;
+use super::super::child_relay::ChildRelay as Relay;
 use crate::commands::bench::held_snapshot::{cpu_seconds, database_cpu};
 
 /// CPU seconds so far of the relay's process and of its database sessions.

@@ -18,7 +18,6 @@ mod check;
 mod consumer;
 mod cpu;
 mod reference;
-mod relay;
 mod webhook;
 
 use std::sync::Arc;
@@ -35,8 +34,11 @@ use self::broker::{Broker, Side, AGGREGATE_TYPE, EVENT_TYPE};
 use self::check::Arrivals;
 use self::consumer::Consumer;
 use self::cpu::{cpu_report, Cpu};
-use self::relay::Relay;
+use super::child_relay::ChildRelay as Relay;
 use super::latency::open_loop;
+
+/// The relay's `--instance-id`.
+const RELAY_INSTANCE: &str = "bench-e2e-relay";
 use super::stats::{ms, quantile};
 use super::{fresh_schema, warm_up, Server};
 use crate::commands::Ctx;
@@ -178,7 +180,7 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: E2eArgs) -> Result<Value> {
     let mut consumer = Consumer::start(&broker, Side::Relay, arrivals.clone()).await?;
     let (spec, env) = broker.relay_spec();
     let start = Instant::now();
-    let mut relay = Relay::spawn(&server.url, &schema, &spec, &env)?;
+    let mut relay = Relay::spawn_publishing(&server.url, &schema, RELAY_INSTANCE, &spec, &env)?;
     let mut cpu = Cpu::default();
     let cpu_before = cpu.now(&pool, &relay).await?;
     let relay_secs = wait_all(&arrivals, n, &mut consumer, Some(&mut relay), start).await?;
@@ -232,7 +234,11 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: E2eArgs) -> Result<Value> {
             .await?,
         );
     }
-    relay.stop().await?;
+    let stopped = relay.stop().await?;
+    ensure!(
+        stopped.success(),
+        "the child `outbox relay` ended with {stopped}"
+    );
     producers.close().await;
 
     Ok(json!({
