@@ -55,15 +55,15 @@ async fn migrated() -> (TestDb, PgPool) {
 }
 
 /// Inserts rows as they could be written before migration 2 refused
-/// unreadable timestamps (migrations 2 and 9 put the checks back
+/// unreadable timestamps (migrations 2, 9 and 11 put the checks back
 /// unvalidated).
 async fn insert_legacy(pool: &PgPool, sql: &str) {
     sqlx::raw_sql(&format!(
         "BEGIN;
          ALTER DOMAIN outbox_time DROP CONSTRAINT outbox_events_finite_times;
-         ALTER TABLE outbox_events DROP CONSTRAINT outbox_events_finite_marks;
+         ALTER TABLE outbox_events DROP CONSTRAINT outbox_events_row;
          {sql}
-         DELETE FROM outbox_schema_migrations WHERE version IN (2, 9);
+         DELETE FROM outbox_schema_migrations WHERE version IN (2, 9, 11);
          COMMIT;"
     ))
     .execute(pool)

@@ -16,9 +16,9 @@ use sqlx::PgPool;
 const UNREADABLE_TIMES: &[&str] = &["infinity", "-infinity", "294276-12-31 00:00:00+00"];
 
 /// Writes rows as they could be written before migration 2: the checks
-/// (a table constraint, and since migration 9 a domain's too) are dropped
-/// for the insert and put back unvalidated by migrations 2 and 9
-/// themselves, so the constraints are exactly the shipped ones.
+/// (a table constraint, and since migrations 9 and 11 domains' too) are
+/// dropped for the insert and put back unvalidated by migrations 2, 9 and
+/// 11 themselves, so the constraints are exactly the shipped ones.
 async fn insert_legacy(pool: &PgPool, sql: &str) {
     let mut tx = pool.begin().await.unwrap();
     sqlx::raw_sql(DROP_TIME_CHECKS)
@@ -28,7 +28,7 @@ async fn insert_legacy(pool: &PgPool, sql: &str) {
     sqlx::raw_sql(sql).execute(&mut *tx).await.unwrap();
     common::execute(
         &mut *tx,
-        "DELETE FROM outbox_schema_migrations WHERE version IN (2, 9)",
+        "DELETE FROM outbox_schema_migrations WHERE version IN (2, 9, 11)",
     )
     .await;
     tx.commit().await.unwrap();
@@ -40,15 +40,17 @@ async fn insert_legacy(pool: &PgPool, sql: &str) {
         report.applied,
         vec![
             "0002_finite_timestamps".to_owned(),
-            "0009_cheaper_inserts".to_owned()
+            "0009_cheaper_inserts".to_owned(),
+            "0011_partition_function_and_row_checks".to_owned()
         ]
     );
 }
 
-/// Every check of the timestamps' range, as migrations 2 and 9 left them.
+/// Every check of the timestamps' range, as migrations 2, 9 and 11 left
+/// them (the table's cast to `outbox_row` carries the marks' check).
 const DROP_TIME_CHECKS: &str = "
 ALTER DOMAIN outbox_time DROP CONSTRAINT outbox_events_finite_times;
-ALTER TABLE outbox_events DROP CONSTRAINT outbox_events_finite_marks";
+ALTER TABLE outbox_events DROP CONSTRAINT outbox_events_row";
 
 #[tokio::test]
 async fn an_undecodable_row_is_dead_lettered_alone_and_its_aggregate_moves_on() {

@@ -58,7 +58,8 @@ async fn migrating_twice_is_a_no_op() {
             "0007_idle_flag_in_a_sequence".to_owned(),
             "0008_seq_always_positive".to_owned(),
             "0009_cheaper_inserts".to_owned(),
-            "0010_pause".to_owned()
+            "0010_pause".to_owned(),
+            "0011_partition_function_and_row_checks".to_owned()
         ]
     );
     assert_eq!(first.partitions, 32);
@@ -78,7 +79,9 @@ async fn plain_sql_insert_works_with_every_other_column_defaulted() {
     .await
     .unwrap();
     let (attempts, headers, partition, seq): (i32, serde_json::Value, i32, i64) =
-        sqlx::query_as("SELECT attempts, headers, partition, seq FROM outbox_events")
+        sqlx::query_as(
+            "SELECT attempts, headers, outbox_partition(aggregate_id), seq FROM outbox_events",
+        )
             .fetch_one(&ctx.pool)
             .await
             .unwrap();
@@ -248,7 +251,8 @@ async fn upgrading_a_first_release_schema_keeps_pending_events_and_their_order()
             "0007_idle_flag_in_a_sequence",
             "0008_seq_always_positive",
             "0009_cheaper_inserts",
-            "0010_pause"
+            "0010_pause",
+            "0011_partition_function_and_row_checks"
         ]
     );
     assert_eq!(report.partitions, 32);

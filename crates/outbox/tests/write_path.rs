@@ -1,6 +1,6 @@
-//! What a producer's INSERT is checked against, after migration 9 moved the
-//! checks into cheaper places: every timestamp and the headers are still
-//! refused when unreadable, and the upgrade rewrites nothing.
+//! What a producer's INSERT is checked against, after migrations 9 and 11
+//! moved the checks into cheaper places: every timestamp and the headers
+//! are still refused when unreadable, and the upgrades rewrite nothing.
 
 mod common;
 
@@ -78,23 +78,25 @@ async fn files(pool: &sqlx::PgPool) -> Vec<(String, i64)> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn migration_9_rewrites_no_table_and_builds_no_index() {
+async fn migrations_9_and_11_rewrite_no_table_and_build_no_index() {
     let ctx = common::setup().await;
-    // The table as migration 8 left it, holding pending, retrying,
-    // processed and dead rows.
+    // The table as migration 8 left it (but for the `partition` column),
+    // holding pending, retrying, processed and dead rows.
     sqlx::raw_sql(
         "BEGIN;
          DROP VIEW outbox_dead_letters;
+         ALTER TABLE outbox_events DROP CONSTRAINT outbox_events_row;
+         DROP DOMAIN outbox_row;
          ALTER TABLE outbox_events
              ALTER COLUMN created_at TYPE timestamptz,
              ALTER COLUMN headers TYPE jsonb,
-             DROP CONSTRAINT outbox_events_finite_marks;
+             ADD CONSTRAINT outbox_events_seq_positive CHECK (seq > 0) NOT VALID;
          DROP DOMAIN outbox_time;
          DROP DOMAIN outbox_headers;
          CREATE VIEW outbox_dead_letters AS
              SELECT * FROM outbox_events
              WHERE dead_lettered_at IS NOT NULL AND processed_at IS NULL ORDER BY seq;
-         DELETE FROM outbox_schema_migrations WHERE version = 9;
+         DELETE FROM outbox_schema_migrations WHERE version IN (9, 11);
          INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload,
                                     processed_at, next_attempt_at, dead_lettered_at)
          SELECT 'order', 'm' || g % 50, 'order.updated', jsonb_build_object('n', g),
@@ -113,9 +115,12 @@ async fn migration_9_rewrites_no_table_and_builds_no_index() {
     let mut conn = ctx.pool.acquire().await.unwrap();
     let report = outbox::migrate(&mut conn, &Schema::default(), &Default::default())
         .await
-        .expect("migration 9");
+        .expect("migrations 9 and 11");
     drop(conn);
-    assert_eq!(report.applied, ["0009_cheaper_inserts"]);
+    assert_eq!(
+        report.applied,
+        ["0009_cheaper_inserts", "0011_partition_function_and_row_checks"]
+    );
     assert_eq!(
         files(&ctx.pool).await,
         before,

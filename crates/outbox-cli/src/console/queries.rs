@@ -133,7 +133,7 @@ macro_rules! event_columns {
     () => {
         concat!(
             "id, seq, aggregate_type, aggregate_id, event_type, attempts, last_error, topic, ",
-            "partition, ",
+            "{schema}.outbox_partition(aggregate_id), ",
             ts!("created_at"),
             ", ",
             ts!("processed_at"),

@@ -48,6 +48,10 @@
 /// assigned before. It is assigned only when rows come back (the column is
 /// evaluated with the first row), and its commit is not flushed.
 ///
+/// A row's partition is `outbox_partition(aggregate_id)` (migration 11: a
+/// function, no longer a stored column the producer pays for), a filter
+/// on the rows each index scan returns, as the column was.
+///
 /// Paused delivery (migration 10, `outbox_pauses`): an aggregate type
 /// paused there is skipped like a blocked aggregate, and a pause of the
 /// whole outbox (`aggregate_type IS NULL`) claims nothing. The skipped rows
@@ -76,7 +80,7 @@ paused AS (
 SELECT id, seq, aggregate_type, aggregate_id, event_type, payload::text, headers::text,
        topic, attempts,
        CASE WHEN isfinite(created_at) AND created_at < '100000-01-01' THEN created_at END,
-       partition, row_ctid::text,
+       {schema}.outbox_partition(aggregate_id), row_ctid::text,
        CASE WHEN isfinite(created_at) AND created_at < '100000-01-01' THEN NULL
             ELSE created_at::text END,
        {xmin},
@@ -85,13 +89,13 @@ SELECT id, seq, aggregate_type, aggregate_id, event_type, payload::text, headers
        (SELECT pg_sequence_last_value(pg_get_serial_sequence('{schema}.outbox_events', 'seq'))),
        (SELECT min(seq) FROM {schema}.outbox_events
         WHERE processed_at IS NULL AND dead_lettered_at IS NULL AND next_attempt_at IS NULL
-          AND partition = ANY($1::int[]) AND seq >= $6),
+          AND {schema}.outbox_partition(aggregate_id) = ANY($1::int[]) AND seq >= $6),
        pg_relation_size('{schema}.outbox_events') / 8192,
        {xmin_plain}
 FROM (
     (SELECT *, ctid AS row_ctid FROM {schema}.outbox_events
      WHERE processed_at IS NULL AND dead_lettered_at IS NULL AND seq >= $6
-       AND partition = ANY($1::int[])
+       AND {schema}.outbox_partition(aggregate_id) = ANY($1::int[])
        AND id NOT IN (SELECT unnest($5::uuid[]))
        AND aggregate_id NOT IN (SELECT aggregate_id FROM blocked)
        AND aggregate_type NOT IN (SELECT aggregate_type FROM paused)
@@ -102,7 +106,7 @@ FROM (
      WHERE next_attempt_at <= now() AND next_attempt_at >= '-infinity'
        AND coalesce(processed_at, dead_lettered_at) IS NULL
        AND seq < $6
-       AND partition = ANY($1::int[])
+       AND {schema}.outbox_partition(aggregate_id) = ANY($1::int[])
        AND id NOT IN (SELECT unnest($5::uuid[]))
        AND aggregate_id NOT IN (SELECT aggregate_id FROM blocked)
        AND aggregate_type NOT IN (SELECT aggregate_type FROM paused)
@@ -152,7 +156,7 @@ SELECT (EXTRACT(EPOCH FROM min(next_attempt_at) - now()) * 1000)::bigint
 FROM {schema}.outbox_events
 WHERE next_attempt_at > now() AND next_attempt_at <= 'infinity'
   AND coalesce(processed_at, dead_lettered_at) IS NULL
-  AND partition = ANY($1::int[])";
+  AND {schema}.outbox_partition(aggregate_id) = ANY($1::int[])";
 
 /// The lowest fresh pending seq of the partitions (`$1`) below the claim
 /// cursor (`$2`), if any: the cursor's periodic look behind itself
@@ -162,7 +166,7 @@ WHERE next_attempt_at > now() AND next_attempt_at <= 'infinity'
 pub const EVENT_FRESH_LOWEST_BELOW: &str = "
 SELECT min(seq) FROM {schema}.outbox_events
 WHERE processed_at IS NULL AND dead_lettered_at IS NULL AND next_attempt_at IS NULL
-  AND partition = ANY($1::int[]) AND seq < $2";
+  AND {schema}.outbox_partition(aggregate_id) = ANY($1::int[]) AND seq < $2";
 
 /// Acknowledged events, delete-on-ack mode. Not fenced: a delivered event is
 /// delivered whoever owns its partition now. Not flushed, as [`ACK_DELETE`].
@@ -190,8 +194,8 @@ UPDATE {schema}.outbox_events e SET
 FROM UNNEST($1::uuid[], $2::text[], $3::bigint[], $4::bool[]) AS f(id, error, delay_ms, dead)
 WHERE e.id = f.id AND e.processed_at IS NULL AND e.dead_lettered_at IS NULL
   AND EXISTS (SELECT 1 FROM {schema}.outbox_partitions p
-              WHERE p.partition = e.partition AND p.owner = $5
-                AND p.epoch = ($6::bigint[])[e.partition + 1])";
+              WHERE p.partition = {schema}.outbox_partition(e.aggregate_id) AND p.owner = $5
+                AND p.epoch = ($6::bigint[])[{schema}.outbox_partition(e.aggregate_id) + 1])";
 
 /// Announces (or refreshes) a relay instance.
 pub const INSTANCE_HEARTBEAT: &str = "
