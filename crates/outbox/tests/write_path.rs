@@ -136,3 +136,147 @@ async fn migrations_9_and_11_rewrite_no_table_and_build_no_index() {
         500
     );
 }
+
+/// The schema as migration 10 left it (the `partition` column stored, the
+/// checks on the table): migrations 1-10 applied from their files, as
+/// `migrate` applied them, and recorded.
+async fn schema_before_migration_11(pool: &sqlx::PgPool) {
+    let files = [
+        include_str!("../migrations/0001_outbox.sql"),
+        include_str!("../migrations/0002_finite_timestamps.sql"),
+        include_str!("../migrations/0003_idle_wakeup.sql"),
+        include_str!("../migrations/0004_xid_first.sql"),
+        include_str!("../migrations/0005_retry_index.sql"),
+        include_str!("../migrations/0006_one_wakeup_trigger.sql"),
+        include_str!("../migrations/0007_idle_flag_in_a_sequence.sql"),
+        include_str!("../migrations/0008_seq_always_positive.sql"),
+        include_str!("../migrations/0009_cheaper_inserts.sql"),
+        include_str!("../migrations/0010_pause.sql"),
+    ];
+    let mut sql = String::from(
+        "BEGIN;
+         CREATE TABLE public.outbox_schema_migrations (
+             version    INT PRIMARY KEY,
+             name       TEXT NOT NULL,
+             applied_at TIMESTAMPTZ NOT NULL DEFAULT NOW());",
+    );
+    for (i, file) in files.iter().enumerate() {
+        sql.push_str(
+            &file
+                .replace("{schema}", "public")
+                .replace("{partitions}", "32")
+                .replace("{channel}", &Schema::default().channel()),
+        );
+        sql.push_str(&format!(
+            ";\nINSERT INTO outbox_schema_migrations (version, name) VALUES ({}, 'm');\n",
+            i + 1
+        ));
+    }
+    sql.push_str("COMMIT;");
+    sqlx::raw_sql(&sql)
+        .execute(pool)
+        .await
+        .expect("the schema as migration 10 left it");
+}
+
+/// Migration 11 on a live outbox: pending events, events waiting out a
+/// backoff and dead letters are all kept, each row's partition is the
+/// number its column held, and a relay then delivers every pending and
+/// retrying event once, each aggregate's in order, leaving the dead
+/// letters where they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migration_11_keeps_pending_retrying_and_dead_events_and_their_order() {
+    let db = outbox_testkit::postgres::test_db().await;
+    let ctx = common::Ctx {
+        pool: db.pool().await,
+        db,
+        outbox: outbox::Outbox::new(),
+    };
+    schema_before_migration_11(&ctx.pool).await;
+    // 30 aggregates × 6 events; the first event of every third aggregate
+    // failed once and waits out a short backoff (holding its aggregate
+    // back), and 5 other aggregates hold a dead letter each.
+    for n in 1..=6_i64 {
+        sqlx::query(
+            "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+             SELECT 'order', 'agg-' || a, 'order.updated', jsonb_build_object('n', $1::bigint)
+             FROM generate_series(0, 29) AS a",
+        )
+        .bind(n)
+        .execute(&ctx.pool)
+        .await
+        .unwrap();
+    }
+    common::execute(
+        &ctx.pool,
+        "UPDATE outbox_events SET attempts = 1, last_error = 'broker busy',
+                next_attempt_at = now() + interval '300 milliseconds'
+         WHERE payload->>'n' = '1' AND (substr(aggregate_id, 5))::int % 3 = 0",
+    )
+    .await;
+    common::execute(
+        &ctx.pool,
+        "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload,
+                                    attempts, last_error, dead_lettered_at)
+         SELECT 'order', 'dead-' || d, 'order.updated', '{\"n\": 1}', 5, 'broker said no', now()
+         FROM generate_series(1, 5) AS d",
+    )
+    .await;
+    let before: Vec<(uuid::Uuid, i64, i32)> = common::rows(
+        &ctx.pool,
+        "SELECT id, seq, partition FROM outbox_events ORDER BY seq",
+    )
+    .await;
+    assert_eq!(before.len(), 185);
+
+    let mut conn = ctx.pool.acquire().await.unwrap();
+    let report = outbox::migrate(&mut conn, &Schema::default(), &Default::default())
+        .await
+        .expect("migration 11 over a live outbox");
+    drop(conn);
+    assert_eq!(report.applied, ["0011_partition_function_and_row_checks"]);
+    assert_eq!(report.wakeup, outbox::WakeupTrigger::Idle);
+    let after: Vec<(uuid::Uuid, i64, i32)> = common::rows(
+        &ctx.pool,
+        "SELECT id, seq, outbox_partition(aggregate_id) FROM outbox_events ORDER BY seq",
+    )
+    .await;
+    assert_eq!(after, before, "every row kept, in its seq, in its partition");
+    assert_eq!(
+        common::count(
+            &ctx.pool,
+            "SELECT count(*) FROM outbox_events WHERE next_attempt_at IS NOT NULL"
+        )
+        .await,
+        10,
+        "the backoffs kept"
+    );
+    assert_eq!(
+        common::count(
+            &ctx.pool,
+            "SELECT count(*) FROM outbox_dead_letters WHERE partition = outbox_partition(aggregate_id)"
+        )
+        .await,
+        5,
+        "the dead letters, with their partition in the view"
+    );
+
+    let publisher = outbox_testkit::TestPublisher::new();
+    let relay = common::start_relay(&ctx, &publisher, common::fast_config("upgraded")).await;
+    common::wait_for_count(
+        &ctx.pool,
+        "the pending and retrying events delivered",
+        common::NOT_DEAD,
+        0,
+    )
+    .await;
+    relay.shutdown().await.unwrap();
+    let delivered = publisher.deliveries();
+    assert_eq!(delivered.len(), 180, "each pending or retrying event once");
+    common::assert_first_deliveries_in_order(&delivered);
+    assert_eq!(
+        common::count(&ctx.pool, "SELECT count(*) FROM outbox_dead_letters").await,
+        5,
+        "the dead letters stay dead letters"
+    );
+}
