@@ -99,7 +99,10 @@ async fn rows_written_below_one_before_migration_8_are_renumbered_in_aggregate_o
     drop(conn);
     assert_eq!(
         report.applied,
-        ["0008_seq_always_positive", "0011_partition_function_and_row_checks"]
+        [
+            "0008_seq_always_positive",
+            "0011_partition_function_and_row_checks"
+        ]
     );
     assert_eq!(
         common::count(

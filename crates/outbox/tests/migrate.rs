@@ -78,13 +78,12 @@ async fn plain_sql_insert_works_with_every_other_column_defaulted() {
     .execute(&ctx.pool)
     .await
     .unwrap();
-    let (attempts, headers, partition, seq): (i32, serde_json::Value, i32, i64) =
-        sqlx::query_as(
-            "SELECT attempts, headers, outbox_partition(aggregate_id), seq FROM outbox_events",
-        )
-            .fetch_one(&ctx.pool)
-            .await
-            .unwrap();
+    let (attempts, headers, partition, seq): (i32, serde_json::Value, i32, i64) = sqlx::query_as(
+        "SELECT attempts, headers, outbox_partition(aggregate_id), seq FROM outbox_events",
+    )
+    .fetch_one(&ctx.pool)
+    .await
+    .unwrap();
     assert_eq!(attempts, 0);
     assert_eq!(headers, serde_json::json!({}));
     assert!((0..32).contains(&partition));

@@ -119,7 +119,10 @@ async fn migrations_9_and_11_rewrite_no_table_and_build_no_index() {
     drop(conn);
     assert_eq!(
         report.applied,
-        ["0009_cheaper_inserts", "0011_partition_function_and_row_checks"]
+        [
+            "0009_cheaper_inserts",
+            "0011_partition_function_and_row_checks"
+        ]
     );
     assert_eq!(
         files(&ctx.pool).await,
@@ -241,7 +244,10 @@ async fn migration_11_keeps_pending_retrying_and_dead_events_and_their_order() {
         "SELECT id, seq, outbox_partition(aggregate_id) FROM outbox_events ORDER BY seq",
     )
     .await;
-    assert_eq!(after, before, "every row kept, in its seq, in its partition");
+    assert_eq!(
+        after, before,
+        "every row kept, in its seq, in its partition"
+    );
     assert_eq!(
         common::count(
             &ctx.pool,
