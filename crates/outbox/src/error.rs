@@ -23,12 +23,15 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
-    /// The outbox tables do not exist in the configured schema.
-    #[error("the outbox schema {schema:?} is not migrated (table {table} is missing): run `outbox migrate`")]
+    /// The outbox tables (or functions) do not exist in the configured
+    /// schema.
+    #[error(
+        "the outbox schema {schema:?} is not migrated ({table} is missing): run `outbox migrate`"
+    )]
     NotMigrated {
         /// The configured schema.
         schema: String,
-        /// The table that was looked for.
+        /// What was looked for: `table NAME` or `function NAME(ARGS)`.
         table: String,
     },
     /// A database call failed.

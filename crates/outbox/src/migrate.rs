@@ -265,7 +265,8 @@ async fn installed_mode(conn: &mut PgConnection, schema: &Schema) -> Result<Wake
     })
 }
 
-/// Fails with [`Error::NotMigrated`] unless `schema` holds the outbox tables.
+/// Fails with [`Error::NotMigrated`] unless `schema` holds the outbox tables
+/// and the functions the relay calls.
 pub async fn ensure_migrated(conn: &mut PgConnection, schema: &Schema) -> Result<()> {
     for table in [
         "outbox_events",
@@ -282,9 +283,22 @@ pub async fn ensure_migrated(conn: &mut PgConnection, schema: &Schema) -> Result
         if !exists {
             return Err(Error::NotMigrated {
                 schema: schema.name().to_owned(),
-                table: table.to_owned(),
+                table: format!("table {table}"),
             });
         }
+    }
+    // Every claim computes a row's partition with it (migration 11).
+    let function = "outbox_partition(text)";
+    let exists: bool = sqlx::query_scalar(q::FUNCTION_EXISTS)
+        .bind(format!("{}.{function}", schema.name()))
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(Error::db("checking the schema"))?;
+    if !exists {
+        return Err(Error::NotMigrated {
+            schema: schema.name().to_owned(),
+            table: format!("function {function}"),
+        });
     }
     Ok(())
 }

@@ -286,3 +286,29 @@ async fn migration_11_keeps_pending_retrying_and_dead_events_and_their_order() {
         "the dead letters stay dead letters"
     );
 }
+
+/// A relay, `status` or the console started before `outbox migrate` has
+/// applied migration 11 is told to migrate, not left to fail at its first
+/// claim.
+#[tokio::test]
+async fn a_schema_without_migration_11_is_reported_as_not_migrated() {
+    let db = outbox_testkit::postgres::test_db().await;
+    let pool = db.pool().await;
+    schema_before_migration_11(&pool).await;
+    let mut conn = pool.acquire().await.unwrap();
+    let err = outbox::ensure_migrated(&mut conn, &Schema::default())
+        .await
+        .expect_err("migration 11 is missing")
+        .to_string();
+    assert!(
+        err.contains("function outbox_partition(text) is missing")
+            && err.contains("outbox migrate"),
+        "{err}"
+    );
+    outbox::migrate(&mut conn, &Schema::default(), &Default::default())
+        .await
+        .unwrap();
+    outbox::ensure_migrated(&mut conn, &Schema::default())
+        .await
+        .expect("migrated");
+}

@@ -33,6 +33,10 @@ SELECT t.tgname::text FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
 /// Whether table `$1` (schema-qualified) exists.
 pub const TABLE_EXISTS: &str = "SELECT to_regclass($1) IS NOT NULL";
 
+/// Whether function `$1` (schema-qualified, with its argument types)
+/// exists.
+pub const FUNCTION_EXISTS: &str = "SELECT to_regprocedure($1) IS NOT NULL";
+
 /// The idle wake-up trigger. Its function (migration 9) takes the
 /// transaction id before any row draws its seq, in place of
 /// `outbox_xid_first`, and sends the NOTIFY only while a relay sleeps; it
