@@ -83,6 +83,11 @@ pub struct LatencyArgs {
     /// announcement live) when the schedule starts, 2 to 3600.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..=3_600))]
     pub idle_secs: u64,
+    /// With --producer sql: the child relay's `--latency-budget-ms`, to
+    /// measure CPU per event against latency at another budget [default:
+    /// the relay's].
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=1_000))]
+    pub latency_budget_ms: Option<u64>,
 }
 
 impl LatencyArgs {
@@ -288,7 +293,18 @@ async fn sql(
         )
         .await?;
     warm_up(&producers, args.connections).await?;
-    let mut relay = ChildRelay::spawn(&server.url, schema, "bench-latency-relay", Output::Timed)?;
+    let budget = args.latency_budget_ms.map(|ms| ms.to_string());
+    let extra: Vec<&str> = match &budget {
+        Some(ms) => vec!["--latency-budget-ms", ms],
+        None => vec![],
+    };
+    let mut relay = ChildRelay::spawn_with(
+        &server.url,
+        schema,
+        "bench-latency-relay",
+        Output::Timed,
+        &extra,
+    )?;
     relay
         .wait_idle(pool, schema, Duration::from_secs(60))
         .await?;
@@ -478,6 +494,7 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: LatencyArgs) -> Result<serde_json
         "producer": match args.producer { Producer::Library => "library", Producer::Sql => "sql" },
         "wakeup_trigger": wakeup.name(),
         "idle_secs": (args.producer == Producer::Sql).then_some(args.idle_secs),
+        "latency_budget_ms": args.latency_budget_ms,
         "rate": args.rate,
         "achieved_rate": achieved,
         "events": total,
