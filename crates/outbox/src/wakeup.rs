@@ -7,7 +7,7 @@
 //! task to send one `NOTIFY` on its own connection, coalescing all wake-ups
 //! that arrive within `min_interval` into one.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +20,10 @@ use crate::queries as q;
 #[derive(Debug, Default)]
 pub struct Wakeup {
     local: Notify,
+    /// How many wake-ups there have been: a relay that notes it before it
+    /// looks for work, and finds it changed when it is about to wait, looks
+    /// again instead (the wake-up came while it was not waiting).
+    generation: AtomicU64,
     remote: Option<Arc<RemoteWakeup>>,
 }
 
@@ -64,6 +68,7 @@ impl Wakeup {
         });
         Arc::new(Wakeup {
             local: Notify::new(),
+            generation: AtomicU64::new(0),
             remote: Some(remote),
         })
     }
@@ -81,12 +86,63 @@ impl Wakeup {
     /// Signals relays in this process only (used by the relay's own
     /// listener, which must not echo a NOTIFY back).
     pub fn wake_local(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
         self.local.notify_waiters();
-        self.local.notify_one();
     }
 
-    /// Waits for the next [`Wakeup::wake`] in this process.
-    pub async fn wait(&self) {
-        self.local.notified().await
+    /// The wake-ups so far: note it before looking for work, and pass it to
+    /// [`Wakeup::wait_since`].
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Waits for a wake-up after the one numbered `seen` (from
+    /// [`Wakeup::generation`]): at once if there has been one since.
+    /// Unlike a stored permit, a wake-up that ended a wait is not seen
+    /// again by the next one, so one commit costs one look for work.
+    pub async fn wait_since(&self, seen: u64) {
+        let notified = self.local.notified();
+        tokio::pin!(notified);
+        // Registered before the check: a wake-up between the two is not
+        // lost.
+        notified.as_mut().enable();
+        if self.generation() != seen {
+            return;
+        }
+        notified.await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_wake_up_while_nobody_waits_ends_the_next_wait_at_once() {
+        let w = Wakeup::local();
+        let seen = w.generation();
+        w.wake();
+        tokio::time::timeout(Duration::from_secs(5), w.wait_since(seen))
+            .await
+            .expect("the wake-up before the wait was lost");
+    }
+
+    #[tokio::test]
+    async fn a_wake_up_that_ended_a_wait_is_not_seen_by_the_next() {
+        let w = Wakeup::local();
+        let seen = w.generation();
+        let waiter = tokio::spawn({
+            let w = w.clone();
+            async move { w.wait_since(seen).await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        w.wake();
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("a waiting relay was not woken")
+            .unwrap();
+        let seen = w.generation();
+        let again = tokio::time::timeout(Duration::from_millis(50), w.wait_since(seen)).await;
+        assert!(again.is_err(), "one wake-up ended two waits");
     }
 }

@@ -111,6 +111,35 @@ async fn an_idle_relay_delivers_a_plain_sql_insert_well_before_its_next_poll() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sparse_stream_is_claimed_as_each_commit_wakes_the_relay_and_it_stays_announced() {
+    let ctx = common::setup().await;
+    let publisher = TestPublisher::new();
+    let relay = idle_relay(&ctx, &publisher, slow_poll("sparse")).await;
+    let mut listener = wakeup_listener(&ctx.pool).await;
+    // One commit every 40 ms: a tenth of an event per 4-ms budget. Each
+    // must arrive far sooner than the 2 s poll, so by its own wake-up, and
+    // the relay must stay announced between them (every commit notifies).
+    let mut took = Vec::new();
+    for n in 0..25 {
+        let id = insert_plain(&ctx.pool, &format!("s{}", n % 5)).await;
+        took.push(delivered_within(&publisher, id, Duration::from_secs(10)).await);
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    let mut notifications = 0;
+    while let Ok(Ok(_)) = tokio::time::timeout(Duration::from_millis(200), listener.recv()).await {
+        notifications += 1;
+    }
+    assert!(
+        took.iter().all(|t| *t < Duration::from_millis(500)),
+        "every pick-up well under the 2 s poll: {took:?}"
+    );
+    assert_eq!(notifications, 25, "every sparse commit wakes the relay");
+    assert_eq!(live_idle_announcements(&ctx.pool).await, 1);
+    wait_for_count(&ctx.pool, "the acknowledgements", EVENTS, 0).await;
+    relay.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bursts_and_pauses_lose_nothing_and_a_missed_signal_is_covered_by_the_poll() {
     let ctx = common::setup().await;
     let publisher = TestPublisher::new();
@@ -221,14 +250,21 @@ async fn producers_stop_notifying_once_a_dead_relays_announcement_lapses() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_steady_stream_keeps_the_relay_awake_and_producers_send_almost_no_notifications() {
+async fn a_stream_denser_than_the_latency_budget_keeps_the_relay_awake_and_producers_send_almost_no_notifications(
+) {
     let ctx = common::setup().await;
     let publisher = TestPublisher::new();
-    let relay = idle_relay(&ctx, &publisher, fast_config("steady")).await;
+    // A budget long enough that one commit every 5 ms (plus the insert's
+    // own time, on a loaded machine) is several events per budget: dense.
+    let config = RelayConfig {
+        latency_budget_ms: 100,
+        ..fast_config("steady")
+    };
+    let relay = idle_relay(&ctx, &publisher, config).await;
     let mut listener = wakeup_listener(&ctx.pool).await;
 
-    // 300 commits, one every 5 ms: shorter gaps than the relay lingers
-    // after work, so only the first should find it announced as asleep.
+    // 300 commits, one every 5 ms: only those before the relay has seen
+    // the rate (over its first 50 ms) should find it announced as asleep.
     let mut ids = Vec::new();
     for n in 0..300 {
         ids.push(insert_plain(&ctx.pool, &format!("steady-{}", n % 10)).await);

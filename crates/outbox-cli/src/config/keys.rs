@@ -157,6 +157,12 @@ pub const KEYS: &[Key] = &[
         Some("--poll-max-ms"),
     ),
     key(
+        "relay.latency_budget_ms",
+        Int,
+        &["OUTBOX_RELAY_LATENCY_BUDGET_MS"],
+        Some("--latency-budget-ms"),
+    ),
+    key(
         "relay.outage_backoff_max_ms",
         Int,
         &["OUTBOX_RELAY_OUTAGE_BACKOFF_MAX_MS"],

@@ -38,6 +38,12 @@ pub struct RelayConfig {
     /// Longest idle poll interval (the worst-case pick-up delay without a
     /// wake-up).
     pub poll_max_ms: u64,
+    /// While events arrive at least one per this long, the relay claims
+    /// once per this long (an event waits at most this for its claim);
+    /// slower arrivals are claimed as each producer's commit wakes it. A
+    /// longer budget costs less CPU per event at moderate rates, a shorter
+    /// one lowers their latency (docs/performance.md has the curve).
+    pub latency_budget_ms: u64,
     /// Longest wait between tries while the broker or database is down.
     pub outage_backoff_max_ms: u64,
     /// A publish call that takes longer counts as a transport outage.
@@ -59,6 +65,7 @@ impl Default for RelayConfig {
             lease_ms: 10_000,
             poll_min_ms: 5,
             poll_max_ms: 500,
+            latency_budget_ms: 4,
             outage_backoff_max_ms: 5_000,
             publish_timeout_ms: 30_000,
             retention: Retention::Delete,
@@ -104,6 +111,7 @@ impl RelayConfig {
         range("lease_ms", self.lease_ms, 500, 600_000)?;
         range("poll_min_ms", self.poll_min_ms, 1, 60_000)?;
         range("poll_max_ms", self.poll_max_ms, self.poll_min_ms, 600_000)?;
+        range("latency_budget_ms", self.latency_budget_ms, 1, 1_000)?;
         range(
             "outage_backoff_max_ms",
             self.outage_backoff_max_ms,

@@ -33,6 +33,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::child_relay::{ChildRelay, Output};
+use super::e2e::cpu::{cpu_report, Cpu};
 use super::stats::{ms, quantile};
 use super::{
     create_orders, fresh_schema, insert_order, order_insert, parse_wakeup_trigger, warm_up, Server,
@@ -82,6 +83,11 @@ pub struct LatencyArgs {
     /// announcement live) when the schedule starts, 2 to 3600.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..=3_600))]
     pub idle_secs: u64,
+    /// With --producer sql: the child relay's `--latency-budget-ms`, to
+    /// measure CPU per event against latency at another budget [default:
+    /// the relay's].
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=1_000))]
+    pub latency_budget_ms: Option<u64>,
 }
 
 impl LatencyArgs {
@@ -131,12 +137,29 @@ struct Observed {
     produce_secs: f64,
     /// Deliveries of an event already delivered (child relay only).
     duplicates: Option<u64>,
+    /// The child relay's CPU (process and database sessions) while idle
+    /// and while the schedule ran until the last delivery.
+    cpu: Option<RelayCpu>,
+}
+
+/// The child relay's CPU in one run.
+struct RelayCpu {
+    /// Share of one core while idle, before the schedule.
+    idle_core_share: f64,
+    /// Per event and as a share of a core, from the schedule's start to the
+    /// last delivery.
+    busy: serde_json::Value,
 }
 
 impl Observed {
     /// What a run observed: what its `schedule` did, the first delivery of
     /// each event and, for the child relay, the redeliveries.
-    fn new(schedule: Schedule, delivered: HashMap<Uuid, Instant>, duplicates: Option<u64>) -> Self {
+    fn new(
+        schedule: Schedule,
+        delivered: HashMap<Uuid, Instant>,
+        duplicates: Option<u64>,
+        cpu: Option<RelayCpu>,
+    ) -> Self {
         let (committed, late, late_begins, produce_secs) = schedule;
         Observed {
             committed,
@@ -145,8 +168,15 @@ impl Observed {
             late_begins,
             produce_secs,
             duplicates,
+            cpu,
         }
     }
+}
+
+/// Share of one core spent between two CPU readings (process, sessions)
+/// `over` apart; NaN where either could not be read.
+fn core_share(before: (f64, f64), after: (f64, f64), over: Duration) -> f64 {
+    (after.0 - before.0 + after.1 - before.1) / over.as_secs_f64().max(1e-9)
 }
 
 /// The order transaction's event payload for order `id`.
@@ -242,7 +272,7 @@ async fn library(
     }
     relay.shutdown().await?;
     let delivered = std::mem::take(&mut *clock.acked.lock().expect("lock"));
-    Ok(Observed::new(schedule, delivered, None))
+    Ok(Observed::new(schedule, delivered, None, None))
 }
 
 /// `--producer sql`: plain-SQL transactions on connections of their own,
@@ -263,12 +293,27 @@ async fn sql(
         )
         .await?;
     warm_up(&producers, args.connections).await?;
-    let mut relay = ChildRelay::spawn(&server.url, schema, "bench-latency-relay", Output::Timed)?;
+    let budget = args.latency_budget_ms.map(|ms| ms.to_string());
+    let extra: Vec<&str> = match &budget {
+        Some(ms) => vec!["--latency-budget-ms", ms],
+        None => vec![],
+    };
+    let mut relay = ChildRelay::spawn_with(
+        &server.url,
+        schema,
+        "bench-latency-relay",
+        Output::Timed,
+        &extra,
+    )?;
     relay
         .wait_idle(pool, schema, Duration::from_secs(60))
         .await?;
+    let mut cpu = Cpu::default();
+    let idle_from = (cpu.now(pool, &relay).await?, Instant::now());
     tokio::time::sleep(Duration::from_secs(args.idle_secs)).await;
     relay.check_running()?;
+    let busy_from = (cpu.now(pool, &relay).await?, Instant::now());
+    let idle_core_share = core_share(idle_from.0, busy_from.0, busy_from.1 - idle_from.1);
 
     eprintln!(
         "bench latency: {} tx/s for {} s (plain SQL, child relay idle {} s, wake-up trigger {})",
@@ -311,6 +356,12 @@ async fn sql(
         relay.check_running()?;
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    let busy = cpu_report(
+        busy_from.0,
+        cpu.now(pool, &relay).await?,
+        total,
+        busy_from.1.elapsed().as_secs_f64(),
+    );
     let status = relay.stop().await?;
     if !status.success() {
         eprintln!("bench latency: the child relay ended with {status}");
@@ -323,7 +374,16 @@ async fn sql(
     let delivered = std::mem::take(&mut *lines.first_seen.lock().expect("lock"));
     producers.close().await;
     let duplicates = lines.duplicates.load(std::sync::atomic::Ordering::Relaxed);
-    Ok(Observed::new(schedule, delivered, Some(duplicates)))
+    let cpu = RelayCpu {
+        idle_core_share,
+        busy,
+    };
+    Ok(Observed::new(
+        schedule,
+        delivered,
+        Some(duplicates),
+        Some(cpu),
+    ))
 }
 
 pub async fn run(ctx: &Ctx, fsync: bool, args: LatencyArgs) -> Result<serde_json::Value> {
@@ -412,6 +472,17 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: LatencyArgs) -> Result<serde_json
             samples.len()
         );
     }
+    if let Some(cpu) = &observed.cpu {
+        let f = |k: &str| cpu.busy[k].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "  relay cpu: {:.1} us/event ({:.1} process + {:.1} its sessions), {:.2} % of a core; idle before: {:.2} % of a core",
+            f("relay_us_per_event"),
+            f("relay_process_us_per_event"),
+            f("relay_sessions_us_per_event"),
+            f("relay_core_share") * 100.0,
+            cpu.idle_core_share * 100.0
+        );
+    }
     if early > 0 {
         println!("  ({early} events were delivered before their commit returned to the client; counted as 0)");
     }
@@ -423,6 +494,7 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: LatencyArgs) -> Result<serde_json
         "producer": match args.producer { Producer::Library => "library", Producer::Sql => "sql" },
         "wakeup_trigger": wakeup.name(),
         "idle_secs": (args.producer == Producer::Sql).then_some(args.idle_secs),
+        "latency_budget_ms": args.latency_budget_ms,
         "rate": args.rate,
         "achieved_rate": achieved,
         "events": total,
@@ -436,5 +508,7 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: LatencyArgs) -> Result<serde_json
         "p99_ms": ms(p99),
         "p999_ms": ms(p999),
         "max_ms": ms(max),
+        "cpu": observed.cpu.as_ref().map(|c| c.busy.clone()),
+        "idle_core_share": observed.cpu.as_ref().map(|c| c.idle_core_share),
     }))
 }

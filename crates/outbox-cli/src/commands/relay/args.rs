@@ -38,6 +38,11 @@ pub struct RelayArgs {
     /// Longest idle poll interval, milliseconds.
     #[arg(long)]
     pub poll_max_ms: Option<u64>,
+    /// While events arrive at least one per this many milliseconds, claim
+    /// once per this long; slower arrivals are claimed as each commit wakes
+    /// the relay. Longer: less CPU per event; shorter: lower latency.
+    #[arg(long, value_name = "MS")]
+    pub latency_budget_ms: Option<u64>,
     /// First retry backoff, milliseconds (doubles per attempt).
     #[arg(long)]
     pub backoff_base_ms: Option<u64>,
@@ -82,6 +87,8 @@ impl RelayArgs {
         l.set_int("relay.max_attempts", "--max-attempts", max_attempts);
         l.set_int("relay.lease_ms", "--lease-ms", self.lease_ms);
         l.set_int("relay.poll_max_ms", "--poll-max-ms", self.poll_max_ms);
+        let budget = self.latency_budget_ms;
+        l.set_int("relay.latency_budget_ms", "--latency-budget-ms", budget);
         let backoff = self.backoff_base_ms;
         l.set_int("relay.backoff_base_ms", "--backoff-base-ms", backoff);
         if self.keep_processed {

@@ -22,6 +22,7 @@ impl Worker {
             }
         }
         let started = Instant::now();
+        self.woken = self.deps.wakeup.generation();
         let acked = self.unacked_refs();
         let start = self.cursor.start(&self.deps.store, &claim.partitions);
         let claimed = self

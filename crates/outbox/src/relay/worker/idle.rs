@@ -11,16 +11,16 @@ use super::phase::{idle_wait, Phase};
 use super::{Deps, Worker};
 use crate::relay::ownership::Claimable;
 
-/// How long a worker that just published keeps polling, every
-/// [`IDLE_LINGER_POLL`], before it announces that it sleeps. A steady
-/// stream (gaps shorter than this) then never flips the worker between busy
-/// and idle: no announcement, no withdrawal, and producers' commits send no
-/// `NOTIFY` (each one takes PostgreSQL's global notify lock and wakes the
-/// relay for one event); a lone event after a quiet spell still wakes it at
-/// once. Events that arrive meanwhile wait at most one poll.
-pub(super) const IDLE_LINGER: Duration = Duration::from_millis(25);
-/// The poll while lingering.
-pub(super) const IDLE_LINGER_POLL: Duration = Duration::from_millis(2);
+/// How long a batch published while arrivals are sparse may wait for its
+/// acknowledgement. It rides on the next claim, which the next event's
+/// wake-up starts; only when none comes within this is a claim made for
+/// the acknowledgement alone. Until then the rows stay claimed: a relay
+/// that dies meanwhile delivers them again (at least once), and `status`
+/// counts them as pending.
+pub(super) const ACK_DEFER: Duration = Duration::from_millis(50);
+/// Idle waits at most this long skip looking up the earliest backoff's end
+/// (one statement): the poll after them comes soon enough.
+const RETRY_LOOKUP_FROM: Duration = Duration::from_millis(50);
 
 /// How long, at most, an announcement waits for the inserts that could not
 /// see it to commit before the last look.
@@ -49,9 +49,6 @@ pub(super) struct Announcement {
     /// When this instance last announced that it sleeps (producers' wake-up
     /// trigger then notifies); `None` while it has work.
     at: Option<Instant>,
-    /// When this instance last published a batch: for [`IDLE_LINGER`]
-    /// after it, an empty claim polls again instead of announcing.
-    last_work: Option<Instant>,
     /// A withdrawal still running off the publish path; the next
     /// announcement waits for it, so they cannot cross.
     retracting: Option<JoinHandle<()>>,
@@ -61,11 +58,9 @@ pub(super) struct Announcement {
 }
 
 impl Announcement {
-    /// The worker has work: from now on an empty claim lingers first, and
-    /// a standing announcement is withdrawn.
-    pub fn busy(&mut self, deps: &Deps) {
-        self.last_work = Some(Instant::now());
-        self.retract(deps);
+    /// Whether producers are being told to wake this worker.
+    pub fn standing(&self) -> bool {
+        self.at.is_some()
     }
 
     /// Withdraws the announcement, if any, on its own task, when no other
@@ -88,17 +83,6 @@ impl Announcement {
         if let Some(retracting) = self.retracting.take() {
             let _ = retracting.await;
         }
-    }
-
-    /// Whether an empty claim should poll again soon instead of announcing:
-    /// the worker published within [`IDLE_LINGER`], has not announced yet,
-    /// and producers' commits would wake it (it listens, and the schema has
-    /// the idle trigger). Without the trigger the idle polls are unchanged.
-    pub async fn lingering(&mut self, deps: &Deps) -> bool {
-        if !lingers(self.at, self.last_work, Instant::now()) || !deps.config.listen {
-            return false;
-        }
-        self.trigger_installed(deps).await
     }
 
     /// Announces that the worker sleeps, for `ttl`, if it listens, the
@@ -172,38 +156,37 @@ fn renewal_due(at: Option<Instant>, now: Instant, ttl: Duration) -> bool {
     at.is_none_or(|at| now.duration_since(at) > ttl / 2)
 }
 
-/// Whether a worker that announced nothing yet and last published at
-/// `last_work` still lingers at `now`.
-fn lingers(at: Option<Instant>, last_work: Option<Instant>, now: Instant) -> bool {
-    at.is_none() && last_work.is_some_and(|w| now.duration_since(w) < IDLE_LINGER)
-}
-
 impl Worker {
-    /// Nothing deliverable: linger after work, else announce the sleep
-    /// (only where the schema's idle trigger is installed, and a relay that
-    /// does not LISTEN has nothing to be woken by), wait until every insert
-    /// that could not see the announcement has committed, then look once
-    /// more, so none of them is left for the poll. While asleep, keep the
-    /// announcement alive, and wake for the poll or the earliest backoff.
+    /// Nothing deliverable. While arrivals are dense, claim again one pace
+    /// later. Otherwise announce the sleep (only where the schema's idle
+    /// trigger is installed, and a relay that does not LISTEN has nothing
+    /// to be woken by), wait until every insert that could not see the
+    /// announcement has committed, then look once more, so none of them is
+    /// left for the poll. While asleep, keep the announcement alive, and
+    /// wake for a producer's commit, the poll, the earliest backoff's end,
+    /// or the acknowledgement of a batch still awaiting it.
     pub(super) async fn idle(&mut self, claim: Claimable) -> Phase {
-        if self.announcement.lingering(&self.deps).await {
-            self.wait(IDLE_LINGER_POLL).await;
-            return Phase::Decide;
+        if self.pace.dense() {
+            return Phase::Claim(claim);
         }
         let ttl = Duration::from_millis(self.deps.config.lease_ms);
         if self.announcement.keep_alive(&self.deps, ttl).await == Announced::First {
             self.announcement.settle(&self.deps).await;
             return Phase::Claim(claim);
         }
-        let poll = self.poll.next_delay();
-        let next_retry = match self.deps.store.event_next_retry(&claim.partitions).await {
-            Ok(next) => next,
-            Err(e) => {
-                tracing::debug!(error = %e.with_causes(), "could not read the next retry time; polling");
-                None
+        let mut wait = self.poll.next_delay();
+        if self.unacked.is_some() {
+            wait = wait.min(ACK_DEFER);
+        }
+        if wait > RETRY_LOOKUP_FROM {
+            match self.deps.store.event_next_retry(&claim.partitions).await {
+                Ok(next_retry) => wait = idle_wait(wait, next_retry),
+                Err(e) => {
+                    tracing::debug!(error = %e.with_causes(), "could not read the next retry time; polling");
+                }
             }
-        };
-        self.wait(idle_wait(poll, next_retry)).await;
+        }
+        self.wait(wait).await;
         Phase::Decide
     }
 }
@@ -224,17 +207,5 @@ mod tests {
             now + TTL / 2 + Duration::from_millis(1),
             TTL
         ));
-    }
-
-    #[test]
-    fn a_worker_lingers_just_after_work_and_never_once_it_announced() {
-        let now = Instant::now();
-        assert!(lingers(None, Some(now), now + IDLE_LINGER / 2));
-        assert!(!lingers(None, Some(now), now + IDLE_LINGER), "linger over");
-        assert!(!lingers(None, None, now), "no work yet");
-        assert!(
-            !lingers(Some(now), Some(now), now),
-            "asleep already: announced"
-        );
     }
 }

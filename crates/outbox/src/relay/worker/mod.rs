@@ -54,6 +54,9 @@ pub(crate) struct Worker {
     announcement: Announcement,
     /// Where the next claim starts reading fresh rows.
     cursor: ClaimCursor,
+    /// The wake-ups there had been when the last claim started or the last
+    /// wait ended: the next wait ends at once if there has been one since.
+    woken: u64,
 }
 
 /// What a worker works with; the rest is its own state.
@@ -80,15 +83,17 @@ impl Worker {
             deps.config.poll_min_ms.max(OUTAGE_BACKOFF_MIN_MS),
             deps.config.outage_backoff_max_ms,
         );
+        let pace = Pace::new(Duration::from_millis(deps.config.latency_budget_ms));
         Worker {
             deps,
             unacked: None,
             prefetched: None,
-            pace: Pace::default(),
+            pace,
             poll,
             outage,
             announcement: Announcement::default(),
             cursor: ClaimCursor::new(),
+            woken: 0,
         }
     }
 
@@ -211,9 +216,12 @@ impl Worker {
         let wakeup = self.deps.wakeup.clone();
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
-            _ = wakeup.wait() => {}
+            _ = wakeup.wait_since(self.woken) => {}
             _ = self.deps.shutdown.changed() => {}
         }
+        // Whatever ended it, what comes next looks for work (or has none to
+        // look for, parked): the wake-ups so far are taken in.
+        self.woken = wakeup.generation();
     }
 
     /// Waits for `delay` or shutdown.

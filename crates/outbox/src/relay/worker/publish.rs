@@ -20,12 +20,6 @@ use crate::relay::ownership::Claimable;
 use crate::relay::store::Claimed;
 use crate::relay::waves::into_waves;
 
-/// How long publishing may take before the connection kept for the next
-/// claim goes back to the pool: the longest pace, so a broker that answers
-/// as fast as the worker claims keeps it, and a slow one does not keep it
-/// from the pool's other users.
-const KEEP_WHILE_PUBLISHING: Duration = super::pace::PACE_MAX;
-
 /// The claim of the next batch, running on its own task while a batch is
 /// published.
 struct ClaimAhead {
@@ -42,10 +36,18 @@ impl Worker {
     /// means the worker has caught up: nothing is claimed ahead, and its
     /// acknowledgement rides on the next claim, one pace later.
     pub(super) async fn publish(&mut self, claim: Claimable, batch: Claimed) -> Phase {
-        self.poll.reset();
-        // Busy again: producers stop notifying (where no other relay may be
-        // asleep on the announcement). Off the publish path.
-        self.announcement.busy(&self.deps);
+        // While arrivals are sparse and producers wake the worker, it goes
+        // on sleeping on the wake-up path after this batch (see `pace`):
+        // the announcement stays, the idle poll keeps growing, and the
+        // acknowledgement waits for the next wake-up. Otherwise it is busy:
+        // producers stop notifying (where no other relay may be asleep on
+        // the announcement; off the publish path) and the poll starts over.
+        let caught_up = Pace::caught_up(batch.events.len(), self.deps.config.batch_size);
+        let asleep = caught_up && !self.pace.dense() && self.announcement.standing();
+        if !asleep {
+            self.announcement.retract(&self.deps);
+            self.poll.reset();
+        }
         let ahead = self.claim_ahead(&claim, &batch);
         let published = self.publish_releasing(batch, &claim).await;
         if let Some(ahead) = ahead {
@@ -57,6 +59,10 @@ impl Worker {
         let outage = published.settlement.outage.clone();
         self.unacked = Some(published);
         match outage {
+            None if asleep => {
+                self.outage.reset();
+                Phase::Idle(claim)
+            }
             None => {
                 self.outage.reset();
                 Phase::Decide
@@ -112,14 +118,16 @@ impl Worker {
     }
 
     /// [`Worker::publish_batch`], giving the connection kept by the claim
-    /// back to the pool once publishing has taken
-    /// [`KEEP_WHILE_PUBLISHING`].
+    /// back to the pool once publishing has taken the latency budget: a
+    /// broker that answers as fast as the worker claims keeps it, and a
+    /// slow one does not keep it from the pool's other users.
     async fn publish_releasing(&self, batch: Claimed, claim: &Claimable) -> Published {
+        let keep = Duration::from_millis(self.deps.config.latency_budget_ms);
         let publishing = self.publish_batch(batch, claim);
         tokio::pin!(publishing);
         tokio::select! {
             published = &mut publishing => published,
-            _ = tokio::time::sleep(KEEP_WHILE_PUBLISHING) => {
+            _ = tokio::time::sleep(keep) => {
                 self.deps.store.connection_release();
                 publishing.await
             }

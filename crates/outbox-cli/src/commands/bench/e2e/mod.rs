@@ -16,7 +16,7 @@
 mod broker;
 mod check;
 mod consumer;
-mod cpu;
+pub(super) mod cpu;
 mod reference;
 mod webhook;
 
