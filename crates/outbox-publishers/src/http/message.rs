@@ -140,13 +140,22 @@ fn shown_name(name: &str) -> String {
 /// secret).
 pub(crate) fn event_headers(event: &Event, statics: &HeaderMap) -> Result<HeaderMap, String> {
     let mut headers = statics.clone();
-    let mut all = event.message_headers();
-    if let Some(topic) = &event.topic {
-        all.insert(4, ("outbox-topic".to_owned(), topic.clone()));
+    let id = event.id.to_string();
+    let identity = [
+        ("outbox-event-id", Some(id.as_str())),
+        ("outbox-event-type", Some(event.event_type.as_str())),
+        ("outbox-aggregate-type", Some(event.aggregate_type.as_str())),
+        ("outbox-aggregate-id", Some(event.aggregate_id.as_str())),
+        ("outbox-topic", event.topic.as_deref()),
+    ];
+    for (name, value) in identity {
+        if let Some(value) = value {
+            // The names are known good: only the value is checked.
+            headers.append(HeaderName::from_static(name), checked_value(name, value)?);
+        }
     }
-    for (i, (name, value)) in all.into_iter().enumerate() {
-        let producer = i >= 4 + usize::from(event.topic.is_some());
-        let (header, value) = checked(&name, &value, producer, statics)?;
+    for (name, value) in &event.headers {
+        let (header, value) = checked(name, value, true, statics)?;
         headers.append(header, value);
     }
     Ok(headers)
@@ -199,6 +208,11 @@ fn checked(
             shown_name(name)
         ));
     }
+    Ok((header, checked_value(name, value)?))
+}
+
+/// The value of header `name` as HTTP carries it, or why it cannot be sent.
+fn checked_value(name: &str, value: &str) -> Result<HeaderValue, String> {
     let Ok(value_ok) = HeaderValue::from_bytes(value.as_bytes()) else {
         return Err(format!(
             "header {} has a value HTTP cannot carry (a line break or another control character)",
@@ -211,7 +225,7 @@ fn checked(
             shown_name(name)
         ));
     }
-    Ok((header, value_ok))
+    Ok(value_ok)
 }
 
 #[cfg(test)]

@@ -2,16 +2,14 @@
 //! parallel; an event is delivered when the endpoint answers 2xx.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
+use futures::StreamExt;
 use outbox::redact::redact_url;
 use outbox::{Event, Outcome, Publisher, Unavailable};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use reqwest::{Client, Url};
-use tokio::sync::Semaphore;
-use tokio::task::JoinSet;
 
 use super::classify::{outcome, retry_after, transport_error, QUOTED_BODY_BYTES};
 use super::config::HttpConfig;
@@ -44,7 +42,7 @@ const READ_BODY_BYTES: usize = 64 * 1024;
 pub struct HttpPublisher {
     config: HttpConfig,
     template: UrlTemplate,
-    key: Arc<SigningKey>,
+    key: SigningKey,
     headers: HeaderMap,
     client: Client,
     envelope: Envelope,
@@ -77,7 +75,7 @@ impl HttpPublisher {
     pub fn new(config: HttpConfig) -> Result<Self, Error> {
         config.validate()?;
         let template = config.template()?;
-        let key = Arc::new(config.key()?);
+        let key = config.key()?;
         let mut headers = HeaderMap::new();
         for (name, value) in &config.headers {
             // validate() checked both.
@@ -129,36 +127,69 @@ impl HttpPublisher {
     }
 }
 
-/// Sends one signed request and reads the start of its answer.
-#[allow(clippy::too_many_arguments)]
-async fn send(
-    client: Client,
-    key: Arc<SigningKey>,
+/// One request of a wave, prepared: everything but the timestamp and the
+/// signature, which are made when it is sent.
+struct Request {
+    /// The event's index in the wave.
+    i: usize,
     url: Url,
-    mut headers: HeaderMap,
+    headers: HeaderMap,
     id: String,
     body: String,
+}
+
+/// Sends one signed request and reads the start of its answer. The
+/// `POST URL` an error names is only written out for an error.
+async fn send(
+    client: &Client,
+    key: &SigningKey,
+    request: Request,
     content_type: &'static str,
     timeout_ms: u64,
 ) -> Sent {
-    let target = HttpPublisher::target(&url);
+    let Request {
+        url,
+        mut headers,
+        id,
+        body,
+        ..
+    } = request;
+    let target = url.clone();
     let timestamp = chrono::Utc::now().timestamp();
-    let signature = sign(&key, &id, timestamp, body.as_bytes());
+    let signature = sign(key, &id, timestamp, body.as_bytes());
     headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     for (name, value) in [
         ("webhook-id", id),
         ("webhook-timestamp", timestamp.to_string()),
         ("webhook-signature", signature),
     ] {
-        if let Ok(value) = HeaderValue::from_str(&value) {
+        if let Ok(value) = HeaderValue::try_from(value) {
             headers.insert(HeaderName::from_static(name), value);
         }
     }
     let response = match client.post(url).headers(headers).body(body).send().await {
         Ok(r) => r,
-        Err(e) => return Sent::NoAnswer(transport_error(&target, e, timeout_ms)),
+        Err(e) => {
+            return Sent::NoAnswer(transport_error(
+                &HttpPublisher::target(&target),
+                e,
+                timeout_ms,
+            ))
+        }
     };
     let status = response.status();
+    if status.is_success() {
+        // Read to its end so that the connection is used again.
+        let mut response = response;
+        let mut read = 0;
+        while read < READ_BODY_BYTES {
+            match response.chunk().await {
+                Ok(Some(chunk)) => read += chunk.len(),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        return Sent::Answered(Outcome::Delivered);
+    }
     let hint = response
         .headers()
         .get(RETRY_AFTER)
@@ -181,7 +212,12 @@ async fn send(
             Ok(None) | Err(_) => break,
         }
     }
-    Sent::Answered(outcome(&target, status, hint, &body))
+    Sent::Answered(outcome(
+        &HttpPublisher::target(&target),
+        status,
+        hint,
+        &body,
+    ))
 }
 
 #[async_trait]
@@ -192,12 +228,7 @@ impl Publisher for HttpPublisher {
 
     async fn publish(&self, batch: &[Event]) -> Result<Vec<Outcome>, Unavailable> {
         let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.len()];
-        let limit = Arc::new(Semaphore::new(self.config.max_concurrency));
-        // Set by the first request that gets no answer: the rest of the
-        // wave is not sent (an endpoint that is down would otherwise cost
-        // timeout_ms per request).
-        let down = Arc::new(AtomicBool::new(false));
-        let mut requests = JoinSet::new();
+        let mut requests = Vec::with_capacity(batch.len());
         for (i, event) in batch.iter().enumerate() {
             let (url, headers) = match self.prepare(event) {
                 Ok(r) => r,
@@ -206,54 +237,47 @@ impl Publisher for HttpPublisher {
                     continue;
                 }
             };
-            let (client, key, limit, down) = (
-                self.client.clone(),
-                self.key.clone(),
-                limit.clone(),
-                down.clone(),
-            );
             let body = match self.envelope.format() {
                 Format::CloudEventsStructured => String::from_utf8(self.envelope.structured(event))
                     .expect("serde_json writes UTF-8"),
                 _ => event.payload.clone(),
             };
-            let (id, content_type, timeout_ms) = (
-                event.id.to_string(),
-                self.envelope.content_type(),
-                self.config.timeout_ms,
-            );
-            requests.spawn(async move {
-                let Ok(_permit) = limit.acquire_owned().await else {
-                    return (i, Sent::Skipped);
-                };
-                if down.load(Ordering::SeqCst) {
-                    return (i, Sent::Skipped);
-                }
-                let sent = send(
-                    client,
-                    key,
-                    url,
-                    headers,
-                    id,
-                    body,
-                    content_type,
-                    timeout_ms,
-                )
-                .await;
-                if matches!(sent, Sent::NoAnswer(_)) {
-                    down.store(true, Ordering::SeqCst);
-                }
-                (i, sent)
+            requests.push(Request {
+                i,
+                url,
+                headers,
+                id: event.id.to_string(),
+                body,
             });
         }
+        // Up to max_concurrency requests in flight, on this task: the
+        // client's connections do the I/O on their own tasks, so nothing is
+        // spawned per request. Set by the first request that gets no
+        // answer: the rest of the wave is not sent (an endpoint that is down
+        // would otherwise cost timeout_ms per request).
+        let down = AtomicBool::new(false);
+        let (content_type, timeout_ms) = (self.envelope.content_type(), self.config.timeout_ms);
+        let mut sent = futures::stream::iter(requests)
+            .map(|request| {
+                let down = &down;
+                async move {
+                    let i = request.i;
+                    if down.load(Ordering::Relaxed) {
+                        return (i, Sent::Skipped);
+                    }
+                    let sent =
+                        send(&self.client, &self.key, request, content_type, timeout_ms).await;
+                    if matches!(sent, Sent::NoAnswer(_)) {
+                        down.store(true, Ordering::Relaxed);
+                    }
+                    (i, sent)
+                }
+            })
+            .buffer_unordered(self.config.max_concurrency);
         let mut answered = false;
         let mut first_failure: Option<String> = None;
         let mut unanswered = Vec::new();
-        while let Some(joined) = requests.join_next().await {
-            let (i, sent) = match joined {
-                Ok(r) => r,
-                Err(e) => return Err(Unavailable::new(format!("http request task failed: {e}"))),
-            };
+        while let Some((i, sent)) = sent.next().await {
             match sent {
                 Sent::Answered(o) => {
                     answered = true;

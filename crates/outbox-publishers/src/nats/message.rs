@@ -21,6 +21,36 @@ pub(super) const MSG_ID_HEADER: &str = "Nats-Msg-Id";
 /// them, `\r\n` after.
 const HEADER_FRAME_BYTES: usize = 10 + 2;
 
+/// The headers a plain message carries before the producer's own, in
+/// order: `Nats-Msg-Id`, then the identity `Event::message_headers` names.
+const IDENTITY_NAMES: [&str; 5] = [
+    MSG_ID_HEADER,
+    "outbox-event-id",
+    "outbox-event-type",
+    "outbox-aggregate-type",
+    "outbox-aggregate-id",
+];
+
+/// `name` as a NATS header name, or why it cannot be one.
+fn header_name(name: &str) -> Result<HeaderName, String> {
+    HeaderName::from_str(name).map_err(|_| {
+        format!(
+            "header name {:?} cannot be sent over NATS: names are printable ASCII without ':' or spaces",
+            shorten(name, 60)
+        )
+    })
+}
+
+/// `value` of header `name` as a NATS header value, or why it cannot be one.
+fn header_value(name: &str, value: &str) -> Result<HeaderValue, String> {
+    HeaderValue::from_str(value).map_err(|_| {
+        format!(
+            "the value of header {:?} contains a line break, which NATS headers cannot carry",
+            shorten(name, 60)
+        )
+    })
+}
+
 /// A message ready to publish.
 pub(super) struct Message {
     pub(super) subject: String,
@@ -47,34 +77,44 @@ pub(super) fn message(
     }
     let mut headers = HeaderMap::new();
     let mut header_bytes = HEADER_FRAME_BYTES;
-    let mut add = |headers: &mut HeaderMap, name: &str, value: &str| -> Result<(), String> {
-        let parsed_name = HeaderName::from_str(name).map_err(|_| {
-            format!(
-                "header name {:?} cannot be sent over NATS: names are printable ASCII without ':' or spaces",
-                shorten(name, 60)
-            )
-        })?;
-        let parsed_value = HeaderValue::from_str(value).map_err(|_| {
-            format!(
-                "the value of header {:?} contains a line break, which NATS headers cannot carry",
-                shorten(name, 60)
-            )
-        })?;
-        // The identity headers come first and win over a producer header
-        // of the same name.
-        if headers.get(parsed_name.clone()).is_none() {
-            header_bytes += name.len() + 2 + value.len() + 2;
-            headers.insert(parsed_name, parsed_value);
-        }
-        Ok(())
-    };
     let id = event.id.to_string();
-    add(&mut headers, MSG_ID_HEADER, &id)?;
     if envelope.is_plain() {
-        for (name, value) in event.message_headers() {
-            add(&mut headers, &name, &value)?;
+        // The identity's names are known good: only the values are checked
+        // (and each copied once).
+        let identity = [
+            (MSG_ID_HEADER, id.as_str()),
+            ("outbox-event-id", id.as_str()),
+            ("outbox-event-type", event.event_type.as_str()),
+            ("outbox-aggregate-type", event.aggregate_type.as_str()),
+            ("outbox-aggregate-id", event.aggregate_id.as_str()),
+        ];
+        for (name, value) in identity {
+            let value = header_value(name, value)?;
+            header_bytes += name.len() + 2 + value.as_str().len() + 2;
+            headers.insert(HeaderName::from_static(name), value);
+        }
+        for (name, value) in &event.headers {
+            // The identity comes first and wins over a producer header of
+            // the same name.
+            let (parsed_name, parsed_value) = (header_name(name)?, header_value(name, value)?);
+            if !IDENTITY_NAMES.contains(&name.as_str()) {
+                header_bytes += name.len() + 2 + value.len() + 2;
+                headers.insert(parsed_name, parsed_value);
+            }
         }
     } else {
+        let mut add = |headers: &mut HeaderMap, name: &str, value: &str| -> Result<(), String> {
+            let parsed_name = header_name(name)?;
+            let parsed_value = header_value(name, value)?;
+            // The identity headers come first and win over a producer
+            // header of the same name.
+            if headers.get(parsed_name.clone()).is_none() {
+                header_bytes += name.len() + 2 + value.len() + 2;
+                headers.insert(parsed_name, parsed_value);
+            }
+            Ok(())
+        };
+        add(&mut headers, MSG_ID_HEADER, &id)?;
         if envelope.format() == Format::CloudEventsBinary {
             let mut failed = None;
             envelope.binary_attributes(event, &NATS, |name, value| {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use async_nats::connection::State;
 use async_nats::jetstream::{self, context::PublishError};
-use async_nats::{Client, ConnectOptions, ServerAddr};
+use async_nats::{Client, ConnectOptions, ServerAddr, Subject};
 use async_trait::async_trait;
 use futures::future::join_all;
 use outbox::redact::redact_text;
@@ -277,20 +277,19 @@ impl Publisher for NatsPublisher {
                     continue;
                 }
             };
+            // Shared, not copied, by the publish and the answer.
+            let subject = Subject::from(m.subject);
             let sent = js
                 .send_publish(
-                    m.subject.clone(),
+                    subject.clone(),
                     jetstream::message::PublishMessage::build()
                         .payload(m.payload)
                         .headers(m.headers),
                 )
                 .await;
             match sent {
-                Ok(ack) => pending.push((i, m.subject, ack)),
-                Err(e) => {
-                    let subject = m.subject;
-                    answers[i] = Some(self.answer(Err(e), &subject));
-                }
+                Ok(ack) => pending.push((i, subject, ack)),
+                Err(e) => answers[i] = Some(self.answer(Err(e), &subject)),
             }
         }
         let acks = join_all(
@@ -358,11 +357,16 @@ impl Publisher for NatsPublisher {
 }
 
 impl NatsPublisher {
+    /// What `result` says; where it happened is only written out for an
+    /// error (not once per delivered event).
     fn answer(
         &self,
         result: Result<jetstream::publish::PublishAck, PublishError>,
         subject: &str,
     ) -> Answer {
+        if result.is_ok() {
+            return classify(result, self.config.no_stream, "");
+        }
         let context = format!("at {}, subject {subject:?}", self.where_());
         classify(result, self.config.no_stream, &context)
     }

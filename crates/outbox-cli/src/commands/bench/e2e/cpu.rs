@@ -29,6 +29,26 @@ impl Cpu {
     }
 }
 
+/// CPU seconds so far of the bench's own process: the consumer (the
+/// webhook receiver) and, during the reference, the broker's client. NaN
+/// where it cannot be read.
+pub fn bench_cpu_seconds() -> f64 {
+    cpu_seconds(std::process::id()).unwrap_or(f64::NAN)
+}
+
+/// The bench process's CPU per event of a drain of `events`: `relay`
+/// seconds while the relay drained (its consumer alone) and `reference`
+/// seconds while the broker's client published (client and consumer), so
+/// the client's own share is their difference.
+pub fn bench_report(relay: f64, reference: f64, events: u64) -> Value {
+    let per = |s: f64| s / events.max(1) as f64 * 1e6;
+    json!({
+        "while_relay_us_per_event": per(relay),
+        "while_reference_us_per_event": per(reference),
+        "reference_client_us_per_event": per(reference - relay),
+    })
+}
+
 /// The relay's CPU over a run of `events` events lasting `secs`.
 pub fn cpu_report(before: (f64, f64), after: (f64, f64), events: u64, secs: f64) -> Value {
     let (process, sessions) = (after.0 - before.0, after.1 - before.1);
@@ -60,6 +80,18 @@ mod tests {
         );
         assert!((f("relay_us_per_event") - 500.0).abs() < 1e-6, "{r}");
         assert!((f("relay_core_share") - 0.25).abs() < 1e-9, "{r}");
+        // The client's share is what the bench spent beyond its consumer.
+        let b = bench_report(0.5, 1.25, 50_000);
+        let f = |k: &str| b[k].as_f64().unwrap();
+        assert!((f("while_relay_us_per_event") - 10.0).abs() < 1e-9, "{b}");
+        assert!(
+            (f("while_reference_us_per_event") - 25.0).abs() < 1e-9,
+            "{b}"
+        );
+        assert!(
+            (f("reference_client_us_per_event") - 15.0).abs() < 1e-9,
+            "{b}"
+        );
         // Unreadable (a remote server): null, never a made-up zero.
         let r = cpu_report((1.0, f64::NAN), (1.2, f64::NAN), 1_000, 2.0);
         assert!(r["relay_sessions_us_per_event"].is_null(), "{r}");

@@ -33,7 +33,7 @@ use uuid::Uuid;
 use self::broker::{Broker, Side, AGGREGATE_TYPE, EVENT_TYPE};
 use self::check::Arrivals;
 use self::consumer::Consumer;
-use self::cpu::{cpu_report, Cpu};
+use self::cpu::{bench_cpu_seconds, bench_report, cpu_report, Cpu};
 use super::child_relay::ChildRelay as Relay;
 use super::latency::open_loop;
 
@@ -180,11 +180,13 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: E2eArgs) -> Result<Value> {
     let mut consumer = Consumer::start(&broker, Side::Relay, arrivals.clone()).await?;
     let (spec, env) = broker.relay_spec();
     let start = Instant::now();
+    let bench_at_start = bench_cpu_seconds();
     let mut relay = Relay::spawn_publishing(&server.url, &schema, RELAY_INSTANCE, &spec, &env)?;
     let mut cpu = Cpu::default();
     let cpu_before = cpu.now(&pool, &relay).await?;
     let relay_secs = wait_all(&arrivals, n, &mut consumer, Some(&mut relay), start).await?;
     let drain_cpu = cpu_report(cpu_before, cpu.now(&pool, &relay).await?, n, relay_secs);
+    let bench_while_relay = bench_cpu_seconds() - bench_at_start;
     drop(consumer);
     let (tally, times) = verdict("drain through the relay", &arrivals)?;
     let relay_first = first_arrival(&times, start);
@@ -195,12 +197,18 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: E2eArgs) -> Result<Value> {
     let arrivals = Arrivals::new(n, aggs);
     let mut consumer = Consumer::start(&broker, Side::Reference, arrivals.clone()).await?;
     let start = Instant::now();
+    let bench_at_reference = bench_cpu_seconds();
     let (published, waited) = tokio::join!(
         reference::publish(&broker, n, aggs),
         wait_all(&arrivals, n, &mut consumer, None, start)
     );
     published?;
     let reference_secs = waited?;
+    let bench_cpu = bench_report(
+        bench_while_relay,
+        bench_cpu_seconds() - bench_at_reference,
+        n,
+    );
     drop(consumer);
     let (reference_tally, times) = verdict("drain through the broker's own client", &arrivals)?;
     let reference_first = first_arrival(&times, start);
@@ -215,8 +223,21 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: E2eArgs) -> Result<Value> {
         "         first arrival after {relay_first:.2} s (relay) and {reference_first:.2} s (client)"
     );
     println!(
-        "         relay cpu {:.1} us/event",
-        drain_cpu["relay_us_per_event"].as_f64().unwrap_or(0.0)
+        "         relay cpu {:.1} us/event (process {:.1}, database sessions {:.1}); \
+         broker's own client {:.1} us/event (the bench's cpu beyond its consumer's {:.1})",
+        drain_cpu["relay_us_per_event"].as_f64().unwrap_or(f64::NAN),
+        drain_cpu["relay_process_us_per_event"]
+            .as_f64()
+            .unwrap_or(f64::NAN),
+        drain_cpu["relay_sessions_us_per_event"]
+            .as_f64()
+            .unwrap_or(f64::NAN),
+        bench_cpu["reference_client_us_per_event"]
+            .as_f64()
+            .unwrap_or(f64::NAN),
+        bench_cpu["while_relay_us_per_event"]
+            .as_f64()
+            .unwrap_or(f64::NAN),
     );
 
     let producers = server
@@ -262,6 +283,7 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: E2eArgs) -> Result<Value> {
             "duplicates": relay_dups,
             "reference_delivered": reference_tally.distinct,
             "cpu": drain_cpu,
+            "bench_cpu": bench_cpu,
         },
         "latency": rates,
         "fsync": fsync,

@@ -5,19 +5,38 @@
 //! publishes whose acks are awaited per [`WINDOW`], webhook POSTs
 //! [`HTTP_IN_FLIGHT`] at a time, each answered before it counts — the
 //! relay's batch size and the webhook publisher's concurrency.
+//!
+//! The messages are the relay's, byte for byte where the broker carries
+//! them: the same body and the same headers (the event's identity, and for
+//! NATS `Nats-Msg-Id`, which makes the stream check for duplicates), and
+//! webhook requests signed as the publisher signs them (Standard Webhooks:
+//! `webhook-id`, `webhook-timestamp`, `webhook-signature`). A reference
+//! with fewer headers would send less and ask less of the broker.
 
 use anyhow::{ensure, Context, Result};
 use futures::StreamExt;
 use uuid::Uuid;
 
 use super::broker::{amqp_channel, nats_connect, Broker, Destination, Side, AMQP_EXCHANGE};
-use super::broker::{AGGREGATE_TYPE, EVENT_TYPE};
+use super::broker::{AGGREGATE_TYPE, EVENT_TYPE, WEBHOOK_SECRET};
 use super::check::body;
+use outbox_publishers::http::{sign, SigningKey};
 
 /// Messages in flight (the relay's default batch size).
 pub const WINDOW: u64 = 500;
 /// Requests in flight to the webhook (the publisher's default concurrency).
 pub const HTTP_IN_FLIGHT: usize = 16;
+
+/// The identity headers the relay's messages carry (`outbox-*`, as
+/// `Event::message_headers` names them) for an event `id` of aggregate `a`.
+fn identity(id: Uuid, a: u64) -> [(&'static str, String); 4] {
+    [
+        ("outbox-event-id", id.to_string()),
+        ("outbox-event-type", EVENT_TYPE.to_owned()),
+        ("outbox-aggregate-type", AGGREGATE_TYPE.to_owned()),
+        ("outbox-aggregate-id", a.to_string()),
+    ]
+}
 
 /// Publishes events `0..events` of a run over `aggregates` aggregates to the
 /// reference destination of `broker`.
@@ -64,16 +83,15 @@ pub async fn publish(broker: &Broker, events: u64, aggregates: u32) -> Result<()
                 for i in start..(start + WINDOW).min(events) {
                     let (id, a, body) = message(i);
                     let mut headers = FieldTable::default();
-                    for (k, v) in [
-                        ("outbox-event-id", id.to_string()),
-                        ("outbox-aggregate-id", a.to_string()),
-                    ] {
+                    for (k, v) in identity(id, a) {
                         headers.insert(k.into(), AMQPValue::LongString(LongString::from(v)));
                     }
                     let props = lapin::BasicProperties::default()
                         .with_content_type("application/json".into())
                         .with_delivery_mode(2)
                         .with_message_id(id.to_string().into())
+                        .with_type(EVENT_TYPE.into())
+                        .with_timestamp(chrono::Utc::now().timestamp().unsigned_abs())
                         .with_headers(headers);
                     let options = BasicPublishOptions {
                         mandatory: true,
@@ -107,8 +125,9 @@ pub async fn publish(broker: &Broker, events: u64, aggregates: u32) -> Result<()
                     let (id, a, body) = message(i);
                     let mut headers = async_nats::HeaderMap::new();
                     headers.insert("Nats-Msg-Id", id.to_string().as_str());
-                    headers.insert("outbox-event-id", id.to_string().as_str());
-                    headers.insert("outbox-aggregate-id", a.to_string().as_str());
+                    for (k, v) in identity(id, a) {
+                        headers.insert(k, v.as_str());
+                    }
                     acks.push(
                         js.publish_with_headers(subject, headers, body.into())
                             .await
@@ -125,16 +144,24 @@ pub async fn publish(broker: &Broker, events: u64, aggregates: u32) -> Result<()
             }
         }
         Destination::Http { url } => {
-            let client = reqwest::Client::new();
+            let client = reqwest::Client::builder().tcp_nodelay(true).build()?;
+            let key = SigningKey::parse(WEBHOOK_SECRET).map_err(anyhow::Error::msg)?;
             let mut posts = futures::stream::iter(0..events)
                 .map(|i| {
-                    let (id, _, body) = message(i);
-                    client
+                    let (id, a, body) = message(i);
+                    let id_text = id.to_string();
+                    let timestamp = chrono::Utc::now().timestamp();
+                    let signature = sign(&key, &id_text, timestamp, body.as_bytes());
+                    let mut request = client
                         .post(&url)
                         .header("content-type", "application/json")
-                        .header("webhook-id", id.to_string())
-                        .body(body)
-                        .send()
+                        .header("webhook-id", id_text)
+                        .header("webhook-timestamp", timestamp.to_string())
+                        .header("webhook-signature", signature);
+                    for (k, v) in identity(id, a) {
+                        request = request.header(k, v);
+                    }
+                    request.body(body).send()
                 })
                 .buffer_unordered(HTTP_IN_FLIGHT);
             while let Some(answer) = posts.next().await {
