@@ -57,6 +57,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         include_str!("../migrations/0009_cheaper_inserts.sql"),
     ),
     (10, "pause", include_str!("../migrations/0010_pause.sql")),
+    (
+        12,
+        "dead_letter_index",
+        include_str!("../migrations/0012_dead_letter_index.sql"),
+    ),
 ];
 
 const TRIGGER_ON: &str = include_str!("../migrations/notify_trigger_on.sql");

@@ -58,7 +58,8 @@ async fn migrating_twice_is_a_no_op() {
             "0007_idle_flag_in_a_sequence".to_owned(),
             "0008_seq_always_positive".to_owned(),
             "0009_cheaper_inserts".to_owned(),
-            "0010_pause".to_owned()
+            "0010_pause".to_owned(),
+            "0012_dead_letter_index".to_owned()
         ]
     );
     assert_eq!(first.partitions, 32);
@@ -248,7 +249,8 @@ async fn upgrading_a_first_release_schema_keeps_pending_events_and_their_order()
             "0007_idle_flag_in_a_sequence",
             "0008_seq_always_positive",
             "0009_cheaper_inserts",
-            "0010_pause"
+            "0010_pause",
+            "0012_dead_letter_index"
         ]
     );
     assert_eq!(report.partitions, 32);

@@ -5,6 +5,7 @@
 mod actions;
 mod answer;
 mod auth;
+mod count;
 mod forms;
 mod json_pretty;
 mod pages;

@@ -18,10 +18,10 @@ pub fn figures(o: &Overview) -> Vec<(&'static str, String)> {
         (false, n) => format!("{n} aggregate type{}", if n == 1 { "" } else { "s" }),
     };
     vec![
-        ("pending", o.pending.to_string()),
+        ("pending", o.pending.shown()),
         ("oldest_claimable", age(o.oldest_claimable_s)),
-        ("retrying", o.retrying.to_string()),
-        ("dead_letters", o.dead_letters.to_string()),
+        ("retrying", o.retrying.shown()),
+        ("dead_letters", o.dead_letters.shown()),
         ("relays", o.relays.len().to_string()),
         ("unowned", o.unowned.len().to_string()),
         ("paused", paused),
