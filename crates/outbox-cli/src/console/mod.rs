@@ -86,6 +86,30 @@ pub async fn run(ctx: &Ctx, args: ConsoleArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Serves the console of `schema` over `pool` on `listen` (loopback, no
+/// password, read-write) on a task of its own, for `bench console`; the
+/// address it serves on.
+pub(crate) async fn spawn_loopback(
+    pool: sqlx::PgPool,
+    schema: &outbox::Schema,
+    listen: &str,
+) -> Result<std::net::SocketAddr> {
+    auth::check_exposure(listen, false)?;
+    let listener = crate::http::bind(listen).await?;
+    let addr = listener.local_addr()?;
+    let app = Arc::new(answer::App {
+        store: store::Store::new(pool, schema),
+        sessions: auth::Sessions::default(),
+        password: None,
+        read_only: false,
+        schema: schema.name().to_owned(),
+        channel: schema.channel(),
+        trace_link: None,
+    });
+    tokio::spawn(server::serve(listener, app));
+    Ok(addr)
+}
+
 async fn terminated() {
     match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(mut s) => {

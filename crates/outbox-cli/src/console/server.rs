@@ -56,7 +56,12 @@ pub async fn serve(listener: TcpListener, app: Arc<App>) {
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
                 let app = app.clone();
-                async move { Ok::<_, Infallible>(handle(&app, req, peer).await) }
+                async move {
+                    let started = std::time::Instant::now();
+                    let mut r = handle(&app, req, peer).await;
+                    server_timing(&mut r, started.elapsed());
+                    Ok::<_, Infallible>(r)
+                }
             });
             let served = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -68,6 +73,15 @@ pub async fn serve(listener: TcpListener, app: Arc<App>) {
             }
             drop(permit);
         });
+    }
+}
+
+/// Says how long the handler took (`Server-Timing: handler;dur=` ms), the
+/// figure `bench console` reports and a browser's developer tools show.
+fn server_timing(r: &mut Answer, took: Duration) {
+    let value = format!("handler;dur={:.3}", took.as_secs_f64() * 1000.0);
+    if let Ok(v) = HeaderValue::from_str(&value) {
+        r.headers_mut().insert("server-timing", v);
     }
 }
 
