@@ -10,6 +10,7 @@ mod forms;
 mod json_pretty;
 mod pages;
 mod queries;
+mod rate;
 mod server;
 mod store;
 

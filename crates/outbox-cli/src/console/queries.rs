@@ -71,6 +71,24 @@ SELECT (SELECT nullif(reltuples, -1)::bigint FROM pg_class
        (SELECT nullif(reltuples, -1)::bigint FROM pg_class
          WHERE oid = to_regclass('{schema}.idx_outbox_dead_letters'))";
 
+/// Rows delivered in the last minute and kept (retention mode), newest
+/// first, at most `$1`: how many, and the oldest one's age in seconds.
+/// Reads at most `$1` entries of the processed-rows index (backwards).
+pub const DELIVERED_KEPT: &str = "
+SELECT count(*), EXTRACT(EPOCH FROM now() - min(processed_at))::float8 FROM (
+  SELECT processed_at FROM {schema}.outbox_events
+  WHERE processed_at IS NOT NULL AND processed_at > now() - interval '1 minute'
+  ORDER BY processed_at DESC
+  LIMIT $1) d";
+
+/// Rows deleted from the outbox table since PostgreSQL's statistics were
+/// reset (in the default delete mode, one per delivered event), from the
+/// cumulative statistics (each backend reports its own at most about once
+/// a second).
+pub const DELETED_TOTAL: &str = "
+SELECT n_tup_del FROM pg_stat_user_tables
+WHERE relid = to_regclass('{schema}.outbox_events')";
+
 /// Relay instances that have announced themselves, with the partitions
 /// each holds under a live lease, the highest epoch and the earliest lease
 /// expiry among them (ms from now), and the heartbeat's age (ms).

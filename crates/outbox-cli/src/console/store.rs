@@ -4,6 +4,8 @@
 //! neither change an event by mistake nor hold a snapshot for long; it
 //! never takes a partition lease.
 
+use std::sync::{Arc, Mutex};
+
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use outbox::{DeadLetters, Schema, Selector};
@@ -13,6 +15,7 @@ use uuid::Uuid;
 
 use super::count::{Count, COUNT_BOUND};
 use super::queries as q;
+use super::rate::{self, Deletions, Rate};
 
 /// A console read's settings: it runs 5 s at most; each statement is
 /// planned with its values (an unused optional criterion folds away, a
@@ -31,6 +34,8 @@ pub struct Overview {
     pub pending: Count,
     pub retrying: Count,
     pub dead_letters: Count,
+    /// Delivered per second over the last minute, when known.
+    pub delivered: Option<Rate>,
     /// Age of the oldest pending event that can be claimed now.
     pub oldest_claimable_s: Option<f64>,
     /// Age of the cluster's oldest open transaction.
@@ -167,6 +172,10 @@ pub struct Store {
     pub dead: DeadLetters,
     counts: String,
     estimates: String,
+    delivered_kept: String,
+    deleted_total: String,
+    /// The deleted-row samples of this console's overview reads.
+    deletions: Arc<Mutex<Deletions>>,
     relays: String,
     unowned: String,
     pauses: String,
@@ -188,6 +197,9 @@ impl Store {
             dead: DeadLetters::new(schema),
             counts: r(q::OVERVIEW_COUNTS),
             estimates: r(q::OVERVIEW_ESTIMATES),
+            delivered_kept: r(q::DELIVERED_KEPT),
+            deleted_total: r(q::DELETED_TOTAL),
+            deletions: Arc::default(),
             relays: r(q::OVERVIEW_RELAYS),
             unowned: r(q::OVERVIEW_UNOWNED),
             pauses: r(q::PAUSE_LIST),
@@ -230,6 +242,7 @@ impl Store {
         }
         let [pending, retrying, dead_letters] =
             [0, 1, 2].map(|i| Count::from_bounded(counted[i], COUNT_BOUND, estimates[i]));
+        let delivered = self.delivered_in(&mut tx).await?;
         let relays = sqlx::query(&self.relays)
             .fetch_all(&mut *tx)
             .await
@@ -259,6 +272,7 @@ impl Store {
             pending,
             retrying,
             dead_letters,
+            delivered,
             oldest_claimable_s: c.try_get(3)?,
             oldest_xact_s: c.try_get(4)?,
             oldest_xmin_age: c.try_get(5)?,
@@ -266,6 +280,30 @@ impl Store {
             unowned,
             pauses,
         })
+    }
+
+    /// The delivery rate: from kept rows when the last minute has any,
+    /// else from the table's deleted-row count sampled at each read.
+    async fn delivered_in(&self, tx: &mut Transaction<'static, Postgres>) -> Result<Option<Rate>> {
+        let kept = sqlx::query(&self.delivered_kept)
+            .bind(rate::KEPT_BOUND)
+            .fetch_one(&mut **tx)
+            .await
+            .context("reading recent deliveries")?;
+        let deleted: Option<i64> = sqlx::query_scalar(&self.deleted_total)
+            .fetch_optional(&mut **tx)
+            .await
+            .context("reading the table's statistics")?
+            .flatten();
+        // Sampled at every read, so the deletion rate is ready whenever
+        // kept rows stop (or never were).
+        let by_deletions = deleted.and_then(|total| {
+            self.deletions
+                .lock()
+                .expect("deletion samples")
+                .observe(std::time::Instant::now(), total)
+        });
+        Ok(rate::from_kept(kept.try_get(0)?, kept.try_get(1)?).or(by_deletions))
     }
 
     async fn pause_list_in(&self, tx: &mut Transaction<'static, Postgres>) -> Result<Vec<Pause>> {

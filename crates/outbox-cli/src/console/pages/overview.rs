@@ -20,6 +20,12 @@ pub fn figures(o: &Overview) -> Vec<(&'static str, String)> {
     vec![
         ("pending", o.pending.shown()),
         ("oldest_claimable", age(o.oldest_claimable_s)),
+        (
+            "delivered",
+            o.delivered
+                .map(|r| r.shown())
+                .unwrap_or_else(|| "- (none in the last minute, or measuring)".into()),
+        ),
         ("retrying", o.retrying.shown()),
         ("dead_letters", o.dead_letters.shown()),
         ("relays", o.relays.len().to_string()),
@@ -35,9 +41,10 @@ pub fn figures(o: &Overview) -> Vec<(&'static str, String)> {
     ]
 }
 
-const LABELS: [(&str, &str); 9] = [
+const LABELS: [(&str, &str); 10] = [
     ("pending", "Pending"),
     ("oldest_claimable", "Oldest claimable pending"),
+    ("delivered", "Delivered per second"),
     ("retrying", "Retrying"),
     ("dead_letters", "Dead letters"),
     ("relays", "Relays"),
