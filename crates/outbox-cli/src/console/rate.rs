@@ -42,16 +42,14 @@ pub enum Source {
 }
 
 impl Rate {
-    /// As the overview shows it: `512.3/s (last 60 s, kept rows)`.
+    /// As the overview shows it: `512.3/s (60 s, kept rows)`: the
+    /// rate, the seconds it covers up to now, and its source.
     pub fn shown(&self) -> String {
         let source = match self.source {
-            Source::KeptRows => "delivered rows kept",
-            Source::Deletions => "rows deleted",
+            Source::KeptRows => "kept rows",
+            Source::Deletions => "deletions",
         };
-        format!(
-            "{:.1}/s (last {:.0} s, {source})",
-            self.per_sec, self.over_s
-        )
+        format!("{:.1}/s ({:.0} s, {source})", self.per_sec, self.over_s)
     }
 }
 

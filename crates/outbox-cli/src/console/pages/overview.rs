@@ -24,7 +24,7 @@ pub fn figures(o: &Overview) -> Vec<(&'static str, String)> {
             "delivered",
             o.delivered
                 .map(|r| r.shown())
-                .unwrap_or_else(|| "- (none in the last minute, or measuring)".into()),
+                .unwrap_or_else(|| "- (measuring)".into()),
         ),
         ("retrying", o.retrying.shown()),
         ("dead_letters", o.dead_letters.shown()),
