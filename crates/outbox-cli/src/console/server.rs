@@ -101,6 +101,15 @@ fn header<'a>(req: &'a Request<Incoming>, name: &str) -> Option<&'a str> {
 }
 
 async fn handle(app: &App, req: Request<Incoming>, peer: SocketAddr) -> Answer {
+    // Without a password the console is loopback only: a Host naming
+    // anything else is refused (auth::loopback_host).
+    if app.password.is_none() && !auth::loopback_host(header(&req, "host")) {
+        tracing::warn!(%peer, host = ?header(&req, "host"), "console request refused: not a loopback Host");
+        return plain(
+            StatusCode::FORBIDDEN,
+            "refused: without a password the console answers only to localhost or a loopback address in Host",
+        );
+    }
     let path = req.uri().path().to_owned();
     match path.as_str() {
         "/assets/console.js" => return asset("text/javascript; charset=utf-8", JS),
