@@ -8,6 +8,7 @@ mod auth;
 mod count;
 mod forms;
 mod json_pretty;
+mod metrics;
 mod pages;
 mod queries;
 mod rate;
@@ -76,6 +77,7 @@ pub async fn run(ctx: &Ctx, args: ConsoleArgs) -> Result<ExitCode> {
         schema: ctx.schema.name().to_owned(),
         channel: ctx.schema.channel(),
         trace_link: args.trace_link,
+        metrics: metrics::ConsoleMetrics::default(),
     });
     tracing::info!(listen = %shown, read_only = args.read_only, "console serving");
     eprintln!("console: serving http://{shown}/");
@@ -106,6 +108,7 @@ pub(crate) async fn spawn_loopback(
         schema: schema.name().to_owned(),
         channel: schema.channel(),
         trace_link: None,
+        metrics: metrics::ConsoleMetrics::default(),
     });
     tokio::spawn(server::serve(listener, app));
     Ok(addr)

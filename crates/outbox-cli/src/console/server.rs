@@ -20,6 +20,7 @@ use uuid::Uuid;
 use super::answer::{answer, failed, html, plain, redirect, Answer, App};
 use super::auth::{self, Refusal, Session, COOKIE};
 use super::forms::{self, Params};
+use super::metrics::{action_of, Outcome};
 use super::pages::{self, View};
 use crate::db::redact_text;
 
@@ -105,6 +106,10 @@ async fn handle(app: &App, req: Request<Incoming>, peer: SocketAddr) -> Answer {
     // anything else is refused (auth::loopback_host).
     if app.password.is_none() && !auth::loopback_host(header(&req, "host")) {
         tracing::warn!(%peer, host = ?header(&req, "host"), "console request refused: not a loopback Host");
+        if req.method() == Method::POST {
+            app.metrics
+                .action(action_of(req.uri().path(), None), Outcome::Refused);
+        }
         return plain(
             StatusCode::FORBIDDEN,
             "refused: without a password the console answers only to localhost or a loopback address in Host",
@@ -114,6 +119,15 @@ async fn handle(app: &App, req: Request<Incoming>, peer: SocketAddr) -> Answer {
     match path.as_str() {
         "/assets/console.js" => return asset("text/javascript; charset=utf-8", JS),
         "/assets/console.css" => return asset("text/css; charset=utf-8", CSS),
+        // Counts only, nothing read from the database: open to a scraper
+        // as the relay's /metrics is.
+        "/metrics" if req.method() == Method::GET => {
+            return answer(
+                StatusCode::OK,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                app.metrics.encode(),
+            )
+        }
         _ => {}
     }
     let method = req.method().clone();
@@ -153,7 +167,11 @@ async fn handle(app: &App, req: Request<Incoming>, peer: SocketAddr) -> Answer {
             (id, s, true)
         }
         _ if method == Method::GET => return redirect("/login"),
-        _ => return plain(StatusCode::FORBIDDEN, "refused: sign in first"),
+        _ => {
+            app.metrics
+                .action(action_of(&path, form.get("action")), Outcome::Refused);
+            return plain(StatusCode::FORBIDDEN, "refused: sign in first");
+        }
     };
     let view = View {
         csrf: session.csrf.clone(),
@@ -207,6 +225,7 @@ async fn login(
         return html(StatusCode::OK, pages::layout::login(false));
     }
     if origin.is_some_and(|o| !auth::same_origin(o, host)) {
+        app.metrics.action("sign_in", Outcome::Refused);
         return plain(StatusCode::FORBIDDEN, "refused: cross-site sign-in");
     }
     let given = form
@@ -217,12 +236,14 @@ async fn login(
         .unwrap_or("");
     if !auth::ct_eq(given.as_bytes(), password.as_bytes()) {
         tracing::warn!(%peer, "console sign-in refused: wrong password");
+        app.metrics.action("sign_in", Outcome::Refused);
         // Slows guessing down; the answer is the same whatever was wrong.
         tokio::time::sleep(Duration::from_millis(300)).await;
         return html(StatusCode::UNAUTHORIZED, pages::layout::login(true));
     }
     let (id, _) = app.sessions.open(true);
     tracing::warn!(%peer, "console sign-in");
+    app.metrics.action("sign_in", Outcome::Changed);
     set_cookie(redirect("/"), &id, None)
 }
 
@@ -368,16 +389,25 @@ async fn post(
     view: &View,
     peer: SocketAddr,
 ) -> Answer {
+    let refused = || {
+        app.metrics
+            .action(action_of(path, form.get("action")), Outcome::Refused)
+    };
     match auth::check_post(Some(session), form.get("csrf"), origin, host) {
         Ok(()) => {}
-        Err(Refusal::NotSignedIn) => return plain(StatusCode::FORBIDDEN, "refused: sign in first"),
+        Err(Refusal::NotSignedIn) => {
+            refused();
+            return plain(StatusCode::FORBIDDEN, "refused: sign in first");
+        }
         Err(Refusal::Csrf) => {
+            refused();
             tracing::warn!(%peer, path, "console POST refused: missing or wrong CSRF token, or cross-site");
             return plain(StatusCode::FORBIDDEN, "refused: this form is stale or came from another site; reload the page and try again");
         }
     }
     if path == "/logout" {
         app.sessions.close(sid);
+        app.metrics.action("sign_out", Outcome::Changed);
         let to = if app.password.is_some() {
             "/login"
         } else {
@@ -386,6 +416,7 @@ async fn post(
         return set_cookie(redirect(to), "", Some(0));
     }
     if app.read_only {
+        refused();
         return plain(StatusCode::FORBIDDEN, "refused: the console runs read-only");
     }
     super::actions::run(app, path, form, sid, view, peer).await
