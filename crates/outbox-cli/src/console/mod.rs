@@ -69,16 +69,7 @@ pub async fn run(ctx: &Ctx, args: ConsoleArgs) -> Result<ExitCode> {
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or(args.listen.clone());
-    let app = Arc::new(answer::App {
-        store: store::Store::new(pool, &ctx.schema),
-        sessions: auth::Sessions::default(),
-        password,
-        read_only: args.read_only,
-        schema: ctx.schema.name().to_owned(),
-        channel: ctx.schema.channel(),
-        trace_link: args.trace_link,
-        metrics: metrics::ConsoleMetrics::default(),
-    });
+    let app = app(pool, &ctx.schema, password, args.read_only, args.trace_link);
     tracing::info!(listen = %shown, read_only = args.read_only, "console serving");
     eprintln!("console: serving http://{shown}/");
     tokio::select! {
@@ -87,6 +78,43 @@ pub async fn run(ctx: &Ctx, args: ConsoleArgs) -> Result<ExitCode> {
         () = terminated() => {}
     }
     Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) use answer::App as ConsoleApp;
+pub(crate) use server::answer_request;
+
+/// The console of `schema` over `pool`: what `outbox console`, the relay's
+/// `--console` and `bench console` serve.
+pub(crate) fn app(
+    pool: sqlx::PgPool,
+    schema: &outbox::Schema,
+    password: Option<String>,
+    read_only: bool,
+    trace_link: Option<String>,
+) -> Arc<ConsoleApp> {
+    Arc::new(answer::App {
+        store: store::Store::new(pool, schema),
+        sessions: auth::Sessions::default(),
+        password,
+        read_only,
+        schema: schema.name().to_owned(),
+        channel: schema.channel(),
+        trace_link,
+        metrics: metrics::ConsoleMetrics::default(),
+    })
+}
+
+/// The console's password for `outbox relay --console`, as `outbox
+/// console` takes it (`--console-password-file` or
+/// `OUTBOX_CONSOLE_PASSWORD`), and the refusal to serve `listen` off
+/// loopback without one.
+pub(crate) fn relay_password(
+    file: Option<&std::path::Path>,
+    listen: &str,
+) -> Result<Option<String>> {
+    let password = auth::password(file, std::env::var(auth::PASSWORD_ENV).ok())?;
+    auth::check_exposure(listen, password.is_some())?;
+    Ok(password)
 }
 
 /// Serves the console of `schema` over `pool` on `listen` (loopback, no
@@ -100,16 +128,7 @@ pub(crate) async fn spawn_loopback(
     auth::check_exposure(listen, false)?;
     let listener = crate::http::bind(listen).await?;
     let addr = listener.local_addr()?;
-    let app = Arc::new(answer::App {
-        store: store::Store::new(pool, schema),
-        sessions: auth::Sessions::default(),
-        password: None,
-        read_only: false,
-        schema: schema.name().to_owned(),
-        channel: schema.channel(),
-        trace_link: None,
-        metrics: metrics::ConsoleMetrics::default(),
-    });
+    let app = app(pool, schema, None, false, None);
     tokio::spawn(server::serve(listener, app));
     Ok(addr)
 }

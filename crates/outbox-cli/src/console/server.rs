@@ -57,12 +57,7 @@ pub async fn serve(listener: TcpListener, app: Arc<App>) {
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
                 let app = app.clone();
-                async move {
-                    let started = std::time::Instant::now();
-                    let mut r = handle(&app, req, peer).await;
-                    server_timing(&mut r, started.elapsed());
-                    Ok::<_, Infallible>(r)
-                }
+                async move { Ok::<_, Infallible>(answer_request(&app, req, peer).await) }
             });
             let served = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -75,6 +70,15 @@ pub async fn serve(listener: TcpListener, app: Arc<App>) {
             drop(permit);
         });
     }
+}
+
+/// The console's answer to `req` from `peer`, timed (`Server-Timing`):
+/// what its own server and the relay's (`outbox relay --console`) serve.
+pub async fn answer_request(app: &App, req: Request<Incoming>, peer: SocketAddr) -> Answer {
+    let started = std::time::Instant::now();
+    let mut r = handle(app, req, peer).await;
+    server_timing(&mut r, started.elapsed());
+    r
 }
 
 /// Says how long the handler took (`Server-Timing: handler;dur=` ms), the
