@@ -12,8 +12,9 @@
 //!    the last byte on loopback is reported beside it.
 //! 3. The relay's black-box latency (`bench latency --producer sql`: plain
 //!    SQL producers at `--rate`, `outbox relay` as a child process) on the
-//!    same server, without and then with `--viewers` consoles refreshing
-//!    the filled outbox's overview at the page's own interval (3 s).
+//!    same server, `--pairs` runs without and as many with `--viewers`
+//!    consoles refreshing the filled outbox's overview at the page's own
+//!    interval (3 s), in the order without, with, with, without, …
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -25,7 +26,7 @@ use serde_json::json;
 use sqlx::PgPool;
 
 use super::latency::{self, LatencyArgs, Producer};
-use super::stats::{ms, quantile};
+use super::stats::{median, ms, quantile};
 use super::{fresh_schema, Server};
 use crate::commands::Ctx;
 
@@ -52,7 +53,10 @@ pub struct ConsoleArgs {
     /// Length of each latency run, seconds, 1 to 3600.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=3_600))]
     pub seconds: u64,
-    /// Consoles refreshing the overview during the latency run with a
+    /// Latency runs of each kind (without, with a console), 1 to 10.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=10))]
+    pub pairs: u32,
+    /// Consoles refreshing the overview during the latency runs with a
     /// console open, 1 to 100.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub viewers: u32,
@@ -310,8 +314,10 @@ async fn get(client: &reqwest::Client, base: &str, path: &str) -> Result<(Durati
     Ok((Duration::from_secs_f64(server_time / 1000.0), client_time))
 }
 
-/// The relay's black-box latency at `--rate` without, then with, consoles
-/// refreshing the overview.
+/// The relay's black-box latency at `--rate` without and with consoles
+/// refreshing the overview, `--pairs` of each in the order without, with,
+/// with, without, … (so a drift of the machine weighs on both alike); the
+/// median p99 of each and their ratio.
 async fn relay_with_and_without(
     ctx: &Ctx,
     fsync: bool,
@@ -336,66 +342,108 @@ async fn relay_with_and_without(
         wakeup_trigger: None,
         idle_secs: 2,
     };
-    eprintln!("bench console: the relay at {} /s, no console", args.rate);
-    let without = latency::run(&same_server, fsync, latency_args()).await?;
-
-    eprintln!(
-        "bench console: the relay at {} /s, {} console(s) refreshing",
-        args.rate, args.viewers
-    );
-    let stop = Arc::new(AtomicBool::new(false));
-    let refreshes = Arc::new(AtomicU64::new(0));
-    let failures = Arc::new(AtomicU64::new(0));
-    let mut viewers = Vec::new();
-    for v in 0..args.viewers {
-        let (client, url) = (client.clone(), format!("{base}/overview.json"));
-        let (stop, refreshes, failures) = (stop.clone(), refreshes.clone(), failures.clone());
-        // Viewers opened the page at different moments.
-        let offset = REFRESH.mul_f64(f64::from(v) / f64::from(args.viewers));
-        viewers.push(tokio::spawn(async move {
-            tokio::time::sleep(offset).await;
-            let mut tick = tokio::time::interval(REFRESH);
-            while !stop.load(Ordering::Relaxed) {
-                tick.tick().await;
-                let ok = match client.get(&url).send().await {
-                    Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
-                    Err(_) => false,
-                };
-                let counter = if ok { &refreshes } else { &failures };
-                counter.fetch_add(1, Ordering::Relaxed);
-            }
-        }));
+    let mut without = Vec::new();
+    let mut with = Vec::new();
+    let mut refreshes = 0;
+    for run in 0..2 * args.pairs {
+        // without, with, with, without, without, with, …
+        let console_open = matches!(run % 4, 1 | 2);
+        if !console_open {
+            eprintln!("bench console: the relay at {} /s, no console", args.rate);
+            without.push(latency::run(&same_server, fsync, latency_args()).await?);
+            continue;
+        }
+        eprintln!(
+            "bench console: the relay at {} /s, {} console(s) refreshing",
+            args.rate, args.viewers
+        );
+        let viewers = Viewers::open(client, base, args.viewers);
+        let measured = latency::run(&same_server, fsync, latency_args()).await;
+        let (done, failed) = viewers.close();
+        ensure!(failed == 0, "{failed} of the consoles' refreshes failed");
+        refreshes += done;
+        with.push(measured?);
     }
-    let with = latency::run(&same_server, fsync, latency_args()).await;
-    stop.store(true, Ordering::Relaxed);
-    for v in viewers {
-        v.abort();
-    }
-    let with = with?;
-    let (refreshes, failures) = (
-        refreshes.load(Ordering::Relaxed),
-        failures.load(Ordering::Relaxed),
-    );
-    ensure!(
-        failures == 0,
-        "{failures} of the consoles' refreshes failed"
-    );
-    let p99 = |v: &serde_json::Value| v["p99_ms"].as_f64().unwrap_or(f64::NAN);
-    let ratio = p99(&with) / p99(&without);
+    let p99s = |runs: &[serde_json::Value]| -> Vec<f64> {
+        runs.iter()
+            .map(|v| v["p99_ms"].as_f64().unwrap_or(f64::NAN))
+            .collect()
+    };
+    let (p99_without, p99_with) = (median(p99s(&without)), median(p99s(&with)));
+    let ratio = p99_with / p99_without;
     println!(
-        "console: relay p99 at {} /s: {:.2} ms without a console, {:.2} ms with {} refreshing ({refreshes} refreshes): {ratio:.2}×",
+        "console: relay p99 at {} /s, median of {} runs each: {p99_without:.2} ms without a console \
+         {:?}, {p99_with:.2} ms with {} refreshing {:?} ({refreshes} refreshes): {ratio:.2}×",
         args.rate,
-        p99(&without),
-        p99(&with),
-        args.viewers
+        args.pairs,
+        p99s(&without),
+        args.viewers,
+        p99s(&with),
     );
     Ok(json!({
         "rate": args.rate,
         "seconds": args.seconds,
         "viewers": args.viewers,
         "refreshes": refreshes,
+        "p99_ms_without": p99_without,
+        "p99_ms_with": p99_with,
+        "p99_ratio": ratio,
         "without": without,
         "with": with,
-        "p99_ratio": ratio,
     }))
+}
+
+/// Consoles polling `/overview.json` at the page's interval, as open
+/// overview pages do, each started at its own offset in the interval.
+struct Viewers {
+    stop: Arc<AtomicBool>,
+    done: Arc<AtomicU64>,
+    failed: Arc<AtomicU64>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Viewers {
+    fn open(client: &reqwest::Client, base: &str, n: u32) -> Viewers {
+        let stop = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicU64::new(0));
+        let failed = Arc::new(AtomicU64::new(0));
+        let tasks = (0..n)
+            .map(|v| {
+                let (client, url) = (client.clone(), format!("{base}/overview.json"));
+                let (stop, done, failed) = (stop.clone(), done.clone(), failed.clone());
+                let offset = REFRESH.mul_f64(f64::from(v) / f64::from(n));
+                tokio::spawn(async move {
+                    tokio::time::sleep(offset).await;
+                    let mut tick = tokio::time::interval(REFRESH);
+                    while !stop.load(Ordering::Relaxed) {
+                        tick.tick().await;
+                        let ok = match client.get(&url).send().await {
+                            Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
+                            Err(_) => false,
+                        };
+                        let counter = if ok { &done } else { &failed };
+                        counter.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        Viewers {
+            stop,
+            done,
+            failed,
+            tasks,
+        }
+    }
+
+    /// Stops them: the refreshes done and failed.
+    fn close(self) -> (u64, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.tasks {
+            t.abort();
+        }
+        (
+            self.done.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed),
+        )
+    }
 }
