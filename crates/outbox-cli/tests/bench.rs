@@ -188,3 +188,38 @@ async fn bench_held_snapshot_samples_both_phases_and_compares_them() {
         "the child relay is gone"
     );
 }
+
+/// `bench console` fills the outbox it is asked for, times every page
+/// (each answered, with the handler's time) and compares the relay with
+/// and without a console refreshing; the child relays end with it.
+#[tokio::test]
+async fn bench_console_times_every_page_and_the_relay_with_a_console_open() {
+    let (db, v, stdout) = common::bench_fresh(
+        "console --processed 2000 --pending 300 --dead 200 --requests 2 --rate 50 --seconds 4 --pairs 1",
+    )
+    .await;
+    assert_eq!(v["scenario"], "console", "{v}");
+    let pages = v["pages"].as_array().unwrap();
+    assert!(pages.len() >= 12, "{v}");
+    for p in pages {
+        let (p50, p99) = (
+            p["server_p50_ms"].as_f64().unwrap(),
+            p["server_p99_ms"].as_f64().unwrap(),
+        );
+        assert!(p50 > 0.0 && p50 <= p99, "{p}");
+        // The handler's time is part of the client's.
+        assert!(p99 <= p["client_p99_ms"].as_f64().unwrap(), "{p}");
+    }
+    assert!(stdout.contains("stuck aggregates"), "{stdout}");
+    let relay = &v["relay"];
+    assert_eq!(relay["without"][0]["delivered"], 200, "{v}");
+    assert_eq!(relay["with"][0]["delivered"], 200, "{v}");
+    assert!(relay["p99_ms_with"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(relay["refreshes"].as_u64().unwrap() >= 1, "{v}");
+    assert!(relay["p99_ratio"].as_f64().unwrap() > 0.0, "{v}");
+    assert_eq!(
+        common::relays_on(&db.url),
+        Vec::<u32>::new(),
+        "a child relay outlived the bench"
+    );
+}

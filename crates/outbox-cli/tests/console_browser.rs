@@ -6,7 +6,9 @@
 //!
 //! Skipped, saying so, when `chromedriver` is not installed (Debian:
 //! `chromium chromium-driver`, which `scripts/test` installs). With
-//! `OUTBOX_CONSOLE_SCREENSHOTS=DIR` it also saves PNGs of the pages there.
+//! `OUTBOX_CONSOLE_SCREENSHOTS=DIR` it also saves PNGs of the pages there
+//! (docs/console.md shows them; its "Screenshots" section says how to
+//! make them again).
 
 mod console_support;
 
@@ -87,7 +89,8 @@ impl Browser {
             "--headless=new",
             "--disable-gpu",
             "--disable-dev-shm-usage",
-            "--window-size=1280,900",
+            // Modest, so the screenshots in docs/console/ stay small.
+            "--window-size=1100,760",
         ];
         // Chromium's sandbox needs user namespaces, which containers and
         // root lack.
@@ -249,6 +252,7 @@ async fn a_browser_signs_in_reads_the_pages_and_fixes_a_dead_letter_with_no_host
     b.go(&console.url("/")).await;
     b.wait_for("the sign-in page", "return location.pathname === '/login'")
         .await;
+    b.screenshot("sign-in").await;
     b.type_in("input[name=password]", "wrong").await;
     b.click("button[type=submit]").await;
     b.wait_for("the refusal", "return !!document.querySelector('p.error')")
@@ -277,6 +281,7 @@ async fn a_browser_signs_in_reads_the_pages_and_fixes_a_dead_letter_with_no_host
     b.screenshot("overview").await;
 
     b.go(&console.url("/stuck")).await;
+    b.screenshot("stuck").await;
     let stuck = b.text("main table").await;
     assert!(
         stuck.contains(r#"order/<img src=x onerror="window.pwned=1">"#),
@@ -292,6 +297,7 @@ async fn a_browser_signs_in_reads_the_pages_and_fixes_a_dead_letter_with_no_host
         "return !!document.getElementById('payload')",
     )
     .await;
+    b.screenshot("event").await;
     let payload = b.text("#payload").await;
     assert!(
         payload.contains("<script>window.pwned=2</script>"),
@@ -301,6 +307,15 @@ async fn a_browser_signs_in_reads_the_pages_and_fixes_a_dead_letter_with_no_host
         payload.contains(&format!("1{}", "0".repeat(400))),
         "{payload}"
     );
+
+    b.go(&console.url("/events?aggregate_type=order&aggregate_id=poison"))
+        .await;
+    b.wait_for(
+        "the aggregate's history",
+        "return document.querySelectorAll('main table tbody tr').length === 3",
+    )
+    .await;
+    b.screenshot("events").await;
 
     b.go(&console.url("/dead-letters?aggregate_id=poison"))
         .await;
@@ -313,6 +328,7 @@ async fn a_browser_signs_in_reads_the_pages_and_fixes_a_dead_letter_with_no_host
     )
     .await;
     assert_eq!(b.text("#confirm-count").await, "1");
+    b.screenshot("confirm").await;
     b.click("main form button[type=submit]").await;
     b.wait_for("the outcome", "return !!document.querySelector('p.notice')")
         .await;

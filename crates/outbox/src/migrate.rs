@@ -62,6 +62,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "partition_function_and_row_checks",
         include_str!("../migrations/0011_partition_function_and_row_checks.sql"),
     ),
+    (
+        12,
+        "dead_letter_index",
+        include_str!("../migrations/0012_dead_letter_index.sql"),
+    ),
 ];
 
 const TRIGGER_ON: &str = include_str!("../migrations/notify_trigger_on.sql");

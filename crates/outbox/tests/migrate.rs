@@ -59,7 +59,8 @@ async fn migrating_twice_is_a_no_op() {
             "0008_seq_always_positive".to_owned(),
             "0009_cheaper_inserts".to_owned(),
             "0010_pause".to_owned(),
-            "0011_partition_function_and_row_checks".to_owned()
+            "0011_partition_function_and_row_checks".to_owned(),
+            "0012_dead_letter_index".to_owned()
         ]
     );
     assert_eq!(first.partitions, 32);
@@ -251,7 +252,8 @@ async fn upgrading_a_first_release_schema_keeps_pending_events_and_their_order()
             "0008_seq_always_positive",
             "0009_cheaper_inserts",
             "0010_pause",
-            "0011_partition_function_and_row_checks"
+            "0011_partition_function_and_row_checks",
+            "0012_dead_letter_index"
         ]
     );
     assert_eq!(report.partitions, 32);

@@ -13,9 +13,29 @@ use outbox::Selector;
 
 use super::answer::{failed, html, plain, redirect, Answer, App};
 use super::forms::{self, Action, FieldError, Params};
+use super::metrics::{action_of, Outcome};
 use super::pages::{self, View};
 
 pub async fn run(
+    app: &App,
+    path: &str,
+    form: &Params,
+    sid: &str,
+    view: &View,
+    peer: SocketAddr,
+) -> Answer {
+    let answer = act(app, path, form, sid, view, peer).await;
+    // A form refused before anything ran (bad field, unknown path); the
+    // outcomes of what ran are counted where they are known.
+    let applying = path != "/dead-letters/confirm";
+    if applying && (answer.status().is_client_error()) {
+        app.metrics
+            .action(action_of(path, form.get("action")), Outcome::Refused);
+    }
+    answer
+}
+
+async fn act(
     app: &App,
     path: &str,
     form: &Params,
@@ -81,8 +101,17 @@ pub async fn run(
             };
             let n = match done {
                 Ok(n) => n,
-                Err(e) => return failed(view, e.into()),
+                Err(e) => {
+                    app.metrics.action(action.verb(), Outcome::Failed);
+                    return failed(view, e.into());
+                }
             };
+            let outcome = if n > 0 {
+                Outcome::Changed
+            } else {
+                Outcome::Unchanged
+            };
+            app.metrics.action(action.verb(), outcome);
             tracing::warn!(%peer, action = action.verb(), selector = %what, count = n, "console dead-letter action");
             if action == Action::Retry {
                 wake(app).await;
@@ -120,11 +149,20 @@ pub async fn run(
             } else {
                 app.store.pause_remove(scope.as_deref()).await
             };
+            let verb = if path == "/pause" { "pause" } else { "resume" };
             let changed = match changed {
                 Ok(c) => c,
-                Err(e) => return failed(view, e),
+                Err(e) => {
+                    app.metrics.action(verb, Outcome::Failed);
+                    return failed(view, e);
+                }
             };
-            let verb = if path == "/pause" { "pause" } else { "resume" };
+            let outcome = if changed {
+                Outcome::Changed
+            } else {
+                Outcome::Unchanged
+            };
+            app.metrics.action(verb, outcome);
             tracing::warn!(%peer, action = verb, scope = %shown, changed, "console delivery action");
             if path == "/resume" {
                 wake(app).await;

@@ -30,6 +30,8 @@ pub struct App {
     pub channel: String,
     /// `{trace_id}` URL template for the event page.
     pub trace_link: Option<String>,
+    /// The actions counted, served at `/metrics`.
+    pub metrics: super::metrics::ConsoleMetrics,
 }
 
 fn with_headers(mut r: Answer) -> Answer {

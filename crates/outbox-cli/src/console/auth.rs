@@ -62,6 +62,36 @@ pub fn check_exposure(listen: &str, has_password: bool) -> Result<()> {
     Ok(())
 }
 
+/// Whether a request's `Host` names this machine's loopback (`localhost`,
+/// a `*.localhost` name, `127.0.0.0/8` or `::1`, any port): what a console
+/// without a password answers. Another name reaching a loopback listener
+/// is a page elsewhere that pointed its own domain at 127.0.0.1 (DNS
+/// rebinding) to read the console with the browser's access; refusing it
+/// keeps such a page from reading or driving it.
+pub fn loopback_host(host: Option<&str>) -> bool {
+    let Some(host) = host else {
+        return false;
+    };
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        match rest.split_once(']') {
+            Some((ip, port)) if port.is_empty() || port.starts_with(':') => ip,
+            _ => return false,
+        }
+    } else {
+        match host.rsplit_once(':') {
+            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+            Some(_) => return false,
+            None => host,
+        }
+    };
+    let lower = name.to_ascii_lowercase();
+    if lower == "localhost" || lower.ends_with(".localhost") {
+        return true;
+    }
+    name.parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// Equality whose time does not depend on where `a` and `b` differ.
 pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     let len = a.len().max(b.len());
@@ -295,5 +325,33 @@ mod tests {
             Some("s3cret")
         );
         assert_eq!(password(None, None).unwrap(), None);
+    }
+
+    #[test]
+    fn only_loopback_names_pass_the_host_check() {
+        for ok in [
+            "localhost",
+            "localhost:8080",
+            "LOCALHOST:1",
+            "console.localhost:8080",
+            "127.0.0.1:8080",
+            "127.1.2.3",
+            "[::1]:8080",
+            "[::1]",
+        ] {
+            assert!(loopback_host(Some(ok)), "{ok}");
+        }
+        for refused in [
+            "evil.example:8080",
+            "localhost.evil.example",
+            "10.0.0.5:8080",
+            "[::2]:80",
+            "127.0.0.1:80x",
+            "[::1]x",
+            "",
+        ] {
+            assert!(!loopback_host(Some(refused)), "{refused}");
+        }
+        assert!(!loopback_host(None));
     }
 }

@@ -5,10 +5,13 @@
 mod actions;
 mod answer;
 mod auth;
+mod count;
 mod forms;
 mod json_pretty;
+mod metrics;
 mod pages;
 mod queries;
+mod rate;
 mod server;
 mod store;
 
@@ -66,15 +69,7 @@ pub async fn run(ctx: &Ctx, args: ConsoleArgs) -> Result<ExitCode> {
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or(args.listen.clone());
-    let app = Arc::new(answer::App {
-        store: store::Store::new(pool, &ctx.schema),
-        sessions: auth::Sessions::default(),
-        password,
-        read_only: args.read_only,
-        schema: ctx.schema.name().to_owned(),
-        channel: ctx.schema.channel(),
-        trace_link: args.trace_link,
-    });
+    let app = app(pool, &ctx.schema, password, args.read_only, args.trace_link);
     tracing::info!(listen = %shown, read_only = args.read_only, "console serving");
     eprintln!("console: serving http://{shown}/");
     tokio::select! {
@@ -83,6 +78,59 @@ pub async fn run(ctx: &Ctx, args: ConsoleArgs) -> Result<ExitCode> {
         () = terminated() => {}
     }
     Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) use answer::App as ConsoleApp;
+pub(crate) use server::answer_request;
+
+/// The console of `schema` over `pool`: what `outbox console`, the relay's
+/// `--console` and `bench console` serve.
+pub(crate) fn app(
+    pool: sqlx::PgPool,
+    schema: &outbox::Schema,
+    password: Option<String>,
+    read_only: bool,
+    trace_link: Option<String>,
+) -> Arc<ConsoleApp> {
+    Arc::new(answer::App {
+        store: store::Store::new(pool, schema),
+        sessions: auth::Sessions::default(),
+        password,
+        read_only,
+        schema: schema.name().to_owned(),
+        channel: schema.channel(),
+        trace_link,
+        metrics: metrics::ConsoleMetrics::default(),
+    })
+}
+
+/// The console's password for `outbox relay --console`, as `outbox
+/// console` takes it (`--console-password-file` or
+/// `OUTBOX_CONSOLE_PASSWORD`), and the refusal to serve `listen` off
+/// loopback without one.
+pub(crate) fn relay_password(
+    file: Option<&std::path::Path>,
+    listen: &str,
+) -> Result<Option<String>> {
+    let password = auth::password(file, std::env::var(auth::PASSWORD_ENV).ok())?;
+    auth::check_exposure(listen, password.is_some())?;
+    Ok(password)
+}
+
+/// Serves the console of `schema` over `pool` on `listen` (loopback, no
+/// password, read-write) on a task of its own, for `bench console`; the
+/// address it serves on.
+pub(crate) async fn spawn_loopback(
+    pool: sqlx::PgPool,
+    schema: &outbox::Schema,
+    listen: &str,
+) -> Result<std::net::SocketAddr> {
+    auth::check_exposure(listen, false)?;
+    let listener = crate::http::bind(listen).await?;
+    let addr = listener.local_addr()?;
+    let app = app(pool, schema, None, false, None);
+    tokio::spawn(server::serve(listener, app));
+    Ok(addr)
 }
 
 async fn terminated() {

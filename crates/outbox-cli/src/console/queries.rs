@@ -20,31 +20,74 @@ macro_rules! ts {
     };
 }
 
-/// The overview's figures, one row. Each count reads only the rows its
-/// index covers: pending through the unprocessed-rows index's predicate,
-/// retrying through the retry index's (`next_attempt_at IS NOT NULL`).
+/// The overview's figures, one row. Counts are bounded: each stops at
+/// `$1` rows (the caller shows "at least" and an estimate beyond it), so
+/// none reads more than `$1` entries of its index, however large the
+/// table: pending through the unprocessed-rows index's predicate, retrying
+/// through the retry index's (`next_attempt_at IS NOT NULL`), dead letters
+/// through the dead-letter index's (migration 12).
+///
 /// The oldest *claimable* pending age leaves out rows waiting out a backoff
 /// and rows of paused aggregate types (they are not late, they wait on
-/// purpose) and non-finite `created_at` values. The last two columns are
-/// the cluster's oldest open transaction and its age in seconds (what holds
-/// back vacuum), from `pg_stat_activity`.
+/// purpose) and non-finite `created_at` values; it is the oldest
+/// `created_at` among the first `$2` claimable rows in claim (seq) order,
+/// so it reads `$2` rows at most past the ones it skips. (`created_at` is
+/// the producer's transaction start: a row of a transaction that ran
+/// longer than those `$2` rows took to write can be older still.)
+///
+/// The last two columns are the cluster's oldest open transaction and its
+/// age in seconds (what holds back vacuum), from `pg_stat_activity`.
 pub const OVERVIEW_COUNTS: &str = "
 SELECT
-  (SELECT count(*) FROM {schema}.outbox_events
-    WHERE processed_at IS NULL AND dead_lettered_at IS NULL),
-  (SELECT count(*) FROM {schema}.outbox_events
-    WHERE next_attempt_at IS NOT NULL AND coalesce(processed_at, dead_lettered_at) IS NULL),
-  (SELECT count(*) FROM {schema}.outbox_events
-    WHERE dead_lettered_at IS NOT NULL AND processed_at IS NULL),
-  (SELECT EXTRACT(EPOCH FROM now() - min(e.created_at))::float8 FROM {schema}.outbox_events e
-    WHERE e.processed_at IS NULL AND e.dead_lettered_at IS NULL AND isfinite(e.created_at)
-      AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= now())
-      AND NOT EXISTS (SELECT FROM {schema}.outbox_pauses p
-                      WHERE p.aggregate_type IS NULL OR p.aggregate_type = e.aggregate_type)),
+  (SELECT count(*) FROM (SELECT FROM {schema}.outbox_events
+    WHERE processed_at IS NULL AND dead_lettered_at IS NULL LIMIT $1) p),
+  (SELECT count(*) FROM (SELECT FROM {schema}.outbox_events
+    WHERE next_attempt_at IS NOT NULL AND coalesce(processed_at, dead_lettered_at) IS NULL
+    LIMIT $1) r),
+  (SELECT count(*) FROM (SELECT FROM {schema}.outbox_events
+    WHERE dead_lettered_at IS NOT NULL AND processed_at IS NULL LIMIT $1) d),
+  (SELECT EXTRACT(EPOCH FROM now() - min(c.created_at))::float8 FROM (
+     SELECT e.created_at FROM {schema}.outbox_events e
+     WHERE e.processed_at IS NULL AND e.dead_lettered_at IS NULL AND isfinite(e.created_at)
+       AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= now())
+       AND NOT EXISTS (SELECT FROM {schema}.outbox_pauses p
+                       WHERE p.aggregate_type IS NULL OR p.aggregate_type = e.aggregate_type)
+     ORDER BY e.seq
+     LIMIT $2) c),
   (SELECT EXTRACT(EPOCH FROM now() - min(xact_start))::float8 FROM pg_stat_activity
     WHERE (backend_xid IS NOT NULL OR backend_xmin IS NOT NULL) AND pid <> pg_backend_pid()),
   (SELECT max(age(backend_xmin))::bigint FROM pg_stat_activity
     WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid())";
+
+/// The estimated entries of the pending, retrying and dead-letter indexes
+/// (their predicates are the overview's three counts), as PostgreSQL
+/// recorded them at the table's last vacuum or analyze; NULL where an index
+/// is missing or was never measured. Shown only for a count past its bound.
+pub const OVERVIEW_ESTIMATES: &str = "
+SELECT (SELECT nullif(reltuples, -1)::bigint FROM pg_class
+         WHERE oid = to_regclass('{schema}.idx_outbox_unprocessed')),
+       (SELECT nullif(reltuples, -1)::bigint FROM pg_class
+         WHERE oid = to_regclass('{schema}.idx_outbox_retrying')),
+       (SELECT nullif(reltuples, -1)::bigint FROM pg_class
+         WHERE oid = to_regclass('{schema}.idx_outbox_dead_letters'))";
+
+/// Rows delivered in the last minute and kept (retention mode), newest
+/// first, at most `$1`: how many, and the oldest one's age in seconds.
+/// Reads at most `$1` entries of the processed-rows index (backwards).
+pub const DELIVERED_KEPT: &str = "
+SELECT count(*), EXTRACT(EPOCH FROM now() - min(processed_at))::float8 FROM (
+  SELECT processed_at FROM {schema}.outbox_events
+  WHERE processed_at IS NOT NULL AND processed_at > now() - interval '1 minute'
+  ORDER BY processed_at DESC
+  LIMIT $1) d";
+
+/// Rows deleted from the outbox table since PostgreSQL's statistics were
+/// reset (in the default delete mode, one per delivered event), from the
+/// cumulative statistics (each backend reports its own at most about once
+/// a second).
+pub const DELETED_TOTAL: &str = "
+SELECT n_tup_del FROM pg_stat_user_tables
+WHERE relid = to_regclass('{schema}.outbox_events')";
 
 /// Relay instances that have announced themselves, with the partitions
 /// each holds under a live lease, the highest epoch and the earliest lease
@@ -96,35 +139,53 @@ pub const PAUSE_REMOVE: &str = "
 DELETE FROM {schema}.outbox_pauses
 WHERE aggregate_type IS NOT DISTINCT FROM $1";
 
-/// Aggregates whose first failing event (retrying, or dead-lettered) is
-/// the oldest failing one of the aggregate, with how many live events of
-/// the aggregate are pending behind it. At most `$1`, oldest first. The
-/// failing rows are found through the retry index and the dead letters
-/// (few, by the guarantees: poison is contained); the pending rows behind
-/// them through one pass over the unprocessed rows.
+/// Aggregates held up by a failing event: among the oldest `$2` retrying
+/// events and the oldest `$2` dead letters (each read through its own
+/// index, in seq order), each aggregate's first one, at most `$1` of them,
+/// oldest first, with how many live events of the aggregate are pending
+/// behind it. Bounded so the page costs the same however many events fail:
+/// an aggregate whose first failure lies past the oldest `$2` of its kind
+/// is left out only when `$2` older failures exist.
+///
+/// The waiting rows are found in one pass over the unprocessed rows
+/// (through their index), kept only when their aggregate is one of the
+/// `$1` (a hash of those, not of the pending rows).
 pub const STUCK_AGGREGATES: &str = concat!(
     "
 WITH failing AS (
-    SELECT DISTINCT ON (aggregate_type, aggregate_id)
-           aggregate_type, aggregate_id, id, seq, event_type, attempts, last_error,
-           next_attempt_at, dead_lettered_at
-    FROM {schema}.outbox_events
-    WHERE (next_attempt_at IS NOT NULL AND next_attempt_at >= '-infinity'
-           AND coalesce(processed_at, dead_lettered_at) IS NULL)
-       OR (dead_lettered_at IS NOT NULL AND processed_at IS NULL)
+    (SELECT aggregate_type, aggregate_id, id, seq, event_type, attempts, last_error,
+            next_attempt_at, dead_lettered_at
+     FROM {schema}.outbox_events
+     WHERE dead_lettered_at IS NOT NULL AND processed_at IS NULL
+     ORDER BY seq
+     LIMIT $2)
+    UNION ALL
+    (SELECT aggregate_type, aggregate_id, id, seq, event_type, attempts, last_error,
+            next_attempt_at, dead_lettered_at
+     FROM {schema}.outbox_events
+     WHERE next_attempt_at IS NOT NULL AND next_attempt_at >= '-infinity'
+       AND coalesce(processed_at, dead_lettered_at) IS NULL
+     ORDER BY seq
+     LIMIT $2)),
+heads AS (
+    SELECT DISTINCT ON (aggregate_type, aggregate_id) * FROM failing
     ORDER BY aggregate_type, aggregate_id, seq),
-heads AS (SELECT * FROM failing ORDER BY seq LIMIT $1),
+top AS MATERIALIZED (SELECT * FROM heads ORDER BY seq LIMIT $1),
+waiting AS (
+    SELECT w.aggregate_type, w.aggregate_id, w.seq FROM {schema}.outbox_events w
+    WHERE w.processed_at IS NULL AND w.dead_lettered_at IS NULL
+      AND (w.aggregate_type, w.aggregate_id) IN (SELECT aggregate_type, aggregate_id FROM top)),
 behind AS (
-    SELECT w.aggregate_type, w.aggregate_id, count(*) AS n
-    FROM {schema}.outbox_events w JOIN heads h USING (aggregate_type, aggregate_id)
-    WHERE w.processed_at IS NULL AND w.dead_lettered_at IS NULL AND w.seq > h.seq
+    SELECT h.aggregate_type, h.aggregate_id, count(*) AS n
+    FROM waiting w JOIN top h USING (aggregate_type, aggregate_id)
+    WHERE w.seq > h.seq
     GROUP BY 1, 2)
 SELECT h.aggregate_type, h.aggregate_id, h.id, h.event_type, h.attempts, h.last_error, ",
     ts!("h.next_attempt_at"),
     ", ",
     ts!("h.dead_lettered_at"),
     ", coalesce(b.n, 0)
-FROM heads h LEFT JOIN behind b USING (aggregate_type, aggregate_id)
+FROM top h LEFT JOIN behind b USING (aggregate_type, aggregate_id)
 ORDER BY h.seq"
 );
 
@@ -161,22 +222,39 @@ pub const EVENT_BY_ID: &str = concat!(
 /// `processed`, `dead`). Keyset pagination: seq above `$7`, in seq order,
 /// at most `$8` rows; never an OFFSET, so a page costs the same however
 /// deep.
+///
+/// Planned afresh for each search (the read transaction forces custom
+/// plans): with the values known, every `$n IS NULL OR …` left unused
+/// folds away, and a state's test becomes the predicate of its partial
+/// index (pending and retrying: the unprocessed rows', dead: the dead
+/// letters'), walked in seq order and stopped after one page. A search
+/// by aggregate, event type or time alone, or of processed rows, reads
+/// the table (no index of their own: each would cost every producer's
+/// INSERT; docs/console.md). The page's rows are chosen by id and seq
+/// first and only those are formatted (formatting every matching row
+/// before the sort took most of a search of a million processed rows).
 pub const EVENT_SEARCH: &str = concat!(
     "SELECT ",
     event_columns!(),
     " FROM {schema}.outbox_events
-WHERE ($1::text IS NULL OR aggregate_type = $1::text)
-  AND ($2::text IS NULL OR aggregate_id = $2::text)
-  AND ($3::text IS NULL OR event_type = $3::text)
-  AND ($4::timestamptz IS NULL OR created_at >= $4::timestamptz)
-  AND ($5::timestamptz IS NULL OR created_at < $5::timestamptz)
-  AND ($6::text IS NULL OR $6::text = CASE WHEN processed_at IS NOT NULL THEN 'processed'
-                                          WHEN dead_lettered_at IS NOT NULL THEN 'dead'
-                                          WHEN next_attempt_at IS NOT NULL THEN 'retrying'
-                                          ELSE 'pending' END)
-  AND seq > $7
-ORDER BY seq
-LIMIT $8"
+WHERE id IN (
+  SELECT id FROM {schema}.outbox_events
+  WHERE ($1::text IS NULL OR aggregate_type = $1::text)
+    AND ($2::text IS NULL OR aggregate_id = $2::text)
+    AND ($3::text IS NULL OR event_type = $3::text)
+    AND ($4::timestamptz IS NULL OR created_at >= $4::timestamptz)
+    AND ($5::timestamptz IS NULL OR created_at < $5::timestamptz)
+    AND ($6::text IS NULL OR $6::text <> 'pending'
+         OR (processed_at IS NULL AND dead_lettered_at IS NULL AND next_attempt_at IS NULL))
+    AND ($6::text IS NULL OR $6::text <> 'retrying'
+         OR (processed_at IS NULL AND dead_lettered_at IS NULL AND next_attempt_at IS NOT NULL))
+    AND ($6::text IS NULL OR $6::text <> 'dead'
+         OR (dead_lettered_at IS NOT NULL AND processed_at IS NULL))
+    AND ($6::text IS NULL OR $6::text <> 'processed' OR processed_at IS NOT NULL)
+    AND seq > $7
+  ORDER BY seq
+  LIMIT $8)
+ORDER BY seq"
 );
 
 /// The planner's estimate of the whole table's rows, shown instead of a

@@ -20,6 +20,7 @@ use uuid::Uuid;
 use super::answer::{answer, failed, html, plain, redirect, Answer, App};
 use super::auth::{self, Refusal, Session, COOKIE};
 use super::forms::{self, Params};
+use super::metrics::{action_of, Outcome};
 use super::pages::{self, View};
 use crate::db::redact_text;
 
@@ -56,7 +57,7 @@ pub async fn serve(listener: TcpListener, app: Arc<App>) {
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
                 let app = app.clone();
-                async move { Ok::<_, Infallible>(handle(&app, req, peer).await) }
+                async move { Ok::<_, Infallible>(answer_request(&app, req, peer).await) }
             });
             let served = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -68,6 +69,24 @@ pub async fn serve(listener: TcpListener, app: Arc<App>) {
             }
             drop(permit);
         });
+    }
+}
+
+/// The console's answer to `req` from `peer`, timed (`Server-Timing`):
+/// what its own server and the relay's (`outbox relay --console`) serve.
+pub async fn answer_request(app: &App, req: Request<Incoming>, peer: SocketAddr) -> Answer {
+    let started = std::time::Instant::now();
+    let mut r = handle(app, req, peer).await;
+    server_timing(&mut r, started.elapsed());
+    r
+}
+
+/// Says how long the handler took (`Server-Timing: handler;dur=` ms), the
+/// figure `bench console` reports and a browser's developer tools show.
+fn server_timing(r: &mut Answer, took: Duration) {
+    let value = format!("handler;dur={:.3}", took.as_secs_f64() * 1000.0);
+    if let Ok(v) = HeaderValue::from_str(&value) {
+        r.headers_mut().insert("server-timing", v);
     }
 }
 
@@ -87,10 +106,32 @@ fn header<'a>(req: &'a Request<Incoming>, name: &str) -> Option<&'a str> {
 }
 
 async fn handle(app: &App, req: Request<Incoming>, peer: SocketAddr) -> Answer {
+    // Without a password the console is loopback only: a Host naming
+    // anything else is refused (auth::loopback_host).
+    if app.password.is_none() && !auth::loopback_host(header(&req, "host")) {
+        tracing::warn!(%peer, host = ?header(&req, "host"), "console request refused: not a loopback Host");
+        if req.method() == Method::POST {
+            app.metrics
+                .action(action_of(req.uri().path(), None), Outcome::Refused);
+        }
+        return plain(
+            StatusCode::FORBIDDEN,
+            "refused: without a password the console answers only to localhost or a loopback address in Host",
+        );
+    }
     let path = req.uri().path().to_owned();
     match path.as_str() {
         "/assets/console.js" => return asset("text/javascript; charset=utf-8", JS),
         "/assets/console.css" => return asset("text/css; charset=utf-8", CSS),
+        // Counts only, nothing read from the database: open to a scraper
+        // as the relay's /metrics is.
+        "/metrics" if req.method() == Method::GET => {
+            return answer(
+                StatusCode::OK,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                app.metrics.encode(),
+            )
+        }
         _ => {}
     }
     let method = req.method().clone();
@@ -130,7 +171,11 @@ async fn handle(app: &App, req: Request<Incoming>, peer: SocketAddr) -> Answer {
             (id, s, true)
         }
         _ if method == Method::GET => return redirect("/login"),
-        _ => return plain(StatusCode::FORBIDDEN, "refused: sign in first"),
+        _ => {
+            app.metrics
+                .action(action_of(&path, form.get("action")), Outcome::Refused);
+            return plain(StatusCode::FORBIDDEN, "refused: sign in first");
+        }
     };
     let view = View {
         csrf: session.csrf.clone(),
@@ -184,6 +229,7 @@ async fn login(
         return html(StatusCode::OK, pages::layout::login(false));
     }
     if origin.is_some_and(|o| !auth::same_origin(o, host)) {
+        app.metrics.action("sign_in", Outcome::Refused);
         return plain(StatusCode::FORBIDDEN, "refused: cross-site sign-in");
     }
     let given = form
@@ -194,12 +240,14 @@ async fn login(
         .unwrap_or("");
     if !auth::ct_eq(given.as_bytes(), password.as_bytes()) {
         tracing::warn!(%peer, "console sign-in refused: wrong password");
+        app.metrics.action("sign_in", Outcome::Refused);
         // Slows guessing down; the answer is the same whatever was wrong.
         tokio::time::sleep(Duration::from_millis(300)).await;
         return html(StatusCode::UNAUTHORIZED, pages::layout::login(true));
     }
     let (id, _) = app.sessions.open(true);
     tracing::warn!(%peer, "console sign-in");
+    app.metrics.action("sign_in", Outcome::Changed);
     set_cookie(redirect("/"), &id, None)
 }
 
@@ -345,16 +393,25 @@ async fn post(
     view: &View,
     peer: SocketAddr,
 ) -> Answer {
+    let refused = || {
+        app.metrics
+            .action(action_of(path, form.get("action")), Outcome::Refused)
+    };
     match auth::check_post(Some(session), form.get("csrf"), origin, host) {
         Ok(()) => {}
-        Err(Refusal::NotSignedIn) => return plain(StatusCode::FORBIDDEN, "refused: sign in first"),
+        Err(Refusal::NotSignedIn) => {
+            refused();
+            return plain(StatusCode::FORBIDDEN, "refused: sign in first");
+        }
         Err(Refusal::Csrf) => {
+            refused();
             tracing::warn!(%peer, path, "console POST refused: missing or wrong CSRF token, or cross-site");
             return plain(StatusCode::FORBIDDEN, "refused: this form is stale or came from another site; reload the page and try again");
         }
     }
     if path == "/logout" {
         app.sessions.close(sid);
+        app.metrics.action("sign_out", Outcome::Changed);
         let to = if app.password.is_some() {
             "/login"
         } else {
@@ -363,6 +420,7 @@ async fn post(
         return set_cookie(redirect(to), "", Some(0));
     }
     if app.read_only {
+        refused();
         return plain(StatusCode::FORBIDDEN, "refused: the console runs read-only");
     }
     super::actions::run(app, path, form, sid, view, peer).await

@@ -4,6 +4,8 @@
 //! neither change an event by mistake nor hold a snapshot for long; it
 //! never takes a partition lease.
 
+use std::sync::{Arc, Mutex};
+
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use outbox::{DeadLetters, Schema, Selector};
@@ -11,17 +13,29 @@ use sqlx::postgres::PgRow;
 use sqlx::{PgPool, Postgres, Row, Transaction};
 use uuid::Uuid;
 
+use super::count::{Count, COUNT_BOUND};
 use super::queries as q;
+use super::rate::{self, Deletions, Rate};
 
-/// Longest a console read may run.
-const READ_TIMEOUT: &str = "5s";
+/// A console read's settings: it runs 5 s at most; each statement is
+/// planned with its values (an unused optional criterion folds away, a
+/// state's test meets its partial index); none is costly enough to repay
+/// compiling it (JIT took ~10 ms of a 100 ms overview on a large table).
+const READ_SETTINGS: &str = "SELECT set_config('statement_timeout', '5s', true), \
+     set_config('plan_cache_mode', 'force_custom_plan', true), set_config('jit', 'off', true)";
+/// Claimable rows the oldest-claimable age looks at, in claim order.
+const OLDEST_AMONG: i64 = 1_000;
+/// Oldest failing events of each kind the stuck aggregates are found among.
+const STUCK_AMONG: i64 = 2_000;
 
 /// The overview's figures.
 #[derive(Debug, Clone)]
 pub struct Overview {
-    pub pending: i64,
-    pub retrying: i64,
-    pub dead_letters: i64,
+    pub pending: Count,
+    pub retrying: Count,
+    pub dead_letters: Count,
+    /// Delivered per second over the last minute, when known.
+    pub delivered: Option<Rate>,
     /// Age of the oldest pending event that can be claimed now.
     pub oldest_claimable_s: Option<f64>,
     /// Age of the cluster's oldest open transaction.
@@ -157,6 +171,11 @@ pub struct Store {
     pool: PgPool,
     pub dead: DeadLetters,
     counts: String,
+    estimates: String,
+    delivered_kept: String,
+    deleted_total: String,
+    /// The deleted-row samples of this console's overview reads.
+    deletions: Arc<Mutex<Deletions>>,
     relays: String,
     unowned: String,
     pauses: String,
@@ -177,6 +196,10 @@ impl Store {
             pool,
             dead: DeadLetters::new(schema),
             counts: r(q::OVERVIEW_COUNTS),
+            estimates: r(q::OVERVIEW_ESTIMATES),
+            delivered_kept: r(q::DELIVERED_KEPT),
+            deleted_total: r(q::DELETED_TOTAL),
+            deletions: Arc::default(),
             relays: r(q::OVERVIEW_RELAYS),
             unowned: r(q::OVERVIEW_UNOWNED),
             pauses: r(q::PAUSE_LIST),
@@ -196,18 +219,30 @@ impl Store {
         sqlx::query("SET TRANSACTION READ ONLY")
             .execute(&mut *tx)
             .await?;
-        sqlx::query(&format!("SET LOCAL statement_timeout = '{READ_TIMEOUT}'"))
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(READ_SETTINGS).execute(&mut *tx).await?;
         Ok(tx)
     }
 
     pub async fn overview(&self) -> Result<Overview> {
         let mut tx = self.read().await?;
         let c = sqlx::query(&self.counts)
+            .bind(COUNT_BOUND + 1)
+            .bind(OLDEST_AMONG)
             .fetch_one(&mut *tx)
             .await
             .context("reading the overview's counts")?;
+        let counted: [i64; 3] = [c.try_get(0)?, c.try_get(1)?, c.try_get(2)?];
+        let mut estimates = [None; 3];
+        if counted.iter().any(|n| *n > COUNT_BOUND) {
+            let e = sqlx::query(&self.estimates)
+                .fetch_one(&mut *tx)
+                .await
+                .context("reading the estimates")?;
+            estimates = [e.try_get(0)?, e.try_get(1)?, e.try_get(2)?];
+        }
+        let [pending, retrying, dead_letters] =
+            [0, 1, 2].map(|i| Count::from_bounded(counted[i], COUNT_BOUND, estimates[i]));
+        let delivered = self.delivered_in(&mut tx).await?;
         let relays = sqlx::query(&self.relays)
             .fetch_all(&mut *tx)
             .await
@@ -234,9 +269,10 @@ impl Store {
             .collect::<Result<Vec<_>>>()?;
         let pauses = self.pause_list_in(&mut tx).await?;
         Ok(Overview {
-            pending: c.try_get(0)?,
-            retrying: c.try_get(1)?,
-            dead_letters: c.try_get(2)?,
+            pending,
+            retrying,
+            dead_letters,
+            delivered,
             oldest_claimable_s: c.try_get(3)?,
             oldest_xact_s: c.try_get(4)?,
             oldest_xmin_age: c.try_get(5)?,
@@ -244,6 +280,30 @@ impl Store {
             unowned,
             pauses,
         })
+    }
+
+    /// The delivery rate: from kept rows when the last minute has any,
+    /// else from the table's deleted-row count sampled at each read.
+    async fn delivered_in(&self, tx: &mut Transaction<'static, Postgres>) -> Result<Option<Rate>> {
+        let kept = sqlx::query(&self.delivered_kept)
+            .bind(rate::KEPT_BOUND)
+            .fetch_one(&mut **tx)
+            .await
+            .context("reading recent deliveries")?;
+        let deleted: Option<i64> = sqlx::query_scalar(&self.deleted_total)
+            .fetch_optional(&mut **tx)
+            .await
+            .context("reading the table's statistics")?
+            .flatten();
+        // Sampled at every read, so the deletion rate is ready whenever
+        // kept rows stop (or never were).
+        let by_deletions = deleted.and_then(|total| {
+            self.deletions
+                .lock()
+                .expect("deletion samples")
+                .observe(std::time::Instant::now(), total)
+        });
+        Ok(rate::from_kept(kept.try_get(0)?, kept.try_get(1)?).or(by_deletions))
     }
 
     async fn pause_list_in(&self, tx: &mut Transaction<'static, Postgres>) -> Result<Vec<Pause>> {
@@ -288,6 +348,7 @@ impl Store {
         let mut tx = self.read().await?;
         sqlx::query(&self.stuck)
             .bind(limit)
+            .bind(STUCK_AMONG)
             .fetch_all(&mut *tx)
             .await
             .context("reading stuck aggregates")?

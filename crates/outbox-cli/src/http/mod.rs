@@ -1,6 +1,7 @@
 //! The relay's HTTP endpoints: `GET /metrics` (Prometheus, OpenMetrics text
 //! format), `GET /healthz` (the process is alive) and `GET /readyz` (the
-//! relay can work; 503 with what is wrong otherwise).
+//! relay can work; 503 with what is wrong otherwise); with `outbox relay
+//! --console`, the web console on every other path.
 
 mod ready;
 
@@ -51,6 +52,8 @@ pub struct App {
     pub instance: String,
     /// When the process started.
     pub started: Instant,
+    /// The web console (`--console`), answering every other path.
+    pub console: Option<Arc<crate::console::ConsoleApp>>,
 }
 
 /// How to write an address to listen on.
@@ -119,7 +122,7 @@ pub fn serve(listener: TcpListener, app: Arc<App>) -> JoinHandle<()> {
                     let (app, open) = (app.clone(), open.clone());
                     async move {
                         open.set_waiting(id, false);
-                        let response = route(&app, req).await;
+                        let response = route(&app, req, peer).await;
                         open.set_waiting(id, true);
                         Ok::<_, Infallible>(response)
                     }
@@ -244,8 +247,13 @@ fn json(status: StatusCode, body: serde_json::Value) -> Response<Full<Bytes>> {
     response(status, "application/json", format!("{body}\n"))
 }
 
-async fn route(app: &App, req: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn route(app: &App, req: Request<Incoming>, peer: SocketAddr) -> Response<Full<Bytes>> {
     let path = req.uri().path();
+    if let Some(console) = &app.console {
+        if !matches!(path, "/metrics" | "/healthz" | "/readyz") {
+            return crate::console::answer_request(console, req, peer).await;
+        }
+    }
     if !matches!(path, "/metrics" | "/healthz" | "/readyz") {
         return json(
             StatusCode::NOT_FOUND,
@@ -259,7 +267,16 @@ async fn route(app: &App, req: Request<Incoming>) -> Response<Full<Bytes>> {
         );
     }
     match path {
-        "/metrics" => response(StatusCode::OK, OPENMETRICS, app.metrics.encode()),
+        "/metrics" => {
+            let mut text = app.metrics.encode();
+            // The console's counters in the same exposition (one `# EOF`).
+            if let Some(console) = &app.console {
+                if let Some(body) = text.strip_suffix("# EOF\n") {
+                    text = format!("{body}{}", console.metrics.encode());
+                }
+            }
+            response(StatusCode::OK, OPENMETRICS, text)
+        }
         "/healthz" => json(
             StatusCode::OK,
             serde_json::json!({

@@ -3,6 +3,7 @@
 //! machine.
 
 mod child_relay;
+mod console;
 mod drain;
 mod e2e;
 mod held_snapshot;
@@ -59,6 +60,11 @@ pub enum Scenario {
     /// broker's own client, and commit-to-consumer latency with the
     /// relay's CPU per event at steady rates.
     E2e(e2e::E2eArgs),
+    /// The web console on a large outbox (1,000,000 delivered rows kept,
+    /// 100,000 pending, 100,000 dead letters by default): each page's
+    /// server time p50/p99, then the relay's p99 at 500/s (plain-SQL
+    /// producers, child relay) without and with consoles refreshing.
+    Console(console::ConsoleArgs),
 }
 
 /// The server a scenario runs on: a throwaway cluster unless DATABASE_URL
@@ -230,6 +236,7 @@ pub async fn run(ctx: &Ctx, args: BenchArgs) -> Result<ExitCode> {
             Scenario::Produce(a) => produce::run(ctx, fsync, a).await,
             Scenario::HeldSnapshot(a) => held_snapshot::run(ctx, fsync, a).await,
             Scenario::E2e(a) => e2e::run(ctx, fsync, a).await,
+            Scenario::Console(a) => console::run(ctx, fsync, a).await,
         }
     };
     // Ctrl-C drops the scenario, and with it the throwaway server and any

@@ -57,6 +57,15 @@ pub struct RelayArgs {
     /// 127.0.0.1:9090 [env: OUTBOX_HTTP_ADDR].
     #[arg(long, value_name = "HOST:PORT")]
     pub http_addr: Option<String>,
+    /// Also serve the web console (docs/console.md) on the --http-addr
+    /// server, under `outbox console`'s rules: off loopback it needs a
+    /// password (OUTBOX_CONSOLE_PASSWORD or --console-password-file).
+    #[arg(long)]
+    pub console: bool,
+    /// File holding the console's password (its trailing newline ignored);
+    /// wins over OUTBOX_CONSOLE_PASSWORD.
+    #[arg(long, value_name = "PATH", requires = "console")]
+    pub console_password_file: Option<std::path::PathBuf>,
     /// Stop (gracefully) once process PID, our parent, is gone: what `outbox
     /// bench` asks of the relays it starts, so that none outlives it.
     #[arg(long, value_name = "PID", hide = true)]

@@ -44,6 +44,14 @@ pub async fn run(ctx: &Ctx, args: RelayArgs) -> Result<ExitCode> {
     let c = &loaded.config;
     let mut signals = Signals::install(args.exit_with_parent)?;
     let url = db::require_url(&c.database_url)?;
+    let console_password = match (&c.http.addr, args.console) {
+        (Some(addr), true) => Some(crate::console::relay_password(
+            args.console_password_file.as_deref(),
+            addr,
+        )?),
+        (None, true) => bail!("--console serves on the --http-addr server: set --http-addr too"),
+        (_, false) => None,
+    };
     let listener =
         match &c.http.addr {
             Some(addr) => Some(http::bind(addr).await.with_context(|| {
@@ -103,6 +111,21 @@ pub async fn run(ctx: &Ctx, args: RelayArgs) -> Result<ExitCode> {
     let state = Arc::new(RelayState::default());
     state.running.store(true, Ordering::Relaxed);
 
+    // The console reads on connections of its own, never the relay's.
+    let console = match console_password {
+        Some(password) => {
+            let console_pool = db::connect(&url, 2).await?;
+            Some(crate::console::app(
+                console_pool,
+                schema,
+                password,
+                false,
+                None,
+            ))
+        }
+        None => None,
+    };
+
     let (stop, stopped) = watch::channel(false);
     let mut background: Vec<JoinHandle<()>> = Vec::new();
     if let (Some(listener), Some((side, probe))) = (listener, side) {
@@ -126,10 +149,15 @@ pub async fn run(ctx: &Ctx, args: RelayArgs) -> Result<ExitCode> {
             },
             instance: relay.instance_id().to_owned(),
             started: Instant::now(),
+            console: console.clone(),
         };
         background.push(http::serve(listener, Arc::new(app)));
         if let Some(addr) = addr {
-            tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
+            if console.is_some() {
+                tracing::info!(%addr, "serving /metrics, /healthz, /readyz and the console");
+            } else {
+                tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
+            }
         }
     }
     tracing::info!(

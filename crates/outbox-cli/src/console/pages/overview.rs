@@ -18,10 +18,16 @@ pub fn figures(o: &Overview) -> Vec<(&'static str, String)> {
         (false, n) => format!("{n} aggregate type{}", if n == 1 { "" } else { "s" }),
     };
     vec![
-        ("pending", o.pending.to_string()),
+        ("pending", o.pending.shown()),
         ("oldest_claimable", age(o.oldest_claimable_s)),
-        ("retrying", o.retrying.to_string()),
-        ("dead_letters", o.dead_letters.to_string()),
+        (
+            "delivered",
+            o.delivered
+                .map(|r| r.shown())
+                .unwrap_or_else(|| "- (measuring)".into()),
+        ),
+        ("retrying", o.retrying.shown()),
+        ("dead_letters", o.dead_letters.shown()),
         ("relays", o.relays.len().to_string()),
         ("unowned", o.unowned.len().to_string()),
         ("paused", paused),
@@ -35,9 +41,10 @@ pub fn figures(o: &Overview) -> Vec<(&'static str, String)> {
     ]
 }
 
-const LABELS: [(&str, &str); 9] = [
+const LABELS: [(&str, &str); 10] = [
     ("pending", "Pending"),
     ("oldest_claimable", "Oldest claimable pending"),
+    ("delivered", "Delivered per second"),
     ("retrying", "Retrying"),
     ("dead_letters", "Dead letters"),
     ("relays", "Relays"),
