@@ -239,7 +239,13 @@ async fn migration_11_keeps_pending_retrying_and_dead_events_and_their_order() {
         .await
         .expect("migration 11 over a live outbox");
     drop(conn);
-    assert_eq!(report.applied, ["0011_partition_function_and_row_checks"]);
+    assert_eq!(
+        report.applied,
+        [
+            "0011_partition_function_and_row_checks",
+            "0012_dead_letter_index"
+        ]
+    );
     assert_eq!(report.wakeup, outbox::WakeupTrigger::Idle);
     let after: Vec<(uuid::Uuid, i64, i32)> = common::rows(
         &ctx.pool,
