@@ -198,6 +198,15 @@ pub struct Event {
     pub partition: i32,
 }
 
+/// The names of the identity headers every publisher sends before the
+/// producer's own, in order (see [`Event::message_headers`]).
+pub const IDENTITY_HEADER_NAMES: [&str; 4] = [
+    "outbox-event-id",
+    "outbox-event-type",
+    "outbox-aggregate-type",
+    "outbox-aggregate-id",
+];
+
 impl Event {
     /// The destination for this event: its topic override, or `template` with
     /// `{aggregate_type}` and `{event_type}` replaced (other text is kept as
@@ -221,18 +230,31 @@ impl Event {
     /// The headers every publisher sends: the event's identity first, then
     /// the producer's own headers (`traceparent` among them).
     pub fn message_headers(&self) -> Vec<(String, String)> {
-        let mut out = Vec::with_capacity(4 + self.headers.len());
-        out.push(("outbox-event-id".to_owned(), self.id.to_string()));
-        out.push(("outbox-event-type".to_owned(), self.event_type.clone()));
-        out.push((
-            "outbox-aggregate-type".to_owned(),
-            self.aggregate_type.clone(),
-        ));
-        out.push(("outbox-aggregate-id".to_owned(), self.aggregate_id.clone()));
+        let id = self.id.to_string();
+        let mut out = Vec::with_capacity(IDENTITY_HEADER_NAMES.len() + self.headers.len());
+        for (name, value) in self.identity_headers(&id) {
+            out.push((name.to_owned(), value.to_owned()));
+        }
         for (k, v) in &self.headers {
             out.push((k.clone(), v.clone()));
         }
         out
+    }
+
+    /// The identity headers of [`Event::message_headers`], borrowed, for a
+    /// publisher that copies each value once into its own header type:
+    /// `id` is the event's id as text (`self.id.to_string()`).
+    pub fn identity_headers<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> [(&'static str, &'a str); IDENTITY_HEADER_NAMES.len()] {
+        let [event_id, event_type, aggregate_type, aggregate_id] = IDENTITY_HEADER_NAMES;
+        [
+            (event_id, id),
+            (event_type, &self.event_type),
+            (aggregate_type, &self.aggregate_type),
+            (aggregate_id, &self.aggregate_id),
+        ]
     }
 
     /// Appends the JSON-lines form used by the stdout and file publishers to

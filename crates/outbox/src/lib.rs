@@ -24,7 +24,9 @@ mod trace;
 mod wakeup;
 
 pub use error::{Error, Result};
-pub use event::{Event, NewEvent, MAX_HEADER_NAME_CHARS, MAX_NAME_CHARS, MAX_TOPIC_CHARS};
+pub use event::{
+    Event, NewEvent, IDENTITY_HEADER_NAMES, MAX_HEADER_NAME_CHARS, MAX_NAME_CHARS, MAX_TOPIC_CHARS,
+};
 pub use inbox::{Inbox, MAX_CONSUMER_CHARS};
 pub use maintenance::{
     format_age, Cleaner, CleanerConfig, CleanerHandle, CleanerStats, Cleanup, CleanupParams,

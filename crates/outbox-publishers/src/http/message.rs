@@ -141,18 +141,10 @@ fn shown_name(name: &str) -> String {
 pub(crate) fn event_headers(event: &Event, statics: &HeaderMap) -> Result<HeaderMap, String> {
     let mut headers = statics.clone();
     let id = event.id.to_string();
-    let identity = [
-        ("outbox-event-id", Some(id.as_str())),
-        ("outbox-event-type", Some(event.event_type.as_str())),
-        ("outbox-aggregate-type", Some(event.aggregate_type.as_str())),
-        ("outbox-aggregate-id", Some(event.aggregate_id.as_str())),
-        ("outbox-topic", event.topic.as_deref()),
-    ];
-    for (name, value) in identity {
-        if let Some(value) = value {
-            // The names are known good: only the value is checked.
-            headers.append(HeaderName::from_static(name), checked_value(name, value)?);
-        }
+    let topic = event.topic.as_deref().map(|t| ("outbox-topic", t));
+    for (name, value) in event.identity_headers(&id).into_iter().chain(topic) {
+        // The names are known good: only the value is checked.
+        headers.append(HeaderName::from_static(name), checked_value(name, value)?);
     }
     for (name, value) in &event.headers {
         let (header, value) = checked(name, value, true, statics)?;

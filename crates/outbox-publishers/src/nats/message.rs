@@ -7,7 +7,7 @@ use async_nats::header::{HeaderName, HeaderValue};
 use async_nats::HeaderMap;
 use bytes::Bytes;
 use outbox::redact::shorten;
-use outbox::Event;
+use outbox::{Event, IDENTITY_HEADER_NAMES};
 
 use super::config::check_subject;
 use crate::cloudevents::{Format, NATS};
@@ -20,16 +20,6 @@ pub(super) const MSG_ID_HEADER: &str = "Nats-Msg-Id";
 /// Bytes of the header block around the headers: `NATS/1.0\r\n` before
 /// them, `\r\n` after.
 const HEADER_FRAME_BYTES: usize = 10 + 2;
-
-/// The headers a plain message carries before the producer's own, in
-/// order: `Nats-Msg-Id`, then the identity `Event::message_headers` names.
-const IDENTITY_NAMES: [&str; 5] = [
-    MSG_ID_HEADER,
-    "outbox-event-id",
-    "outbox-event-type",
-    "outbox-aggregate-type",
-    "outbox-aggregate-id",
-];
 
 /// `name` as a NATS header name, or why it cannot be one.
 fn header_name(name: &str) -> Result<HeaderName, String> {
@@ -81,14 +71,8 @@ pub(super) fn message(
     if envelope.is_plain() {
         // The identity's names are known good: only the values are checked
         // (and each copied once).
-        let identity = [
-            (MSG_ID_HEADER, id.as_str()),
-            ("outbox-event-id", id.as_str()),
-            ("outbox-event-type", event.event_type.as_str()),
-            ("outbox-aggregate-type", event.aggregate_type.as_str()),
-            ("outbox-aggregate-id", event.aggregate_id.as_str()),
-        ];
-        for (name, value) in identity {
+        let msg_id = [(MSG_ID_HEADER, id.as_str())];
+        for (name, value) in msg_id.into_iter().chain(event.identity_headers(&id)) {
             let value = header_value(name, value)?;
             header_bytes += name.len() + 2 + value.as_str().len() + 2;
             headers.insert(HeaderName::from_static(name), value);
@@ -97,7 +81,8 @@ pub(super) fn message(
             // The identity comes first and wins over a producer header of
             // the same name.
             let (parsed_name, parsed_value) = (header_name(name)?, header_value(name, value)?);
-            if !IDENTITY_NAMES.contains(&name.as_str()) {
+            let identity = name == MSG_ID_HEADER || IDENTITY_HEADER_NAMES.contains(&name.as_str());
+            if !identity {
                 header_bytes += name.len() + 2 + value.len() + 2;
                 headers.insert(parsed_name, parsed_value);
             }
