@@ -273,37 +273,28 @@ async fn installed_mode(conn: &mut PgConnection, schema: &Schema) -> Result<Wake
 /// Fails with [`Error::NotMigrated`] unless `schema` holds the outbox tables
 /// and the functions the relay calls.
 pub async fn ensure_migrated(conn: &mut PgConnection, schema: &Schema) -> Result<()> {
-    for table in [
-        "outbox_events",
-        "outbox_partitions",
-        "outbox_relay_instances",
-        "outbox_relay_idle_until",
-        "outbox_pauses",
-    ] {
-        let exists: bool = sqlx::query_scalar(q::TABLE_EXISTS)
-            .bind(format!("{}.{table}", schema.name()))
+    // The tables, and the function every claim computes a row's partition
+    // with (migration 11).
+    let needed = [
+        (q::TABLE_EXISTS, "table", "outbox_events"),
+        (q::TABLE_EXISTS, "table", "outbox_partitions"),
+        (q::TABLE_EXISTS, "table", "outbox_relay_instances"),
+        (q::TABLE_EXISTS, "table", "outbox_relay_idle_until"),
+        (q::TABLE_EXISTS, "table", "outbox_pauses"),
+        (q::FUNCTION_EXISTS, "function", "outbox_partition(text)"),
+    ];
+    for (exists_sql, kind, name) in needed {
+        let exists: bool = sqlx::query_scalar(exists_sql)
+            .bind(format!("{}.{name}", schema.name()))
             .fetch_one(&mut *conn)
             .await
             .map_err(Error::db("checking the schema"))?;
         if !exists {
             return Err(Error::NotMigrated {
                 schema: schema.name().to_owned(),
-                table: format!("table {table}"),
+                table: format!("{kind} {name}"),
             });
         }
-    }
-    // Every claim computes a row's partition with it (migration 11).
-    let function = "outbox_partition(text)";
-    let exists: bool = sqlx::query_scalar(q::FUNCTION_EXISTS)
-        .bind(format!("{}.{function}", schema.name()))
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(Error::db("checking the schema"))?;
-    if !exists {
-        return Err(Error::NotMigrated {
-            schema: schema.name().to_owned(),
-            table: format!("function {function}"),
-        });
     }
     Ok(())
 }
