@@ -33,7 +33,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::child_relay::{ChildRelay, Output};
-use super::e2e::cpu::{cpu_report, Cpu};
+use super::relay_cpu::{core_share, cpu_report, Cpu};
 use super::stats::{ms, quantile};
 use super::{
     create_orders, fresh_schema, insert_order, order_insert, parse_wakeup_trigger, warm_up, Server,
@@ -173,12 +173,6 @@ impl Observed {
     }
 }
 
-/// Share of one core spent between two CPU readings (process, sessions)
-/// `over` apart; NaN where either could not be read.
-fn core_share(before: (f64, f64), after: (f64, f64), over: Duration) -> f64 {
-    (after.0 - before.0 + after.1 - before.1) / over.as_secs_f64().max(1e-9)
-}
-
 /// The order transaction's event payload for order `id`.
 fn payload(id: i64) -> serde_json::Value {
     json!({"order_id": id, "customer_id": id % 977, "total_cents": (id * 7919) % 100_000})
@@ -313,7 +307,11 @@ async fn sql(
     tokio::time::sleep(Duration::from_secs(args.idle_secs)).await;
     relay.check_running()?;
     let busy_from = (cpu.now(pool, &relay).await?, Instant::now());
-    let idle_core_share = core_share(idle_from.0, busy_from.0, busy_from.1 - idle_from.1);
+    let idle_core_share = core_share(
+        idle_from.0,
+        busy_from.0,
+        (busy_from.1 - idle_from.1).as_secs_f64(),
+    );
 
     eprintln!(
         "bench latency: {} tx/s for {} s (plain SQL, child relay idle {} s, wake-up trigger {})",

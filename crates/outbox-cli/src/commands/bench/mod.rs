@@ -9,6 +9,7 @@ mod e2e;
 mod held_snapshot;
 mod latency;
 mod produce;
+mod relay_cpu;
 mod stats;
 
 use std::process::ExitCode;

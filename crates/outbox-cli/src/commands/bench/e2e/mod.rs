@@ -16,7 +16,7 @@
 mod broker;
 mod check;
 mod consumer;
-pub(super) mod cpu;
+mod cpu;
 mod reference;
 mod webhook;
 
@@ -33,9 +33,10 @@ use uuid::Uuid;
 use self::broker::{Broker, Side, AGGREGATE_TYPE, EVENT_TYPE};
 use self::check::Arrivals;
 use self::consumer::Consumer;
-use self::cpu::{bench_cpu_seconds, bench_report, cpu_report, Cpu};
+use self::cpu::{bench_cpu_seconds, bench_report};
 use super::child_relay::ChildRelay as Relay;
 use super::latency::open_loop;
+use super::relay_cpu::{cpu_report, Cpu};
 
 /// The relay's `--instance-id`.
 const RELAY_INSTANCE: &str = "bench-e2e-relay";
