@@ -7,6 +7,7 @@
 //! | the status report | [`status`] |
 //! | producers: enqueue, the wake-up after commit | [`producer`] |
 //! | the consumer inbox | [`inbox`] |
+//! | the relay of many sources: the dormant schemas' check and announcements | [`sources`] |
 //! | the migration runner (the migrations are `crates/outbox/migrations/*.sql`) | [`migrate`] |
 //! | the maintenance tools: dead letters, cleanup | `crate::maintenance::queries` |
 //!
@@ -17,10 +18,12 @@ mod inbox;
 mod migrate;
 mod producer;
 mod relay;
+mod sources;
 mod status;
 
 pub use inbox::*;
 pub use migrate::*;
 pub use producer::*;
 pub use relay::*;
+pub use sources::*;
 pub use status::*;
