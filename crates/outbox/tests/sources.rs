@@ -55,19 +55,29 @@ impl SourceObserver for Seen {
 }
 
 async fn start(pool: &PgPool, publisher: &TestPublisher, seen: Arc<Seen>) -> SourcesHandle {
+    start_with(pool, publisher, seen, fast_config("sources-test"), Duration::from_secs(5)).await
+}
+
+async fn start_with(
+    pool: &PgPool,
+    publisher: &TestPublisher,
+    seen: Arc<Seen>,
+    config: outbox::RelayConfig,
+    check_interval: Duration,
+) -> SourcesHandle {
     let def = |name: &str, selector| SourceDef {
         name: name.to_owned(),
         database: "db".to_owned(),
         pool: pool.clone(),
         selector,
-        config: fast_config("sources-test"),
+        config: config.clone(),
         publisher: Arc::new(publisher.clone()),
     };
     Sources::builder()
         .source(def("main", SchemaSelector::Schema(Schema::default())))
         .source(def("tenants", SchemaSelector::Pattern("tenant_*".to_owned())))
         .settings(SourcesSettings {
-            check_interval: Duration::from_secs(5),
+            check_interval,
             rescan_interval: Duration::from_secs(3_600),
             dormant_after: Duration::from_millis(300),
             instance_id: Some("sources-test".to_owned()),
@@ -198,5 +208,79 @@ async fn a_schema_migrated_while_running_is_served_and_a_dropped_one_is_let_go()
     })
     .await;
     assert!(relay.statuses().iter().all(|s| s.healthy()), "{:?}", relay.statuses());
+    relay.shutdown_within(LONG).await.unwrap();
+}
+
+async fn all_dormant(relay: &SourcesHandle) {
+    wait_until("every source is dormant", LONG, || async {
+        relay
+            .statuses()
+            .iter()
+            .all(|s| s.state == SourceState::Dormant)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_no_wake_up_announced_is_found_by_the_check() {
+    let (_db, pool) = migrated_test_db().await;
+    migrate(&pool, "tenant_a").await;
+    let publisher = TestPublisher::new();
+    let relay = start_with(
+        &pool,
+        &publisher,
+        Arc::new(Seen::default()),
+        fast_config("sources-test"),
+        Duration::from_millis(300),
+    )
+    .await;
+    all_dormant(&relay).await;
+    // As an instance working the schema alone leaves it: producers are
+    // told nobody sleeps, so this commit sends no notification.
+    execute(&pool, "SELECT setval('tenant_a.outbox_relay_idle_until', 0)").await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    insert(&pool, "tenant_a", "quiet", 1).await;
+    wait_until("the unannounced event is delivered", Duration::from_secs(10), || async {
+        publisher.deliveries().iter().any(|e| e.aggregate_id == "quiet")
+    })
+    .await;
+    relay.shutdown_within(LONG).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dormant_source_wakes_when_a_backoff_ends() {
+    let (_db, pool) = migrated_test_db().await;
+    migrate(&pool, "tenant_a").await;
+    let publisher = TestPublisher::new();
+    publisher.fail(
+        outbox_testkit::Match::Aggregate("flaky".to_owned()),
+        outbox_testkit::Fail::Retry,
+        Some(1),
+    );
+    let config = outbox::RelayConfig {
+        backoff_base_ms: 1_500,
+        backoff_max_ms: 1_500,
+        ..fast_config("sources-test")
+    };
+    // A check so rare that only the backoff's end can wake the source.
+    let relay = start_with(
+        &pool,
+        &publisher,
+        Arc::new(Seen::default()),
+        config,
+        Duration::from_secs(60),
+    )
+    .await;
+    insert(&pool, "tenant_a", "flaky", 1).await;
+    wait_until("the first attempt failed", LONG, || async {
+        !publisher.attempts().is_empty()
+    })
+    .await;
+    all_dormant(&relay).await;
+    assert_eq!(publisher.delivered_count(), 0);
+    wait_until("the retry is delivered", Duration::from_secs(10), || async {
+        publisher.delivered_count() == 1
+    })
+    .await;
     relay.shutdown_within(LONG).await.unwrap();
 }

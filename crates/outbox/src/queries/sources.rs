@@ -4,13 +4,27 @@
 //! validated name that never needs quoting, `{i}` the schema's index in the
 //! caller's list.
 
-/// One schema's row of the dormant check: `{i}` if the schema holds an
+/// The inserts each table (`$1`: `schema.outbox_events` names) has seen,
+/// as the statistics system counts them, in the order given; -1 where the
+/// table does not exist. The cheap dormant check: a count that moved is a
+/// commit no wake-up announced (an announcement that lapsed, or that an
+/// instance working the schema alone withdrew). Reads shared memory, no
+/// table: 0.3-0.5 ms for 200 schemas, where the full check below costs
+/// about 60 ms (planning and locking 200 tables). A producer's counts show
+/// at the latest when its session next reports them (within about a second
+/// of its commit).
+pub const SOURCE_INSERTS_COUNTED: &str = "
+SELECT coalesce(pg_stat_get_tuples_inserted(to_regclass(t.name)), -1)
+FROM unnest($1::text[]) WITH ORDINALITY AS t(name, i) ORDER BY t.i";
+
+/// One schema's row of the full dormant check (a slice of the dormant
+/// schemas per round, each in turn): `{i}` if the schema holds an
 /// event a claim would take now (not delivered, not dead, no backoff
 /// pending, its type not paused), nothing otherwise. It reads the pending
 /// index from its start and stops at the first such row, so an idle schema
 /// costs an index probe. What it finds that no wake-up announced: an
-/// insert that did not see the announcement (it lapsed, or another relay
-/// withdrew it), a retry whose backoff ended, rows of a relay that died.
+/// insert the cheap check missed, a dead letter replayed (an update), rows
+/// of a relay that died.
 pub const SOURCE_WORK_FOUND: &str = "SELECT {i} WHERE EXISTS (
     SELECT 1 FROM {schema}.outbox_events e
     WHERE e.processed_at IS NULL AND e.dead_lettered_at IS NULL

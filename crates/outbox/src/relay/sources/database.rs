@@ -4,6 +4,7 @@
 //! and one task per source.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use super::source::{supervise, SourceCtx, SourceShared};
+use super::source::{supervise, SourceCtx, SourceShared, UNCOUNTED};
 use super::{sql, Registry, SchemaSelector, SourceDef, SourceObserver, SourceState, SourcesSettings};
 use crate::queries as q;
 use crate::schema::Schema;
@@ -55,6 +56,8 @@ struct State {
     served: BTreeMap<String, Served>,
     /// The last match of each pattern entry that could be matched.
     matched: Vec<(usize, Vec<Schema>)>,
+    /// Where the next full check's slice of the dormant sources begins.
+    full_check_next: usize,
 }
 
 /// Serves the database's sources until the relay stops.
@@ -74,6 +77,7 @@ pub(super) async fn run(db: Database) {
         pool,
         served: BTreeMap::new(),
         matched: Vec::new(),
+        full_check_next: 0,
     };
     for i in 0..st.db.defs.len() {
         if let SchemaSelector::Schema(schema) = &st.db.defs[i].selector {
@@ -107,7 +111,7 @@ pub(super) async fn run(db: Database) {
         tokio::select! {
             _ = stopping.changed() => break,
             heard_now = heard.recv() => match heard_now {
-                Some(Heard::Connected) => st.check().await,
+                Some(Heard::Connected) => st.check_everything().await,
                 Some(Heard::Notification { channel, payload }) => {
                     if channel == q::SCHEMAS_CHANGED_CHANNEL {
                         rescan.reset_immediately();
@@ -257,7 +261,7 @@ impl State {
 
     /// Announces `sources` as idle whatever stands: they begin dormant, and
     /// producers' commits are to wake them.
-    async fn announce_new(&self, sources: &[Arc<SourceShared>], lease_ms: u64) {
+    async fn announce_new(&mut self, sources: &[Arc<SourceShared>], lease_ms: u64) {
         if sources.is_empty() {
             return;
         }
@@ -272,7 +276,9 @@ impl State {
                 tracing::debug!(error = %e, "could not announce new sources as idle; the dormant check finds their work");
             }
         }
-        self.check().await;
+        for chunk in sources.chunks(CHUNK) {
+            self.check_full(chunk).await;
+        }
     }
 
     /// Renews the dormant sources' standing announcements.
@@ -291,52 +297,117 @@ impl State {
         }
     }
 
-    /// The dormant check: wakes every dormant source with claimable work.
-    /// One statement for all; if the database answers it with an error
-    /// (a schema dropped under it), one per source, so one source's
-    /// problem is not every source's.
-    async fn check(&self) {
+    /// The dormant check, every `check_interval`: the cheap one over every
+    /// source (a dormant source whose table counted inserts since the last
+    /// look is woken; a missing table is the source's problem), and the
+    /// full one over the next slice of dormant sources, so each is fully
+    /// checked every [`FULL_CHECK_ROUNDS`] rounds.
+    async fn check(&mut self) {
+        self.check_counted().await;
+        let dormant = self.dormant();
+        if dormant.is_empty() {
+            return;
+        }
+        let slice = dormant.len().div_ceil(FULL_CHECK_ROUNDS);
+        let start = self.full_check_next % dormant.len();
+        let chunk: Vec<Arc<SourceShared>> = dormant
+            .iter()
+            .cycle()
+            .skip(start)
+            .take(slice)
+            .cloned()
+            .collect();
+        self.full_check_next = start + slice;
+        self.check_full(&chunk).await;
+    }
+
+    /// Every source at once, on its first check.
+    async fn check_everything(&mut self) {
+        self.check_counted().await;
         let dormant = self.dormant();
         for chunk in dormant.chunks(CHUNK) {
-            let schemas: Vec<&Schema> = chunk.iter().map(|s| &s.schema).collect();
-            let found: Result<Vec<i32>, sqlx::Error> =
-                sqlx::query_scalar(&sql::work_found(&schemas))
-                    .persistent(false)
-                    .fetch_all(&self.pool)
-                    .await;
-            match found {
-                Ok(found) => {
-                    for (i, src) in chunk.iter().enumerate() {
+            self.check_full(chunk).await;
+        }
+    }
+
+    async fn check_counted(&self) {
+        let sources: Vec<Arc<SourceShared>> =
+            self.served.values().map(|s| s.shared.clone()).collect();
+        let names: Vec<String> = sources
+            .iter()
+            .map(|s| format!("{}.outbox_events", s.schema.name()))
+            .collect();
+        let counted: Result<Vec<i64>, sqlx::Error> = sqlx::query_scalar(q::SOURCE_INSERTS_COUNTED)
+            .bind(&names)
+            .fetch_all(&self.pool)
+            .await;
+        match counted {
+            Ok(counted) => {
+                for (src, n) in sources.iter().zip(counted) {
+                    if n < 0 {
+                        src.database_problem(Some(format!(
+                            "{}.outbox_events does not exist: run `outbox migrate --schema {}`",
+                            src.schema.name(),
+                            src.schema.name()
+                        )));
+                        continue;
+                    }
+                    let before = src.inserts_seen.swap(n, Ordering::Relaxed);
+                    if src.state() == SourceState::Dormant {
                         src.database_problem(None);
-                        if found.contains(&(i as i32)) {
+                        if before != UNCOUNTED && before != n {
                             src.wakeup.wake_local();
                         }
                     }
                 }
-                Err(sqlx::Error::Database(_)) => {
-                    for src in chunk {
-                        let one = sql::work_found(&[&src.schema]);
-                        match sqlx::query_scalar::<_, i32>(&one)
-                            .persistent(false)
-                            .fetch_optional(&self.pool)
-                            .await
-                        {
-                            Ok(found) => {
-                                src.database_problem(None);
-                                if found.is_some() {
-                                    src.wakeup.wake_local();
-                                }
-                            }
-                            Err(e) => src.database_problem(Some(format!(
-                                "the dormant check failed: {e}"
-                            ))),
+            }
+            Err(e) => {
+                for src in &sources {
+                    if src.state() == SourceState::Dormant {
+                        src.database_problem(Some(format!("the database is unavailable: {e}")));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The full check of `chunk`: wakes each with claimable work. One
+    /// statement for all; if the database answers it with an error (a
+    /// schema dropped under it), one per source, so one source's problem
+    /// is not every source's.
+    async fn check_full(&self, chunk: &[Arc<SourceShared>]) {
+        let schemas: Vec<&Schema> = chunk.iter().map(|s| &s.schema).collect();
+        let found: Result<Vec<i32>, sqlx::Error> = sqlx::query_scalar(&sql::work_found(&schemas))
+            .persistent(false)
+            .fetch_all(&self.pool)
+            .await;
+        match found {
+            Ok(found) => {
+                for (i, src) in chunk.iter().enumerate() {
+                    if found.contains(&(i as i32)) {
+                        src.wakeup.wake_local();
+                    }
+                }
+            }
+            Err(sqlx::Error::Database(_)) => {
+                for src in chunk {
+                    let one = sql::work_found(&[&src.schema]);
+                    match sqlx::query_scalar::<_, i32>(&one)
+                        .persistent(false)
+                        .fetch_optional(&self.pool)
+                        .await
+                    {
+                        Ok(Some(_)) => src.wakeup.wake_local(),
+                        Ok(None) => {}
+                        Err(e) => {
+                            src.database_problem(Some(format!("the dormant check failed: {e}")))
                         }
                     }
                 }
-                Err(e) => {
-                    for src in chunk {
-                        src.database_problem(Some(format!("the database is unavailable: {e}")));
-                    }
+            }
+            Err(e) => {
+                for src in chunk {
+                    src.database_problem(Some(format!("the database is unavailable: {e}")));
                 }
             }
         }
@@ -401,6 +472,10 @@ impl State {
         })
     }
 }
+
+/// The full dormant check covers every dormant source once per this many
+/// rounds of `check_interval`.
+const FULL_CHECK_ROUNDS: usize = 30;
 
 /// Schemas per statement of the check and the announcements: bounds the
 /// statement's size (and its planning) however many schemas match.

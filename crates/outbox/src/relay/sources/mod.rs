@@ -272,6 +272,19 @@ impl SourceStatus {
     }
 }
 
+/// The statuses of a running relay of many sources; cheap to clone.
+#[derive(Clone)]
+pub struct SourcesView {
+    registry: Arc<Registry>,
+}
+
+impl SourcesView {
+    /// Every source served now, by name.
+    pub fn statuses(&self) -> Vec<SourceStatus> {
+        self.registry.all().iter().map(|s| s.status()).collect()
+    }
+}
+
 /// The running relay of many sources.
 pub struct SourcesHandle {
     instance_id: String,
@@ -297,7 +310,15 @@ impl SourcesHandle {
 
     /// Every source served now, by name.
     pub fn statuses(&self) -> Vec<SourceStatus> {
-        self.registry.all().iter().map(|s| s.status()).collect()
+        self.view().statuses()
+    }
+
+    /// A handle on the sources' statuses that outlives a borrow of this one
+    /// (for readiness checks).
+    pub fn view(&self) -> SourcesView {
+        SourcesView {
+            registry: self.registry.clone(),
+        }
     }
 
     /// The totals of every source served now.

@@ -2,7 +2,7 @@
 //! task that runs its worker while it has work and waits while it is
 //! dormant ([`supervise`]).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -44,7 +44,13 @@ pub(crate) struct SourceShared {
     /// The broker's, cleared by a batch that got through.
     broker_problem: Mutex<Option<String>>,
     held: AtomicUsize,
+    /// The inserts its table had seen at the last cheap check
+    /// ([`UNCOUNTED`] before the first).
+    pub inserts_seen: AtomicI64,
 }
+
+/// [`SourceShared::inserts_seen`] before the first count.
+pub(crate) const UNCOUNTED: i64 = i64::MIN;
 
 impl SourceShared {
     pub fn new(name: String, database: String, schema: Schema) -> Self {
@@ -59,6 +65,7 @@ impl SourceShared {
             database_problem: Mutex::new(None),
             broker_problem: Mutex::new(None),
             held: AtomicUsize::new(0),
+            inserts_seen: AtomicI64::new(UNCOUNTED),
         }
     }
 
@@ -130,13 +137,24 @@ pub(crate) async fn supervise(
     let mut retry = DoublingDelay::new(100, RETRY_MAX_MS);
     let mut partitions: Option<i32> = None;
     let mut woken = src.wakeup.generation();
+    // When the earliest backoff ends, as the last worker left it.
+    let mut retry_at: Option<tokio::time::Instant> = None;
     loop {
-        // Dormant: wait for a wake-up (one since `woken` ends this at once).
+        // Dormant: wait for a wake-up (one since `woken` ends this at once)
+        // or the end of a backoff.
         src.set_state(SourceState::Dormant);
+        let backoff_end = async {
+            match retry_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = src.wakeup.wait_since(woken) => {}
+            _ = backoff_end => {}
             _ = stop.changed() => return,
         }
+        retry_at = None;
         if *stop.borrow() {
             return;
         }
@@ -199,9 +217,10 @@ pub(crate) async fn supervise(
         lease_task.abort();
         src.held.store(0, Ordering::Relaxed);
         match exit {
-            Ok(Ok(Exit::Dormant { woken: w })) => {
+            Ok(Ok(Exit::Dormant { woken: w, retry_in })) => {
                 retry.reset();
                 woken = w;
+                retry_at = retry_in.map(|d| tokio::time::Instant::now() + d);
                 tracing::debug!(source = %src.name, "dormant");
             }
             Ok(Ok(Exit::Stopped)) => return,

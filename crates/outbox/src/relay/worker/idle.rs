@@ -181,7 +181,7 @@ impl Worker {
             self.unacked.is_some(),
             self.announcement.standing(),
         ) {
-            return Phase::Dormant;
+            return Phase::Dormant(claim);
         }
         let mut wait = self.poll.next_delay();
         if self.unacked.is_some() {

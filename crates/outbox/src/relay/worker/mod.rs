@@ -68,8 +68,12 @@ pub(crate) enum Exit {
     Stopped,
     /// It went dormant (see [`Phase::Dormant`]); `woken` is the wake-up
     /// generation its last claim started from: any wake-up since means work
-    /// it has not looked for.
-    Dormant { woken: u64 },
+    /// it has not looked for. `retry_in`: when the earliest backoff of the
+    /// partitions it held ends.
+    Dormant {
+        woken: u64,
+        retry_in: Option<Duration>,
+    },
 }
 
 /// What a worker works with; the rest is its own state.
@@ -136,9 +140,12 @@ impl Worker {
                     self.stop().await;
                     return Ok(Exit::Stopped);
                 }
-                Phase::Dormant => {
-                    self.go_dormant().await;
-                    return Ok(Exit::Dormant { woken: self.woken });
+                Phase::Dormant(claim) => {
+                    let retry_in = self.go_dormant(&claim.partitions).await;
+                    return Ok(Exit::Dormant {
+                        woken: self.woken,
+                        retry_in,
+                    });
                 }
             };
         }
@@ -227,8 +234,17 @@ impl Worker {
     /// partition (announcing it, so another instance with work takes them
     /// at once), but leaves producers told to wake this relay and the
     /// publisher open: the next commit starts a worker again.
-    async fn go_dormant(&mut self) {
+    /// Returns when the earliest backoff of `partitions` ends, if any (on
+    /// error: soon, so the source looks again).
+    async fn go_dormant(&mut self, partitions: &[i32]) -> Option<Duration> {
         self.acknowledge_or_give_up().await;
+        let retry_in = match self.deps.store.event_next_retry(partitions).await {
+            Ok(retry_in) => retry_in,
+            Err(e) => {
+                tracing::debug!(error = %e.with_causes(), "could not read the next retry time going dormant; looking again soon");
+                Some(Duration::from_millis(self.deps.config.poll_max_ms))
+            }
+        };
         match self.deps.ownership.release_all(&self.deps.store).await {
             Ok(()) => self.announce_rebalance().await,
             Err(e) => {
@@ -236,6 +252,7 @@ impl Worker {
             }
         }
         self.deps.store.connection_release();
+        retry_in
     }
 
     /// Asks the other instances for a lease round now. Best effort: without

@@ -38,7 +38,7 @@ pub(crate) enum Phase {
     /// every partition and end, leaving the announcement for producers'
     /// trigger and the publisher open (a relay of many sources watches
     /// for the next wake-up and starts the worker again).
-    Dormant,
+    Dormant(Claimable),
 }
 
 /// What the worker knows when it decides.
