@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod discover;
 mod error;
 mod event;
 mod inbox;
