@@ -5,6 +5,7 @@
 //! |------|--------|
 //! | the relay: claim, acknowledgement, retries, idle announcement, leases | [`relay`] |
 //! | the status report | [`status`] |
+//! | schema discovery for `schemas = "PATTERN"` sources | [`discover`] |
 //! | producers: enqueue, the wake-up after commit | [`producer`] |
 //! | the consumer inbox | [`inbox`] |
 //! | the relay of many sources: the dormant schemas' check and announcements | [`sources`] |
@@ -14,6 +15,7 @@
 //! Callers name them as `queries::NAME` (`use crate::queries as q`); the
 //! areas are for readers, and the names are unique across them.
 
+mod discover;
 mod inbox;
 mod migrate;
 mod producer;
@@ -21,6 +23,7 @@ mod relay;
 mod sources;
 mod status;
 
+pub use discover::*;
 pub use inbox::*;
 pub use migrate::*;
 pub use producer::*;
