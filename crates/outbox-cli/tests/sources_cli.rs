@@ -146,6 +146,8 @@ async fn status_reads_the_source_named_or_every_source_with_its_name_first() {
     for name in ["\"c\"", "a, b, tenants or tenants/SCHEMA"] {
         assert!(e.contains(name), "{e}");
     }
+    let e = refused(&db, &file, &["status", "--schema", "sa"]);
+    assert!(e.contains("--schema") && e.contains("--source NAME"), "{e}");
     let e = refused(&db, &file, &["status", "--source", "tenants/tenant_2"]);
     assert!(
         e.contains("tenant_2") && e.contains("outbox migrate"),
@@ -259,4 +261,37 @@ async fn a_bad_source_entry_stops_every_command_naming_it() {
         );
         assert_eq!(e.lines().count(), 1, "{e}");
     }
+}
+
+#[tokio::test]
+async fn without_sources_source_is_refused_and_nothing_else_changes() {
+    let (db, _pool) = setup().await;
+    for args in [
+        &["status", "--schema", "sa", "--source", "a"][..],
+        &["dead-letters", "list", "--schema", "sa", "--source", "a"],
+        &[
+            "dead-letters",
+            "retry",
+            "--all",
+            "--schema",
+            "sa",
+            "--source",
+            "a",
+        ],
+    ] {
+        let out = common::run(args, Some(&db.url));
+        let e = common::text(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            e.contains("--source \"a\"") && e.contains("[[source]]"),
+            "{e}"
+        );
+    }
+    let out = common::run(&["status", "--schema", "sa"], Some(&db.url));
+    let text = common::text(&out.stdout);
+    assert!(out.status.success(), "{}", common::text(&out.stderr));
+    assert!(
+        text.starts_with("schema:         sa\npending:        2\n"),
+        "the one-schema form as before: {text}"
+    );
 }

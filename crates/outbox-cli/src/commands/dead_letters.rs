@@ -112,6 +112,13 @@ pub async fn run(ctx: &Ctx, cmd: DeadLettersCommand) -> Result<ExitCode> {
     if ctx.has_sources() {
         return run_sources(ctx, cmd).await;
     }
+    let source = match &cmd {
+        DeadLettersCommand::List(args) => args.source.as_deref(),
+        DeadLettersCommand::Retry(args) | DeadLettersCommand::Discard(args) => {
+            args.source.as_deref()
+        }
+    };
+    ctx.refuse_source_without_sources(source)?;
     let schema = &ctx.schema;
     let url = db::require_url(ctx.database_url())?;
     let pool = db::connect(&url, 1).await?;

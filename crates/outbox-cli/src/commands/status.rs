@@ -28,6 +28,7 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> Result<ExitCode> {
     if ctx.has_sources() {
         return run_sources(ctx, args).await;
     }
+    ctx.refuse_source_without_sources(args.source.as_deref())?;
     let url = db::require_url(ctx.database_url())?;
     let pool = db::connect(&url, 1).await?;
     let mut conn = pool.acquire().await?;

@@ -68,6 +68,18 @@ impl Ctx {
         !self.loaded.config.source.is_empty()
     }
 
+    /// Refuses `--source` (`source`) when there are no `[[source]]`
+    /// entries to pick from.
+    pub fn refuse_source_without_sources(&self, source: Option<&str>) -> Result<()> {
+        match source {
+            Some(name) if !self.has_sources() => bail!(
+                "--source {} needs [[source]] entries in the config file, and it has none: leave --source out to use --database-url and --schema",
+                cut(name)
+            ),
+            _ => Ok(()),
+        }
+    }
+
     /// The resolved `[[source]]` entries.
     fn source_entries(&self) -> Result<Vec<SourceEntry>> {
         self.loaded.config.sources().map_err(|r| anyhow!(r))
@@ -84,12 +96,7 @@ impl Ctx {
         pools: &mut Pools,
     ) -> Result<Vec<Result<Target, Unreachable>>> {
         if !self.has_sources() {
-            if let Some(name) = source {
-                bail!(
-                    "--source {} needs [[source]] entries in the config file, and it has none: leave --source out to use --database-url and --schema",
-                    cut(name)
-                );
-            }
+            self.refuse_source_without_sources(source)?;
             return Ok(vec![Ok(Target {
                 source: None,
                 url: db::require_url(self.database_url())?,
