@@ -127,7 +127,12 @@ pub(super) async fn run(db: Database) {
                 }
                 None => break,
             },
-            _ = check.tick() => st.check().await,
+            _ = check.tick() => {
+                if st.check().await {
+                    // A pattern's schema lost its table: let it go now.
+                    rescan.reset_immediately();
+                }
+            }
             _ = renew.tick() => st.renew(lease_ms).await,
             _ = rescan.tick() => {
                 let (added, removed) = (st.rescan().await, st.let_go_unmatched());
@@ -302,11 +307,12 @@ impl State {
     /// look is woken; a missing table is the source's problem), and the
     /// full one over the next slice of dormant sources, so each is fully
     /// checked every [`FULL_CHECK_ROUNDS`] rounds.
-    async fn check(&mut self) {
-        self.check_counted().await;
+    /// Returns whether a schema found by a pattern has lost its table.
+    async fn check(&mut self) -> bool {
+        let lost = self.check_counted().await;
         let dormant = self.dormant();
         if dormant.is_empty() {
-            return;
+            return lost;
         }
         let slice = dormant.len().div_ceil(FULL_CHECK_ROUNDS);
         let start = self.full_check_next % dormant.len();
@@ -319,18 +325,22 @@ impl State {
             .collect();
         self.full_check_next = start + slice;
         self.check_full(&chunk).await;
+        lost
     }
 
     /// Every source at once, on its first check.
     async fn check_everything(&mut self) {
-        self.check_counted().await;
+        let _ = self.check_counted().await;
         let dormant = self.dormant();
         for chunk in dormant.chunks(CHUNK) {
             self.check_full(chunk).await;
         }
     }
 
-    async fn check_counted(&self) {
+    /// The cheap check; returns whether a schema found by a pattern has
+    /// lost its table.
+    async fn check_counted(&self) -> bool {
+        let mut lost = false;
         let sources: Vec<Arc<SourceShared>> =
             self.served.values().map(|s| s.shared.clone()).collect();
         let names: Vec<String> = sources
@@ -345,6 +355,9 @@ impl State {
             Ok(counted) => {
                 for (src, n) in sources.iter().zip(counted) {
                     if n < 0 {
+                        lost |= self.served.get(src.schema.name()).is_some_and(|s| {
+                            matches!(self.db.defs[s.def].selector, SchemaSelector::Pattern(_))
+                        });
                         src.database_problem(Some(format!(
                             "{}.outbox_events does not exist: run `outbox migrate --schema {}`",
                             src.schema.name(),
@@ -369,6 +382,7 @@ impl State {
                 }
             }
         }
+        lost
     }
 
     /// The full check of `chunk`: wakes each with claimable work. One
