@@ -168,7 +168,40 @@ pub async fn connect(url: &str, max: u32) -> Result<PgPool> {
 /// [`connect`], warning about statements slower than `slow` (bulk loads
 /// in benchmarks are slow on purpose).
 pub async fn connect_flagging_slow(url: &str, max: u32, slow: Duration) -> Result<PgPool> {
-    let options = check_url(url)?;
+    connect_with(url, max, slow, CONNECT_TIMEOUT, None).await
+}
+
+/// The pool of a database many sources share: `statements` prepared
+/// statements cached per connection (each source has its own, its
+/// schema's names in them), and waits for a connection up to
+/// `SHARED_ACQUIRE_TIMEOUT`, since many sources with work queue for few
+/// connections.
+pub async fn connect_shared(url: &str, max: u32, statements: usize) -> Result<PgPool> {
+    connect_with(
+        url,
+        max,
+        Duration::from_secs(10),
+        SHARED_ACQUIRE_TIMEOUT,
+        Some(statements),
+    )
+    .await
+}
+
+/// How long a source waits for a connection of its database's shared pool
+/// before it counts the database as unavailable.
+const SHARED_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(30);
+
+async fn connect_with(
+    url: &str,
+    max: u32,
+    slow: Duration,
+    acquire: Duration,
+    statements: Option<usize>,
+) -> Result<PgPool> {
+    let mut options = check_url(url)?;
+    if let Some(n) = statements {
+        options = options.statement_cache_capacity(n);
+    }
     // Batch statements (claims of thousands of rows, bulk loads) are
     // legitimately slow now and then; only flag the pathological ones.
     let options = options
@@ -190,7 +223,7 @@ pub async fn connect_flagging_slow(url: &str, max: u32, slow: Duration) -> Resul
     }
     PgPoolOptions::new()
         .max_connections(max)
-        .acquire_timeout(CONNECT_TIMEOUT)
+        .acquire_timeout(acquire)
         .connect_with(options)
         .await
         .with_context(|| format!("cannot connect to {shown}"))

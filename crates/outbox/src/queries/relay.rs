@@ -197,19 +197,24 @@ WHERE e.id = f.id AND e.processed_at IS NULL AND e.dead_lettered_at IS NULL
               WHERE p.partition = {schema}.outbox_partition(e.aggregate_id) AND p.owner = $5
                 AND p.epoch = ($6::bigint[])[{schema}.outbox_partition(e.aggregate_id) + 1])";
 
-/// Announces (or refreshes) a relay instance.
-pub const INSTANCE_HEARTBEAT: &str = "
-INSERT INTO {schema}.outbox_relay_instances (instance_id, heartbeat_at) VALUES ($1, now())
-ON CONFLICT (instance_id) DO UPDATE SET heartbeat_at = now()";
-
-/// Instances seen within the lease, sorted; forgets long-gone ones.
-pub const INSTANCE_LIVE: &str = "
-WITH gone AS (
+/// Refreshes this instance's heartbeat (`$2`), forgets long-gone
+/// instances, and returns the instances seen within the lease (`$1` ms),
+/// this one included, sorted: one round trip per lease round. The select
+/// reads the table as it was before the statement (the common-table
+/// expressions' changes are not visible to it), so this instance is added
+/// by name, not read back; the heartbeat and the deletion never touch the
+/// same row.
+pub const INSTANCE_HEARTBEAT_AND_LIVE: &str = "
+WITH beat AS (
+    INSERT INTO {schema}.outbox_relay_instances (instance_id, heartbeat_at) VALUES ($2, now())
+    ON CONFLICT (instance_id) DO UPDATE SET heartbeat_at = now()),
+gone AS (
     DELETE FROM {schema}.outbox_relay_instances
     WHERE heartbeat_at < now() - 10 * $1 * interval '1 millisecond' AND instance_id <> $2)
-SELECT instance_id FROM {schema}.outbox_relay_instances
-WHERE heartbeat_at >= now() - $1 * interval '1 millisecond' OR instance_id = $2
-ORDER BY instance_id";
+SELECT instance_id::text FROM {schema}.outbox_relay_instances
+WHERE heartbeat_at >= now() - $1 * interval '1 millisecond' AND instance_id <> $2
+UNION SELECT $2::text
+ORDER BY 1";
 
 /// A relay is about to sleep: producers' wake-up trigger (migration 7)
 /// notifies until the time this sets, `$1` ms from now (refreshed while the

@@ -139,17 +139,28 @@ impl Ownership {
             return Ok(());
         }
         let started = Instant::now();
-        store.instance_heartbeat(&self.me).await?;
-        let live = store.instance_live(&self.me, self.lease).await?;
+        let live = store
+            .instance_heartbeat_and_live(&self.me, self.lease)
+            .await?;
         self.members
             .store(live.len(), std::sync::atomic::Ordering::Release);
         let n = live.len().max(1) as i32;
         let index = live.iter().position(|m| m == &self.me).unwrap_or(0) as i32;
         let assigned: BTreeSet<i32> = (0..self.partitions).filter(|p| p % n == index).collect();
 
-        let held: Vec<i32> = {
+        // Leases this instance knows lapsed are not renewed (the renewal
+        // would find them lapsed too, or, by the few milliseconds the
+        // database's time runs ahead, renew what acquiring takes back as
+        // well): they are acquired again below if still assigned.
+        let (previously, held): (Vec<i32>, Vec<i32>) = {
             let st = self.state.lock().expect("ownership lock");
-            st.held.keys().copied().collect()
+            let held = st
+                .held
+                .iter()
+                .filter(|(_, h)| h.valid_until > started)
+                .map(|(p, _)| *p)
+                .collect();
+            (st.held.keys().copied().collect(), held)
         };
         let renewed = store
             .partition_lease_renew(&self.me, &held, self.lease)
@@ -170,7 +181,10 @@ impl Ownership {
         for (p, epoch) in renewed.into_iter().chain(acquired) {
             st.held.insert(p, Held { epoch, valid_until });
         }
-        let lost = held.iter().filter(|p| !st.held.contains_key(p)).count();
+        let lost = previously
+            .iter()
+            .filter(|p| !st.held.contains_key(p))
+            .count();
         if lost > 0 {
             tracing::warn!(instance = %self.me, lost, "partition leases lost (expired or taken over)");
         }

@@ -59,7 +59,6 @@ pub struct Store {
     delete_delivered: String,
     mark_processed: String,
     mark_failed: String,
-    heartbeat: String,
     idle_announce: String,
     xid_new: String,
     idle_retract: String,
@@ -94,13 +93,12 @@ impl Store {
             delete_delivered: r(q::EVENT_DELETE_DELIVERED),
             mark_processed: r(q::EVENT_MARK_PROCESSED),
             mark_failed: r(q::EVENT_MARK_FAILED),
-            heartbeat: r(q::INSTANCE_HEARTBEAT),
             idle_announce: r(q::IDLE_ANNOUNCE),
             xid_new: q::TRANSACTION_ID_NEW.to_owned(),
             idle_retract: r(q::IDLE_RETRACT),
             idle_trigger: r(q::IDLE_TRIGGER_INSTALLED),
             ended_below: q::TRANSACTIONS_ENDED_BELOW.replace("{xmin}", &xmin_reaching("$1")),
-            live: r(q::INSTANCE_LIVE),
+            live: r(q::INSTANCE_HEARTBEAT_AND_LIVE),
             remove: r(q::INSTANCE_REMOVE),
             renew: r(q::PARTITION_LEASE_RENEW),
             acquire: r(q::PARTITION_LEASE_ACQUIRE),
@@ -173,12 +171,6 @@ impl Store {
         self.run(query, "recording failed events").await
     }
 
-    /// Refreshes this instance's heartbeat.
-    pub async fn instance_heartbeat(&self, me: &str) -> Result<()> {
-        let query = sqlx::query(&self.heartbeat).bind(me);
-        self.run(query, "sending a heartbeat").await.map(drop)
-    }
-
     /// Announces that a relay sleeps, for `ttl`.
     pub async fn idle_announce(&self, ttl: Duration) -> Result<()> {
         let query = sqlx::query(&self.idle_announce).bind(ttl.as_millis() as i64);
@@ -215,8 +207,13 @@ impl Store {
             .await
     }
 
-    /// Live instances, sorted.
-    pub async fn instance_live(&self, me: &str, lease: Duration) -> Result<Vec<String>> {
+    /// Refreshes this instance's heartbeat; returns the live instances,
+    /// this one included, sorted.
+    pub async fn instance_heartbeat_and_live(
+        &self,
+        me: &str,
+        lease: Duration,
+    ) -> Result<Vec<String>> {
         sqlx::query_scalar(&self.live)
             .bind(lease.as_millis() as f64)
             .bind(me)
