@@ -641,3 +641,42 @@ async fn readyz_names_the_source_whose_database_is_down_and_follows_the_ready_po
     any.stop();
     drop(cluster);
 }
+
+/// `outbox bench sources` at a tiny size runs every phase and reports
+/// every figure (speed is not asserted: shared machines are noisy).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_sources_reports_connections_cpu_wakeups_drain_and_fairness() {
+    let (_db, v, stdout) = common::bench_fresh(
+        "sources --schemas 3 --pool-size 4 --idle-secs 1 --wakeups 3 --wakeup-gap-ms 10 \
+         --events-per-schema 200 --aggregates-per-schema 5 --backlog 20000 --rate 20 --seconds 1",
+    )
+    .await;
+    eprintln!("{stdout}");
+    assert_eq!(v["schemas"], 3);
+    assert_eq!(v["wakeups"], 3);
+    assert_eq!(v["drain_events"], 600);
+    assert_eq!(v["connection_limit"], 5);
+    let connections = v["relay_connections"].as_i64().unwrap();
+    assert!(connections >= 1, "the relay's sessions are seen: {v}");
+    let positive = [
+        "wakeup_p50_ms",
+        "wakeup_p99_ms",
+        "drain_many_events_per_sec",
+        "drain_one_events_per_sec",
+        "drain_ratio",
+        "fairness_p99_alone_ms",
+        "fairness_p99_with_backlog_ms",
+        "fairness_ratio",
+    ];
+    for k in positive {
+        assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k}: {v}");
+    }
+    assert!(
+        v["wakeup_p50_ms"].as_f64() <= v["wakeup_p99_ms"].as_f64(),
+        "{v}"
+    );
+    assert!(
+        v["idle_core_share"].as_f64().is_some_and(|x| x >= 0.0),
+        "{v}"
+    );
+}

@@ -1,0 +1,129 @@
+//! Many idle schemas on one database: what the relay holds (connections),
+//! what it spends (CPU, process and sessions, as a share of a core) while
+//! every schema is dormant, and how fast a plain-SQL insert into a dormant
+//! tenant is delivered (commit → its line read from the relay's output).
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use rand::seq::SliceRandom;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::super::relay_cpu::{core_share, Cpu};
+use super::super::stats::{ms, quantile};
+use super::child::{self, Configs, Entry};
+use super::SourcesArgs;
+
+/// How long the relay may take to find and announce every schema.
+const SETTLE: Duration = Duration::from_secs(300);
+
+/// How long one wake-up may take before the run fails.
+const WAKEUP_DEADLINE: Duration = Duration::from_secs(30);
+
+/// What the idle phase measured.
+pub struct Idle {
+    /// Most relay sessions seen at once (idle window and wake-ups).
+    pub connections: i64,
+    /// The relay's CPU while every schema was dormant, share of one core.
+    pub core_share: f64,
+    /// Each wake-up's commit-to-delivery time, sorted.
+    pub wakeups: Vec<Duration>,
+    /// How long the relay took from its start until every schema was
+    /// dormant.
+    pub settle_secs: f64,
+}
+
+impl Idle {
+    pub fn p(&self, q: f64) -> f64 {
+        ms(quantile(&self.wakeups, q))
+    }
+}
+
+pub async fn run(
+    url: &str,
+    pool: &PgPool,
+    configs: &Configs,
+    tenants: &[String],
+    pattern: &str,
+    args: &SourcesArgs,
+) -> Result<Idle> {
+    let text = child::config_text(url, args.pool_size, &[Entry::pattern("tenants", pattern)])?;
+    let started = Instant::now();
+    let mut relay = configs.spawn("bench-sources-idle", &text)?;
+    child::wait_dormant(&mut relay, pool, tenants, SETTLE).await?;
+    let settle_secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "bench sources: {} schemas dormant {settle_secs:.1} s after the relay started; idle for {} s",
+        tenants.len(),
+        args.idle_secs
+    );
+    let mut connections = child::relay_sessions(pool).await?;
+
+    // The idle window: the relay's CPU, its sessions looked at each second.
+    let mut cpu = Cpu::default();
+    let from = (cpu.now(pool, &relay).await?, Instant::now());
+    let until = Instant::now() + Duration::from_secs(args.idle_secs);
+    while Instant::now() < until {
+        tokio::time::sleep(Duration::from_secs(1).min(until - Instant::now())).await;
+        relay.check_running()?;
+        connections = connections.max(child::relay_sessions(pool).await?);
+    }
+    let to = (cpu.now(pool, &relay).await?, Instant::now());
+    let core_share = core_share(from.0, to.0, (to.1 - from.1).as_secs_f64());
+
+    // Wake-ups: each into another tenant, dormant before it, in random
+    // order, on a connection opened beforehand.
+    let mut order: Vec<&String> = tenants.iter().collect();
+    order.shuffle(&mut rand::rng());
+    let mut producer = pool.acquire().await?;
+    let lines = relay.lines().expect("timed output").clone();
+    let mut wakeups = Vec::with_capacity(args.wakeups as usize);
+    for i in 0..args.wakeups as usize {
+        let schema = order[i % order.len()];
+        child::wait_dormant(
+            &mut relay,
+            pool,
+            std::slice::from_ref(schema),
+            WAKEUP_DEADLINE,
+        )
+        .await?;
+        let id: Uuid = sqlx::query_scalar(&format!(
+            "INSERT INTO {schema}.outbox_events (aggregate_type, aggregate_id, event_type, payload)
+             VALUES ('tenant', $1, 'tenant.touched', '{{}}') RETURNING id"
+        ))
+        .bind(format!("wakeup-{i}"))
+        .fetch_one(&mut *producer)
+        .await?;
+        let committed = Instant::now();
+        let seen = loop {
+            if let Some(at) = lines.first_seen.lock().expect("lock").get(&id) {
+                break *at;
+            }
+            if committed.elapsed() > WAKEUP_DEADLINE {
+                bail!(
+                    "an insert into {schema} was not delivered within {} s",
+                    WAKEUP_DEADLINE.as_secs()
+                );
+            }
+            relay.check_running()?;
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        };
+        // The relay can see a commit before the client hears of it.
+        wakeups.push(seen.saturating_duration_since(committed));
+        connections = connections.max(child::relay_sessions(pool).await?);
+        tokio::time::sleep(Duration::from_millis(args.wakeup_gap_ms)).await;
+    }
+    wakeups.sort();
+    drop(producer);
+    let status = relay.stop().await?;
+    if !status.success() {
+        eprintln!("bench sources: the idle relay ended with {status}");
+    }
+    Ok(Idle {
+        connections,
+        core_share,
+        wakeups,
+        settle_secs,
+    })
+}
