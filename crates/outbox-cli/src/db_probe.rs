@@ -12,7 +12,7 @@ use sqlx::{Connection, PgPool};
 use tokio::sync::{watch, Mutex};
 
 use crate::db::redact_text;
-use crate::metrics::{DbGauges, Metrics};
+use crate::metrics::{DbGauges, SourceMetrics};
 
 /// The database check, shared by `/readyz` and the `outbox_database_up`
 /// gauge so they always agree: the relay's tables in the configured schema
@@ -40,7 +40,7 @@ struct Probe {
     options: PgConnectOptions,
     schema: Schema,
     sql: String,
-    metrics: Arc<Metrics>,
+    metrics: SourceMetrics,
     timeout: Duration,
     conn: Mutex<Option<PgConnection>>,
     last: std::sync::Mutex<Option<(Instant, Result<(), String>)>>,
@@ -48,11 +48,12 @@ struct Probe {
 
 impl DbProbe {
     /// A probe for `url` and `schema` (connects at the first check); each
-    /// check may take `timeout`, and sets `outbox_database_up` in `metrics`.
+    /// check may take `timeout`, and sets the source's
+    /// `outbox_database_up` in `metrics`.
     pub fn new(
         url: &str,
         schema: Schema,
-        metrics: Arc<Metrics>,
+        metrics: SourceMetrics,
         timeout: Duration,
     ) -> anyhow::Result<Self> {
         Ok(DbProbe {
@@ -180,9 +181,9 @@ impl Probe {
 
 /// Every `every` until `stop` turns true: runs the database check (which
 /// sets `outbox_database_up`) and, when it passes, refreshes the database
-/// gauges.
+/// gauges of the source `metrics` belongs to.
 pub async fn refresh_loop(
-    metrics: Arc<Metrics>,
+    metrics: SourceMetrics,
     probe: DbProbe,
     pool: PgPool,
     schema: Schema,

@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod discover;
 mod error;
 mod event;
 mod inbox;
@@ -43,6 +44,7 @@ pub use relay::{
     BatchReport, OutageKind, Relay, RelayBuilder, RelayConfig, RelayHandle, RelayObserver,
     RelayStats, Retention, StatsSnapshot,
 };
+pub use relay::sources;
 pub use schema::Schema;
 pub use status::{PartitionOwner, Status};
 pub use wakeup::Wakeup;

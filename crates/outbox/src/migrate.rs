@@ -243,6 +243,15 @@ pub async fn migrate(
         .map_err(Error::db("reading the partition count"))?;
     let wakeup = installed_mode(&mut tx, schema).await?;
     let notify_trigger = wakeup == WakeupTrigger::EveryInsert;
+    if !applied.is_empty() {
+        // Relays serving a pattern of schemas look for this one now, at
+        // the commit, rather than at their next rescan.
+        sqlx::query(q::SCHEMAS_CHANGED_NOTIFY)
+            .bind(schema.name())
+            .execute(&mut *tx)
+            .await
+            .map_err(Error::db("announcing the migrated schema"))?;
+    }
     tx.commit()
         .await
         .map_err(Error::db("committing migration"))?;

@@ -142,6 +142,10 @@ pub fn parse(path: &Path, text: &str) -> Result<FileLayer> {
             Some(key) => {
                 let section = key.rsplit_once('.').map(|(s, _)| cut_words(s));
                 match section {
+                    // An entry of an array of tables: `in source[2]`.
+                    Some(s) if s.ends_with(']') => {
+                        anyhow!("config file {shown}:{line}: in {s}: {message}")
+                    }
                     Some(s) => anyhow!("config file {shown}:{line}: in [{s}]: {message}"),
                     None => anyhow!("config file {shown}:{line}: {message}"),
                 }
@@ -183,8 +187,20 @@ fn collect_spans(
             format!("{prefix}.{}", key.get_ref())
         };
         out.push((path.clone(), key.span(), value.span()));
-        if let DeValue::Table(inner) = value.get_ref() {
-            collect_spans(inner, &path, out);
+        match value.get_ref() {
+            DeValue::Table(inner) => collect_spans(inner, &path, out),
+            // `[[source]]` entries: `source[1].name`, counted from 1 as
+            // the messages name them.
+            DeValue::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    if let DeValue::Table(inner) = item.get_ref() {
+                        let entry = format!("{path}[{}]", i + 1);
+                        out.push((entry.clone(), item.span(), item.span()));
+                        collect_spans(inner, &entry, out);
+                    }
+                }
+            }
+            _ => {}
         }
     }
 }

@@ -205,6 +205,20 @@ pub const KEYS: &[Key] = &[
         &["OUTBOX_CLEANER_BATCH_SIZE"],
         None,
     ),
+    key("sources.ready", Str, &["OUTBOX_SOURCES_READY"], None),
+    key(
+        "sources.rescan_secs",
+        Int,
+        &["OUTBOX_SOURCES_RESCAN_SECS"],
+        None,
+    ),
+    key(
+        "sources.pool_size",
+        Int,
+        &["OUTBOX_SOURCES_POOL_SIZE"],
+        None,
+    ),
+    key("sources.check_ms", Int, &["OUTBOX_SOURCES_CHECK_MS"], None),
 ];
 
 /// Prefixes of variables that belong to the configuration: an unknown
@@ -215,6 +229,7 @@ pub const RESERVED_ENV_PREFIXES: &[&str] = &[
     "OUTBOX_LOG_",
     "OUTBOX_TRACING_",
     "OUTBOX_CLEANER_",
+    "OUTBOX_SOURCES_",
 ];
 
 #[cfg(test)]

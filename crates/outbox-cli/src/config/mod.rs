@@ -10,6 +10,7 @@ pub mod keys;
 mod logging;
 mod model;
 mod show;
+mod sources;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -19,8 +20,12 @@ use anyhow::{anyhow, Result};
 
 pub use flags::Flags;
 pub use logging::log_filter;
+#[allow(unused_imports)] // the relay of many sources reads it
+pub use model::PublisherConfig;
 pub use model::{Config, LogFormat, TracingConfig};
 pub use show::{redacted_json, render};
+#[allow(unused_imports)] // the relay of many sources reads them
+pub use sources::{Readiness, Refusal, SchemaSelector, SourceConfig, SourceEntry, SourcesSettings};
 
 /// Where a setting's value came from.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,6 +8,8 @@ use outbox::{CleanerConfig, RelayConfig};
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
+use super::sources::{SourceConfig, SourcesSettings};
+
 /// The whole configuration. Every field is optional in a file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -33,6 +35,13 @@ pub struct Config {
     /// Retention mode's cleaner (the library's `CleanerConfig`); runs inside
     /// `outbox relay` when `relay.retention = "keep"`.
     pub cleaner: CleanerConfig,
+    /// `[sources]`: the settings of a relay of many sources.
+    #[serde(rename = "sources")]
+    pub sources_settings: SourcesSettings,
+    /// `[[source]]` entries as written; [`Config::sources`] resolves them.
+    /// None: one source, `database_url` and `schema`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub source: Vec<SourceConfig>,
 }
 
 impl Default for Config {
@@ -48,6 +57,8 @@ impl Default for Config {
             tracing: TracingConfig::default(),
             relay: RelayConfig::default(),
             cleaner: CleanerConfig::default(),
+            sources_settings: SourcesSettings::default(),
+            source: Vec::new(),
         }
     }
 }

@@ -80,6 +80,11 @@ pub fn render(l: &Loaded) -> String {
         }
         let origin = l.origin(key.path).describe();
         let line = match lookup(&table, key.path) {
+            // With `[[source]]` entries each names its own schema (a
+            // `schema` set in the file or environment was refused).
+            Some(v) if key.path == "schema" && !l.config.source.is_empty() => {
+                format!("# {name} = {v} (each [[source]] names its schema)")
+            }
             Some(v) => format!("{name} = {v}"),
             None => format!("# {name} = (unset)"),
         };
@@ -99,7 +104,62 @@ pub fn render(l: &Loaded) -> String {
             out.push_str(&toml::to_string(&wrapped).unwrap_or_default());
         }
     }
+    render_sources(l, &table, &mut out);
     out
+}
+
+/// The order `[[source]]` keys are printed in.
+const SOURCE_KEY_ORDER: [&str; 7] = [
+    "name",
+    "database_url",
+    "schema",
+    "schemas",
+    "batch_size",
+    "max_attempts",
+    "publisher",
+];
+
+/// The `[[source]]` entries, secrets redacted, each key with its origin; a
+/// table-valued key (a publisher) follows as `[source.KEY]`, which belongs
+/// to the entry above it.
+fn render_sources(l: &Loaded, table: &toml::Table, out: &mut String) {
+    let entries = table.get("source").and_then(|v| v.as_array());
+    for (i, entry) in entries.into_iter().flatten().enumerate() {
+        let Some(entry) = entry.as_table() else {
+            continue;
+        };
+        let at = format!("source[{}]", i + 1);
+        let _ = writeln!(
+            out,
+            "\n{:<40} # {at}, {}",
+            "[[source]]",
+            l.origin(&at).describe()
+        );
+        let mut tables = toml::Table::new();
+        let mut keys: Vec<&String> = entry.keys().collect();
+        keys.sort_by_key(|k| SOURCE_KEY_ORDER.iter().position(|o| o == k));
+        for key in keys {
+            let value = &entry[key];
+            if value.is_table() {
+                tables.insert(key.clone(), value.clone());
+                continue;
+            }
+            let origin = l.origin(&format!("{at}.{key}")).describe();
+            let _ = writeln!(out, "{:<40} # {origin}", format!("{key} = {value}"));
+        }
+        for (key, value) in tables {
+            let _ = writeln!(
+                out,
+                "# {at}.{key} ({})",
+                l.origin(&format!("{at}.{key}")).describe()
+            );
+            let mut inner = toml::Table::new();
+            inner.insert(key, value);
+            let mut wrapped = toml::Table::new();
+            wrapped.insert("source".to_owned(), toml::Value::Table(inner));
+            out.push_str(&toml::to_string(&wrapped).unwrap_or_default());
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,4 +1,6 @@
-//! Layering, origins and the completeness of the key list and the docs.
+//! Layering, origins and the completeness of the key list and the docs,
+//! and the `[[source]]` entries checked through the same layers (long: one
+//! set of helpers serves both).
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -299,4 +301,246 @@ fn cloudevents_source_fills_in_the_schema() {
     let l = resolve(None, e, Default::default(), "info").unwrap();
     let envelope = l.config.envelope().unwrap();
     assert_eq!(envelope.source(), "https://shop.example/public/x");
+}
+
+/// A file of two `[[source]]` entries (`orders` on its own database with
+/// overrides, `tenants` a pattern on the top-level one) followed by `more`.
+fn two_sources(more: &str) -> Option<file::FileLayer> {
+    file(&format!(
+        "database_url = \"postgres://app:hunter2@db/app\"\n\
+         [relay]\nbatch_size = 50\n\
+         [[source]]\nname = \"orders\"\ndatabase_url = \"postgres://o:pw@db/orders\"\n\
+         schema = \"public\"\nbatch_size = 7\nmax_attempts = 3\npublisher = \"file:/tmp/orders\"\n\
+         [[source]]\nname = \"tenants\"\nschemas = \"tenant_*\"\n{more}"
+    ))
+}
+
+#[test]
+fn sources_resolve_with_the_defaults_and_overrides_they_name() {
+    let l = resolve(
+        two_sources(""),
+        Default::default(),
+        Default::default(),
+        "info",
+    )
+    .unwrap();
+    let s = l.config.sources().unwrap();
+    assert_eq!(s.len(), 2);
+    assert_eq!(s[0].name, "orders");
+    assert_eq!(s[0].database_url, "postgres://o:pw@db/orders");
+    assert_eq!(
+        s[0].schemas,
+        SchemaSelector::One(outbox::Schema::new("public").unwrap())
+    );
+    assert_eq!((s[0].relay.batch_size, s[0].relay.max_attempts), (7, 3));
+    assert_eq!(s[0].publisher.spec, "file:/tmp/orders");
+    assert_eq!(s[1].database_url, "postgres://app:hunter2@db/app");
+    assert_eq!(s[1].schemas, SchemaSelector::Pattern("tenant_*".into()));
+    assert_eq!((s[1].relay.batch_size, s[1].relay.max_attempts), (50, 10));
+    assert_eq!(s[1].publisher.spec, "stdout");
+    assert_eq!(l.config.sources_settings, SourcesSettings::default());
+    assert_eq!(
+        l.origin("source[2].schemas").describe(),
+        "set at /etc/outbox.toml:13"
+    );
+
+    let none = resolve(None, Default::default(), Default::default(), "info").unwrap();
+    assert!(none.config.sources().unwrap().is_empty());
+}
+
+#[test]
+fn bad_source_entries_are_refused_naming_the_entry_key_value_and_fix() {
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "schema = \"x\"\n",
+            &[
+                "source[2].schema",
+                "schema = \"x\"",
+                "schemas = \"tenant_*\"",
+                ":14",
+            ],
+        ),
+        (
+            "[[source]]\nname = \"orders\"\nschema = \"x\"\n",
+            &["source[3].name", "\"orders\"", "source[1]", ":15"],
+        ),
+        (
+            "[[source]]\nname = \"a/b\"\nschema = \"x\"\n",
+            &["source[3].name", "a/b", "letters, digits"],
+        ),
+        (
+            "[[source]]\nname = \"c\"\n",
+            &["source[3].schema", "schemas = \"tenant_*\"", ":14"],
+        ),
+        (
+            "[[source]]\nname = \"c\"\nschema = \"Bad\"\n",
+            &["source[3].schema", "Bad", "lowercase"],
+        ),
+        (
+            "[[source]]\nname = \"c\"\nschemas = \"t%\"\n",
+            &["source[3].schemas", "t%", "wildcards"],
+        ),
+        (
+            "[[source]]\nname = \"c\"\nschema = \"x\"\nmax_attempts = 0\n",
+            &["source[3].max_attempts", "1 to 1000", ":17"],
+        ),
+        (
+            "[[source]]\nname = \"c\"\nschema = \"x\"\ndatabase_url = \"mysql://h/d\"\n",
+            &["source[3].database_url", "postgres://", ":17"],
+        ),
+        (
+            "[[source]]\nname = \"c\"\nschema = \"x\"\npublisher = \"nope://x\"\n",
+            &["source[3].publisher", "nope://", "kafka://"],
+        ),
+        (
+            "[[source]]\nname = \"c\"\nschema = \"x\"\n[source.publisher]\nformat = \"xml\"\n",
+            &[
+                "source[3].publisher.format = \"xml\"",
+                ":18",
+                "cloudevents-binary",
+            ],
+        ),
+    ];
+    for (more, needles) in cases {
+        let e = refused(two_sources(more), Default::default(), Default::default());
+        assert_mentions(&e, needles);
+        assert!(!e.contains("hunter2"), "{e}");
+    }
+}
+
+#[test]
+fn a_source_without_any_database_url_is_refused() {
+    let f = file("[[source]]\nname = \"a\"\nschema = \"public\"\n");
+    let e = refused(f, Default::default(), Default::default());
+    assert_mentions(
+        &e,
+        &[
+            "source[1].database_url",
+            "\"a\"",
+            ":1",
+            "top-level database_url",
+        ],
+    );
+    // The top-level URL from the environment serves as the default.
+    let f = file("[[source]]\nname = \"a\"\nschema = \"public\"\n");
+    let l = resolve(
+        f,
+        env_of(&[("DATABASE_URL", "postgres://h/d")]),
+        Default::default(),
+        "info",
+    )
+    .unwrap();
+    assert_eq!(
+        l.config.sources().unwrap()[0].database_url,
+        "postgres://h/d"
+    );
+}
+
+#[test]
+fn a_top_level_schema_beside_sources_is_refused_naming_both() {
+    let f = file("schema = \"app\"\n[[source]]\nname = \"a\"\nschema = \"public\"\ndatabase_url = \"postgres://h/d\"\n");
+    let e = refused(f, Default::default(), Default::default());
+    assert_mentions(
+        &e,
+        &[
+            "schema = \"app\"",
+            "/etc/outbox.toml:1",
+            "[[source]]",
+            "/etc/outbox.toml:2",
+        ],
+    );
+    let e = refused(
+        two_sources(""),
+        env_of(&[("OUTBOX_SCHEMA", "app")]),
+        Default::default(),
+    );
+    assert_mentions(&e, &["schema = \"app\"", "OUTBOX_SCHEMA", "[[source]]"]);
+}
+
+#[test]
+fn unknown_keys_in_a_source_list_the_allowed_ones() {
+    let e = file::parse(
+        Path::new("/etc/outbox.toml"),
+        "[[source]]\nname = \"a\"\nschema = \"x\"\n[[source]]\nname = \"b\"\nschmea = \"x\"\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert_mentions(
+        &e,
+        &[
+            ":6",
+            "source[2]",
+            "schmea",
+            "schemas",
+            "max_attempts",
+            "publisher",
+        ],
+    );
+}
+
+#[test]
+fn sources_settings_have_ranges_and_an_environment() {
+    let f = file("[sources]\nready = \"any\"\nrescan_secs = 5\npool_size = 3\ncheck_ms = 50\n");
+    let l = resolve(f, Default::default(), Default::default(), "info").unwrap();
+    let s = &l.config.sources_settings;
+    assert_eq!(
+        (s.ready, s.rescan_secs, s.pool_size, s.check_ms),
+        (Readiness::Any, 5, 3, 50)
+    );
+    for (key, bad) in [
+        ("rescan_secs", "0"),
+        ("rescan_secs", "3601"),
+        ("pool_size", "1"),
+        ("pool_size", "1001"),
+        ("check_ms", "49"),
+        ("check_ms", "600001"),
+    ] {
+        let var = format!("OUTBOX_SOURCES_{}", key.to_uppercase());
+        let e = refused_by_env(&[(&var, bad)]);
+        assert_mentions(
+            &e,
+            &[&format!("sources.{key} = {bad}"), &var, "out of range"],
+        );
+    }
+    let e = file::parse(
+        Path::new("/etc/outbox.toml"),
+        "[sources]\nready = \"some\"\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert_mentions(&e, &["sources.ready", "some", "`all`", "`any`"]);
+}
+
+#[test]
+fn the_rendered_sources_hide_passwords_and_read_back() {
+    let l = resolve(
+        two_sources(""),
+        Default::default(),
+        Default::default(),
+        "info",
+    )
+    .unwrap();
+    let text = render(&l);
+    assert!(
+        !text.contains("hunter2") && !text.contains(":pw@"),
+        "{text}"
+    );
+    assert_mentions(
+        &text,
+        &[
+            "[[source]]",
+            "postgres://o:***@db/orders",
+            "# set at /etc/outbox.toml:13",
+            "[sources]",
+        ],
+    );
+    assert!(!redacted_json(&l).contains(":pw@"));
+    let back: Config = toml::from_str(&text).unwrap();
+    assert_eq!(back.source.len(), 2);
+    assert_eq!(back.source[0].batch_size, Some(7));
+    assert_eq!(
+        back.source[0].publisher.as_ref().map(|p| p.spec.as_str()),
+        Some("file:/tmp/orders")
+    );
+    assert_eq!(back.source[1].schemas.as_deref(), Some("tenant_*"));
 }

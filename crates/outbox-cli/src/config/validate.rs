@@ -100,7 +100,45 @@ pub fn validate(l: &Loaded) -> Result<()> {
     if let Some(url) = &c.database_url {
         database_url(url, &at("database_url"))?;
     }
-    publisher(l)
+    publisher(l, &c.publisher, "publisher")?;
+    sources(l)
+}
+
+/// `[sources]` and the `[[source]]` entries: the checks of
+/// [`super::Config::sources`], with where each refused value was set, and
+/// each entry's publisher checked like `[publisher]`.
+fn sources(l: &Loaded) -> Result<()> {
+    let c = &l.config;
+    for (key, min, max) in super::sources::SETTINGS_RANGES {
+        range(l, key, c.sources_settings.ranged(key), min, max)?;
+    }
+    if c.source.is_empty() {
+        return Ok(());
+    }
+    match l.origin("schema") {
+        super::Origin::Default | super::Origin::Flag(_) => {}
+        set => bail!(
+            "schema = {} ({}) is set together with [[source]] entries ({}), whose own schema or schemas settings say what is served: move the schema into a [[source]] entry, or remove the [[source]] entries",
+            cut(&c.schema),
+            set.describe(),
+            l.origin("source[1]").describe()
+        ),
+    }
+    c.sources().map_err(|r| {
+        // Where the key was written (`source[2].batch_size`), else its
+        // entry (a missing key).
+        let origin = match l.origin(&r.key) {
+            super::Origin::Default => l.origin(r.key.rsplit_once('.').map_or(&*r.key, |(e, _)| e)),
+            set => set,
+        };
+        anyhow!("invalid {} ({}): {}", r.key, origin.describe(), r.reason)
+    })?;
+    for (i, s) in c.source.iter().enumerate() {
+        if let Some(p) = &s.publisher {
+            publisher(l, p, &format!("source[{}].publisher", i + 1))?;
+        }
+    }
+    Ok(())
 }
 
 /// Refuses a control character (a line break, an escape, …) in the id or
@@ -150,30 +188,35 @@ fn range(l: &Loaded, key: &str, value: u64, min: u64, max: u64) -> Result<()> {
 /// The publisher spec and its broker table, checked by the same function
 /// that builds the relay's publisher; the message format and the
 /// CloudEvents source.
-fn publisher(l: &Loaded) -> Result<()> {
-    let p = &l.config.publisher;
+fn publisher(l: &Loaded, p: &super::model::PublisherConfig, at: &str) -> Result<()> {
+    // A `[[source]]` entry's `publisher = "…"` string has no `.spec` line
+    // of its own: the entry's `publisher` line stands for its keys.
+    let origin = |key: &str| match l.origin(&format!("{at}.{key}")) {
+        super::Origin::Default => l.origin(at),
+        set => set,
+    };
     if p.format.parse::<outbox_publishers::Format>().is_err() {
         bail!(
-            "invalid publisher.format = {} ({}): use {}",
+            "invalid {at}.format = {} ({}): use {}",
             cut(&p.format),
-            l.origin("publisher.format").describe(),
+            origin("format").describe(),
             one_of(&outbox_publishers::Format::NAMES)
         );
     }
     let source = &p.cloudevents_source;
     if source.trim().is_empty() || source.chars().any(|c| c.is_whitespace() || c.is_control()) {
         bail!(
-            "invalid publisher.cloudevents_source = {} ({}): use a non-empty URI reference without spaces, e.g. /outbox/{{schema}} or https://shop.example.com/orders",
+            "invalid {at}.cloudevents_source = {} ({}): use a non-empty URI reference without spaces, e.g. /outbox/{{schema}} or https://shop.example.com/orders",
             cut(source),
-            l.origin("publisher.cloudevents_source").describe()
+            origin("cloudevents_source").describe()
         );
     }
     // Name the setting the way the user wrote it.
-    let name = match l.origin("publisher.spec") {
+    let name = match origin("spec") {
         super::Origin::Flag(flag) => flag.to_owned(),
         super::Origin::Env(var) => var,
-        super::Origin::File { path, line } => format!("publisher ({}:{line})", path.display()),
-        super::Origin::Default => "publisher".to_owned(),
+        super::Origin::File { path, line } => format!("{at} ({}:{line})", path.display()),
+        super::Origin::Default => at.to_owned(),
     };
     // A broker library's message may quote a whole value: cut long words.
     let checked = crate::publisher::check(&name, &p.spec, &p.tables)
@@ -185,10 +228,10 @@ fn publisher(l: &Loaded) -> Result<()> {
                 .find(|k| k.name == table)
                 .map_or(table.as_str(), |k| k.form);
             bail!(
-                "[publisher.{table}] is set ({}) but the publisher is {} ({}): use a {form} publisher or remove the table",
-                l.origin(&format!("publisher.{table}")).describe(),
+                "[{at}.{table}] is set ({}) but the publisher is {} ({}): use a {form} publisher or remove the table",
+                origin(table).describe(),
                 crate::publisher::shown(&p.spec),
-                l.origin("publisher.spec").describe()
+                origin("spec").describe()
             );
         }
     }

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 // this; it is to become the one shared `outbox::redact::redact_text`.
 use crate::db::redact_text;
 use crate::db_probe::DbProbe;
-use crate::metrics::Metrics;
+use crate::metrics::SourceMetrics;
 
 /// What the relay loop tells the readiness check.
 #[derive(Debug, Default)]
@@ -34,8 +34,8 @@ pub struct Readiness {
     pub publisher: Arc<dyn Publisher>,
     /// Set by the relay loop.
     pub state: Arc<RelayState>,
-    /// For the partition count.
-    pub metrics: Arc<Metrics>,
+    /// The source's metrics, for the partition count.
+    pub metrics: SourceMetrics,
     /// How long the publisher's check may take.
     pub timeout: Duration,
 }

@@ -5,22 +5,28 @@
 //! |------|--------|
 //! | the relay: claim, acknowledgement, retries, idle announcement, leases | [`relay`] |
 //! | the status report | [`status`] |
+//! | schema discovery for `schemas = "PATTERN"` sources | [`discover`] |
 //! | producers: enqueue, the wake-up after commit | [`producer`] |
 //! | the consumer inbox | [`inbox`] |
+//! | the relay of many sources: the dormant schemas' check and announcements | [`sources`] |
 //! | the migration runner (the migrations are `crates/outbox/migrations/*.sql`) | [`migrate`] |
 //! | the maintenance tools: dead letters, cleanup | `crate::maintenance::queries` |
 //!
 //! Callers name them as `queries::NAME` (`use crate::queries as q`); the
 //! areas are for readers, and the names are unique across them.
 
+mod discover;
 mod inbox;
 mod migrate;
 mod producer;
 mod relay;
+mod sources;
 mod status;
 
+pub use discover::*;
 pub use inbox::*;
 pub use migrate::*;
 pub use producer::*;
 pub use relay::*;
+pub use sources::*;
 pub use status::*;

@@ -12,6 +12,7 @@ mod observe;
 mod outcomes;
 mod ownership;
 mod replan;
+pub mod sources;
 mod store;
 #[doc(hidden)]
 pub mod test_seam;
@@ -172,6 +173,7 @@ impl RelayBuilder {
             channel,
             #[cfg(feature = "opentelemetry")]
             tracer: self.tracer,
+            dormant_after: None,
         });
         Ok(RelayHandle {
             instance_id,
@@ -188,7 +190,7 @@ impl RelayBuilder {
 pub struct RelayHandle {
     instance_id: String,
     shutdown: watch::Sender<bool>,
-    worker: JoinHandle<Result<()>>,
+    worker: JoinHandle<Result<worker::Exit>>,
     tasks: Vec<JoinHandle<()>>,
     stats: Arc<RelayStats>,
     ownership: Arc<Ownership>,
@@ -229,7 +231,7 @@ impl RelayHandle {
     pub async fn shutdown(self) -> Result<StatsSnapshot> {
         let _ = self.shutdown.send(true);
         let result = match self.worker.await {
-            Ok(r) => r.map(|()| self.stats.snapshot()),
+            Ok(r) => r.map(|_| self.stats.snapshot()),
             Err(e) => {
                 tracing::error!(error = %e, "relay worker panicked");
                 Ok(self.stats.snapshot())
@@ -248,7 +250,7 @@ impl RelayHandle {
         let tasks = self.tasks;
         let mut worker = self.worker;
         let result = match tokio::time::timeout(deadline, &mut worker).await {
-            Ok(Ok(r)) => r.map(|()| self.stats.snapshot()),
+            Ok(Ok(r)) => r.map(|_| self.stats.snapshot()),
             Ok(Err(_)) => Ok(self.stats.snapshot()),
             Err(_) => {
                 worker.abort();

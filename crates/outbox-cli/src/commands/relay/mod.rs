@@ -68,13 +68,15 @@ pub async fn run(ctx: &Ctx, args: RelayArgs) -> Result<ExitCode> {
     // their own, opened before the relay starts so a failure leaves nothing
     // half-started.
     let metrics = Arc::new(Metrics::new());
+    // The one source is named after its schema.
+    let source = metrics.source(schema.name());
     let side = match &listener {
         Some(_) => Some((
             db::connect(&url, 2).await?,
             DbProbe::new(
                 &url,
                 schema.clone(),
-                metrics.clone(),
+                source.clone(),
                 Duration::from_millis(c.http.check_timeout_ms),
             )?,
         )),
@@ -85,7 +87,7 @@ pub async fn run(ctx: &Ctx, args: RelayArgs) -> Result<ExitCode> {
         .schema(schema.clone())
         .config(c.relay.clone());
     if listener.is_some() {
-        builder = builder.observer(metrics.clone());
+        builder = builder.observer(Arc::new(source.clone()));
     }
     #[cfg(feature = "opentelemetry")]
     if let Some(export) = &export {
@@ -130,7 +132,7 @@ pub async fn run(ctx: &Ctx, args: RelayArgs) -> Result<ExitCode> {
     let mut background: Vec<JoinHandle<()>> = Vec::new();
     if let (Some(listener), Some((side, probe))) = (listener, side) {
         background.push(tokio::spawn(db_probe::refresh_loop(
-            metrics.clone(),
+            source.clone(),
             probe.clone(),
             side,
             schema.clone(),
@@ -144,7 +146,7 @@ pub async fn run(ctx: &Ctx, args: RelayArgs) -> Result<ExitCode> {
                 db: probe,
                 publisher: publisher.clone(),
                 state: state.clone(),
-                metrics: metrics.clone(),
+                metrics: source.clone(),
                 timeout: Duration::from_millis(c.http.check_timeout_ms),
             },
             instance: relay.instance_id().to_owned(),

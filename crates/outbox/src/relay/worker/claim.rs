@@ -60,6 +60,9 @@ impl Worker {
         batch: &Claimed,
     ) {
         self.cursor.observe(partitions, start, batch.meta);
+        if !batch.events.is_empty() {
+            self.idle_since = None;
+        }
         self.unacked_acknowledged();
         self.pace
             .observe(started, batch.events.len(), self.deps.config.batch_size);

@@ -169,10 +169,19 @@ impl Worker {
         if self.pace.dense() {
             return Phase::Claim(claim);
         }
+        let idle_since = *self.idle_since.get_or_insert_with(Instant::now);
         let ttl = Duration::from_millis(self.deps.config.lease_ms);
         if self.announcement.keep_alive(&self.deps, ttl).await == Announced::First {
             self.announcement.settle(&self.deps).await;
             return Phase::Claim(claim);
+        }
+        if dormant_due(
+            self.deps.dormant_after,
+            idle_since.elapsed(),
+            self.unacked.is_some(),
+            self.announcement.standing(),
+        ) {
+            return Phase::Dormant(claim);
         }
         let mut wait = self.poll.next_delay();
         if self.unacked.is_some() {
@@ -191,11 +200,37 @@ impl Worker {
     }
 }
 
+/// Whether an idle worker goes dormant: it may (`dormant_after`), has been
+/// idle that long, has nothing awaiting acknowledgement, and producers are
+/// told to wake it (without the announcement only the poll would).
+fn dormant_due(
+    dormant_after: Option<Duration>,
+    idle_for: Duration,
+    unacked: bool,
+    announced: bool,
+) -> bool {
+    dormant_after.is_some_and(|after| idle_for >= after) && !unacked && announced
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const TTL: Duration = Duration::from_secs(10);
+
+    #[test]
+    fn a_worker_goes_dormant_only_idle_long_enough_acknowledged_and_announced() {
+        let after = Some(Duration::from_secs(1));
+        let long = Duration::from_secs(2);
+        assert!(dormant_due(after, long, false, true));
+        assert!(!dormant_due(None, long, false, true), "not allowed to");
+        assert!(!dormant_due(after, Duration::from_millis(999), false, true));
+        assert!(!dormant_due(after, long, true, true), "a batch awaits its ack");
+        assert!(
+            !dormant_due(after, long, false, false),
+            "nothing would wake it"
+        );
+    }
 
     #[test]
     fn an_announcement_is_renewed_only_past_half_its_ttl() {

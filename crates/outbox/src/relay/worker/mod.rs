@@ -57,6 +57,23 @@ pub(crate) struct Worker {
     /// The wake-ups there had been when the last claim started or the last
     /// wait ended: the next wait ends at once if there has been one since.
     woken: u64,
+    /// Since when claims have found nothing (`None` while they find work).
+    idle_since: Option<std::time::Instant>,
+}
+
+/// How a worker ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exit {
+    /// Shutdown was asked for.
+    Stopped,
+    /// It went dormant (see [`Phase::Dormant`]); `woken` is the wake-up
+    /// generation its last claim started from: any wake-up since means work
+    /// it has not looked for. `retry_in`: when the earliest backoff of the
+    /// partitions it held ends.
+    Dormant {
+        woken: u64,
+        retry_in: Option<Duration>,
+    },
 }
 
 /// What a worker works with; the rest is its own state.
@@ -74,6 +91,9 @@ pub(crate) struct Deps {
     /// Opens publish spans for traced events (feature `opentelemetry`).
     #[cfg(feature = "opentelemetry")]
     pub tracer: Option<Arc<crate::trace::PublishTracer>>,
+    /// Idle this long, with producers told to wake it, the worker goes
+    /// dormant ([`Phase::Dormant`]); `None`: never.
+    pub dormant_after: Option<Duration>,
 }
 
 impl Worker {
@@ -94,11 +114,12 @@ impl Worker {
             announcement: Announcement::default(),
             cursor: ClaimCursor::new(),
             woken: 0,
+            idle_since: None,
         }
     }
 
-    /// Runs phases until shutdown.
-    pub async fn run(mut self) -> Result<()> {
+    /// Runs phases until shutdown, or until it goes dormant.
+    pub async fn run(mut self) -> Result<Exit> {
         let mut phase = Phase::Decide;
         loop {
             phase = match phase {
@@ -117,7 +138,14 @@ impl Worker {
                 Phase::DatabaseDown(error) => self.database_down(error).await,
                 Phase::Stop => {
                     self.stop().await;
-                    return Ok(());
+                    return Ok(Exit::Stopped);
+                }
+                Phase::Dormant(claim) => {
+                    let retry_in = self.go_dormant(&claim.partitions).await;
+                    return Ok(Exit::Dormant {
+                        woken: self.woken,
+                        retry_in,
+                    });
                 }
             };
         }
@@ -200,6 +228,31 @@ impl Worker {
         }
         self.deps.publisher.close().await;
         self.deps.store.connection_release();
+    }
+
+    /// Goes dormant: acknowledges what was delivered and releases every
+    /// partition (announcing it, so another instance with work takes them
+    /// at once), but leaves producers told to wake this relay and the
+    /// publisher open: the next commit starts a worker again.
+    /// Returns when the earliest backoff of `partitions` ends, if any (on
+    /// error: soon, so the source looks again).
+    async fn go_dormant(&mut self, partitions: &[i32]) -> Option<Duration> {
+        self.acknowledge_or_give_up().await;
+        let retry_in = match self.deps.store.event_next_retry(partitions).await {
+            Ok(retry_in) => retry_in,
+            Err(e) => {
+                tracing::debug!(error = %e.with_causes(), "could not read the next retry time going dormant; looking again soon");
+                Some(Duration::from_millis(self.deps.config.poll_max_ms))
+            }
+        };
+        match self.deps.ownership.release_all(&self.deps.store).await {
+            Ok(()) => self.announce_rebalance().await,
+            Err(e) => {
+                tracing::debug!(error = %e.with_causes(), "could not release partitions going dormant; they move when the lease ends")
+            }
+        }
+        self.deps.store.connection_release();
+        retry_in
     }
 
     /// Asks the other instances for a lease round now. Best effort: without

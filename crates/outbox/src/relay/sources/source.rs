@@ -1,0 +1,339 @@
+//! One source: what is kept while it is served ([`SourceShared`]), and the
+//! task that runs its worker while it has work and waits while it is
+//! dormant ([`supervise`]).
+
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::{watch, Notify};
+
+use super::{SourceState, SourceStatus};
+use crate::event::Event;
+use crate::publisher::{Outcome, Publisher, Unavailable};
+use crate::relay::backoff::DoublingDelay;
+use crate::relay::lease::{lease_loop, LeaseLoop};
+use crate::relay::observe::{BatchReport, OutageKind, RelayObserver, RelayStats};
+use crate::relay::ownership::Ownership;
+use crate::relay::store::Store;
+use crate::relay::worker::{self, Exit, Worker};
+use crate::relay::{RelayConfig, Retention};
+use crate::schema::Schema;
+use crate::wakeup::Wakeup;
+
+/// The longest wait before a source whose start failed (tables missing,
+/// database down) is tried again.
+const RETRY_MAX_MS: u64 = 30_000;
+
+/// What is kept of a source while it is served, across its workers.
+pub(crate) struct SourceShared {
+    pub name: String,
+    pub database: String,
+    pub schema: Schema,
+    /// Producers' commits (through the database's listener) and the dormant
+    /// check wake it here.
+    pub wakeup: Arc<Wakeup>,
+    /// Another instance announced a partition change on its channel.
+    pub rebalance: Arc<Notify>,
+    pub stats: Arc<RelayStats>,
+    state: Mutex<SourceState>,
+    /// The database's problem (down, tables missing), cleared by a lease
+    /// round or a check that succeeds.
+    database_problem: Mutex<Option<String>>,
+    /// The broker's, cleared by a batch that got through.
+    broker_problem: Mutex<Option<String>>,
+    held: AtomicUsize,
+    /// The inserts its table had seen at the last cheap check
+    /// ([`UNCOUNTED`] before the first).
+    pub inserts_seen: AtomicI64,
+}
+
+/// [`SourceShared::inserts_seen`] before the first count.
+pub(crate) const UNCOUNTED: i64 = i64::MIN;
+
+impl SourceShared {
+    pub fn new(name: String, database: String, schema: Schema) -> Self {
+        SourceShared {
+            name,
+            database,
+            schema,
+            wakeup: Wakeup::local(),
+            rebalance: Arc::new(Notify::new()),
+            stats: Arc::new(RelayStats::default()),
+            state: Mutex::new(SourceState::Dormant),
+            database_problem: Mutex::new(None),
+            broker_problem: Mutex::new(None),
+            held: AtomicUsize::new(0),
+            inserts_seen: AtomicI64::new(UNCOUNTED),
+        }
+    }
+
+    pub fn state(&self) -> SourceState {
+        *self.state.lock().expect("source lock")
+    }
+
+    fn set_state(&self, state: SourceState) {
+        *self.state.lock().expect("source lock") = state;
+    }
+
+    /// Sets or clears the database's problem; a new one is logged once.
+    pub fn database_problem(&self, problem: Option<String>) {
+        let mut slot = self.database_problem.lock().expect("source lock");
+        match (&*slot, &problem) {
+            (None, Some(p)) => {
+                tracing::warn!(source = %self.name, problem = %p, "source unhealthy; retrying")
+            }
+            (Some(_), None) => tracing::info!(source = %self.name, "source healthy again"),
+            _ => {}
+        }
+        *slot = problem;
+    }
+
+    pub fn status(&self) -> SourceStatus {
+        let problem = self
+            .database_problem
+            .lock()
+            .expect("source lock")
+            .clone()
+            .or_else(|| self.broker_problem.lock().expect("source lock").clone());
+        SourceStatus {
+            name: self.name.clone(),
+            database: self.database.clone(),
+            schema: self.schema.name().to_owned(),
+            state: self.state(),
+            problem,
+            held: self.held.load(Ordering::Relaxed),
+            stats: self.stats.snapshot(),
+        }
+    }
+}
+
+/// What a source's task needs besides its [`SourceShared`].
+pub(crate) struct SourceCtx {
+    pub pool: sqlx::PgPool,
+    pub config: RelayConfig,
+    pub publisher: Arc<dyn Publisher>,
+    pub observer: Option<Arc<dyn RelayObserver>>,
+    pub instance_id: String,
+    pub dormant_after: Duration,
+}
+
+/// Runs the source until `stop`: dormant until woken, then a worker and its
+/// lease round until the worker goes dormant again (or fails: then a wait
+/// that doubles, with the problem reported).
+pub(crate) async fn supervise(
+    src: Arc<SourceShared>,
+    ctx: SourceCtx,
+    mut stop: watch::Receiver<bool>,
+) {
+    let keep = ctx.config.retention == Retention::Keep;
+    let store = Store::new(ctx.pool.clone(), &src.schema, keep);
+    let publisher: Arc<dyn Publisher> = Arc::new(Unclosed(ctx.publisher.clone()));
+    let observer: Arc<dyn RelayObserver> = Arc::new(Tracking {
+        src: src.clone(),
+        inner: ctx.observer.clone(),
+    });
+    let mut retry = DoublingDelay::new(100, RETRY_MAX_MS);
+    let mut partitions: Option<i32> = None;
+    let mut woken = src.wakeup.generation();
+    // When the earliest backoff ends, as the last worker left it.
+    let mut retry_at: Option<tokio::time::Instant> = None;
+    loop {
+        // Dormant: wait for a wake-up (one since `woken` ends this at once)
+        // or the end of a backoff.
+        src.set_state(SourceState::Dormant);
+        let backoff_end = async {
+            match retry_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = src.wakeup.wait_since(woken) => {}
+            _ = backoff_end => {}
+            _ = stop.changed() => return,
+        }
+        retry_at = None;
+        if *stop.borrow() {
+            return;
+        }
+        let total = match prepare(&ctx.pool, &src.schema, &store, &mut partitions).await {
+            Ok(total) => total,
+            Err(e) => {
+                src.database_problem(Some(e.with_causes()));
+                if let Some(o) = &ctx.observer {
+                    o.on_outage(OutageKind::Database, &e.with_causes());
+                }
+                let delay = retry.next_delay();
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = stop.changed() => return,
+                }
+                // Look again after the wait, whatever woke it meanwhile.
+                src.wakeup.wake_local();
+                continue;
+            }
+        };
+        src.set_state(SourceState::Active);
+        let lease = Duration::from_millis(ctx.config.lease_ms);
+        let ownership = Ownership::new(ctx.instance_id.clone(), total, lease);
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let channel = src.schema.channel();
+        let lease_task = tokio::spawn(lease_loop(
+            LeaseLoop {
+                store: store.clone(),
+                ownership: ownership.clone(),
+                wakeup: src.wakeup.clone(),
+                observer: Some(observer.clone()),
+                total: total as usize,
+                channel: channel.clone(),
+                rebalance: src.rebalance.clone(),
+            },
+            shutdown_rx.clone(),
+        ));
+        let worker = Worker::new(worker::Deps {
+            store: Arc::new(store.clone()),
+            ownership,
+            publisher: publisher.clone(),
+            config: ctx.config.clone(),
+            wakeup: src.wakeup.clone(),
+            shutdown: shutdown_rx,
+            stats: src.stats.clone(),
+            observer: Some(observer.clone()),
+            channel,
+            #[cfg(feature = "opentelemetry")]
+            tracer: None,
+            dormant_after: Some(ctx.dormant_after),
+        });
+        let mut running = tokio::spawn(worker.run());
+        let exit = tokio::select! {
+            r = &mut running => r,
+            _ = stop.changed() => {
+                let _ = shutdown_tx.send(true);
+                (&mut running).await
+            }
+        };
+        lease_task.abort();
+        src.held.store(0, Ordering::Relaxed);
+        match exit {
+            Ok(Ok(Exit::Dormant { woken: w, retry_in })) => {
+                retry.reset();
+                woken = w;
+                retry_at = retry_in.map(|d| tokio::time::Instant::now() + d);
+                tracing::debug!(source = %src.name, "dormant");
+            }
+            Ok(Ok(Exit::Stopped)) => return,
+            Ok(Err(e)) => {
+                src.database_problem(Some(e.with_causes()));
+                woken = src.wakeup.generation();
+                let delay = retry.next_delay();
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = stop.changed() => return,
+                }
+                src.wakeup.wake_local();
+            }
+            Err(e) => {
+                tracing::error!(source = %src.name, error = %e, "source worker panicked; starting it again");
+                src.database_problem(Some(format!("worker panicked: {e}")));
+                woken = src.wakeup.generation();
+                tokio::select! {
+                    _ = tokio::time::sleep(retry.next_delay()) => {}
+                    _ = stop.changed() => return,
+                }
+                src.wakeup.wake_local();
+            }
+        }
+        if *stop.borrow() {
+            return;
+        }
+    }
+}
+
+/// Before a worker starts: the schema is checked (once) and its partition
+/// count read (once).
+async fn prepare(
+    pool: &sqlx::PgPool,
+    schema: &Schema,
+    store: &Store,
+    partitions: &mut Option<i32>,
+) -> crate::Result<i32> {
+    if let Some(n) = *partitions {
+        return Ok(n);
+    }
+    let mut conn = pool
+        .acquire()
+        .await
+        .map_err(crate::Error::db("connecting"))?;
+    crate::migrate::ensure_migrated(&mut conn, schema).await?;
+    drop(conn);
+    let n = store.partition_count().await?;
+    *partitions = Some(n);
+    Ok(n)
+}
+
+/// The source's view of its batches: keeps its health and partitions, and
+/// passes everything on to the caller's observer.
+struct Tracking {
+    src: Arc<SourceShared>,
+    inner: Option<Arc<dyn RelayObserver>>,
+}
+
+impl RelayObserver for Tracking {
+    fn on_batch(&self, report: &BatchReport<'_>) {
+        if report.outage.is_none() {
+            *self.src.broker_problem.lock().expect("source lock") = None;
+            self.src.database_problem(None);
+        }
+        if let Some(o) = &self.inner {
+            o.on_batch(report);
+        }
+    }
+
+    fn on_outage(&self, kind: OutageKind, error: &str) {
+        match kind {
+            OutageKind::Broker => {
+                *self.src.broker_problem.lock().expect("source lock") =
+                    Some(format!("publisher: {error}"))
+            }
+            _ => self.src.database_problem(Some(error.to_owned())),
+        }
+        if let Some(o) = &self.inner {
+            o.on_outage(kind, error);
+        }
+    }
+
+    fn on_ownership(&self, held: usize, total: usize) {
+        self.src.held.store(held, Ordering::Relaxed);
+        self.src.database_problem(None);
+        if let Some(o) = &self.inner {
+            o.on_ownership(held, total);
+        }
+    }
+}
+
+/// A publisher shared by sources: a worker that stops does not close it
+/// (the relay closes it once, at the end).
+struct Unclosed(Arc<dyn Publisher>);
+
+#[async_trait]
+impl Publisher for Unclosed {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    async fn publish(&self, batch: &[Event]) -> Result<Vec<Outcome>, Unavailable> {
+        self.0.publish(batch).await
+    }
+
+    fn destination(&self, event: &Event) -> Option<String> {
+        self.0.destination(event)
+    }
+
+    async fn health(&self) -> Result<(), Unavailable> {
+        self.0.health().await
+    }
+
+    async fn close(&self) {}
+}
