@@ -4,6 +4,7 @@
 //! --console`, the web console on every other path.
 
 mod ready;
+mod ready_sources;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -22,6 +23,24 @@ use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 
 pub use ready::{Readiness, RelayState};
+pub use ready_sources::SourcesReadiness;
+
+/// `/readyz`'s checks: of the relay of one source, or of many.
+pub enum Ready {
+    /// One database and schema.
+    One(Readiness),
+    /// `[[source]]` entries.
+    Sources(SourcesReadiness),
+}
+
+impl Ready {
+    async fn check(&self) -> (bool, serde_json::Value) {
+        match self {
+            Ready::One(r) => r.check().await,
+            Ready::Sources(r) => r.check().await,
+        }
+    }
+}
 
 use crate::metrics::Metrics;
 
@@ -47,7 +66,7 @@ pub struct App {
     /// `/metrics`.
     pub metrics: Arc<Metrics>,
     /// `/readyz`.
-    pub readiness: Readiness,
+    pub readiness: Ready,
     /// This relay's instance id, shown by `/healthz`.
     pub instance: String,
     /// When the process started.

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 mod args;
+mod sources;
 mod stop;
 
 pub use args::RelayArgs;
@@ -23,7 +24,7 @@ use stop::{Signals, StopReason};
 use crate::commands::Ctx;
 use crate::config::Loaded;
 use crate::db_probe::{self, DbProbe};
-use crate::http::{self, Readiness, RelayState};
+use crate::http::{self, Readiness, Ready, RelayState};
 use crate::metrics::{self, Metrics};
 use crate::progress::Progress;
 use crate::telemetry::Export;
@@ -42,6 +43,10 @@ pub async fn run(ctx: &Ctx, args: RelayArgs) -> Result<ExitCode> {
     // the environment.
     let loaded = &ctx.loaded;
     let c = &loaded.config;
+    if !c.source.is_empty() {
+        let plan = sources::SourcesPlan::from_config(c)?;
+        return sources::run(ctx, &args, plan).await;
+    }
     let mut signals = Signals::install(args.exit_with_parent)?;
     let url = db::require_url(&c.database_url)?;
     let console_password = match (&c.http.addr, args.console) {
@@ -142,13 +147,13 @@ pub async fn run(ctx: &Ctx, args: RelayArgs) -> Result<ExitCode> {
         let addr = http::local_addr(&listener);
         let app = http::App {
             metrics: metrics.clone(),
-            readiness: Readiness {
+            readiness: Ready::One(Readiness {
                 db: probe,
                 publisher: publisher.clone(),
                 state: state.clone(),
                 metrics: source.clone(),
                 timeout: Duration::from_millis(c.http.check_timeout_ms),
-            },
+            }),
             instance: relay.instance_id().to_owned(),
             started: Instant::now(),
             console: console.clone(),

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::{watch, Notify};
+use tracing::Instrument;
 
 use super::{SourceState, SourceStatus};
 use crate::event::Event;
@@ -191,7 +192,8 @@ pub(crate) async fn supervise(
                 rebalance: src.rebalance.clone(),
             },
             shutdown_rx.clone(),
-        ));
+        )
+        .instrument(tracing::Span::current()));
         let worker = Worker::new(worker::Deps {
             store: Arc::new(store.clone()),
             ownership,
@@ -206,7 +208,7 @@ pub(crate) async fn supervise(
             tracer: None,
             dormant_after: Some(ctx.dormant_after),
         });
-        let mut running = tokio::spawn(worker.run());
+        let mut running = tokio::spawn(worker.run().instrument(tracing::Span::current()));
         let exit = tokio::select! {
             r = &mut running => r,
             _ = stop.changed() => {

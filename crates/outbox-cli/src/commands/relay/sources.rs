@@ -1,0 +1,302 @@
+//! `outbox relay` over many sources (`[[source]]` in the config file): one
+//! pool and one wake-up listener per database, a worker per source while it
+//! has work, `/readyz` per source under the `[sources] ready` policy, every
+//! metric labelled with its source.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use outbox::sources::{
+    SchemaSelector, SourceDef, SourceObserver, Sources, SourcesHandle, SourcesSettings,
+    SourcesView,
+};
+use outbox::{Publisher, RelayConfig, RelayObserver, Schema, Status};
+use sqlx::PgPool;
+
+use super::stop::{Signals, StopReason};
+use super::RelayArgs;
+use crate::commands::Ctx;
+use crate::config::{Config, PublisherConfig};
+use crate::http::{self, Ready, RelayState, SourcesReadiness};
+use crate::metrics::{self, Metrics};
+use crate::progress::Progress;
+use crate::{db, publisher};
+
+/// How often `--drain` counts what is pending across the sources.
+const DRAIN_TICK: Duration = Duration::from_secs(1);
+
+/// One `[[source]]` entry, resolved.
+pub struct SourcePlan {
+    pub name: String,
+    pub database_url: String,
+    pub selector: SchemaSelector,
+    pub relay: RelayConfig,
+    pub publisher: PublisherConfig,
+}
+
+/// Everything the relay of many sources runs with.
+pub struct SourcesPlan {
+    pub sources: Vec<SourcePlan>,
+    /// `/readyz` needs every source healthy (else: at least one).
+    pub ready_all: bool,
+    pub pool_size: u32,
+    pub settings: SourcesSettings,
+}
+
+/// How long a source's worker stays idle before it goes dormant.
+const DORMANT_AFTER: Duration = Duration::from_secs(1);
+
+impl SourcesPlan {
+    /// The plan the configuration's `[sources]` and `[[source]]` give.
+    pub fn from_config(c: &Config) -> Result<Self> {
+        let entries = c
+            .sources()
+            .map_err(|r| anyhow::anyhow!("{}: {}", r.key, r.reason))?;
+        let s = &c.sources_settings;
+        Ok(SourcesPlan {
+            sources: entries
+                .into_iter()
+                .map(|e| SourcePlan {
+                    name: e.name,
+                    database_url: e.database_url,
+                    selector: match e.schemas {
+                        crate::config::SchemaSelector::One(schema) => {
+                            SchemaSelector::Schema(schema)
+                        }
+                        crate::config::SchemaSelector::Pattern(p) => SchemaSelector::Pattern(p),
+                    },
+                    relay: e.relay,
+                    publisher: e.publisher,
+                })
+                .collect(),
+            ready_all: s.ready == crate::config::Readiness::All,
+            pool_size: s.pool_size,
+            settings: SourcesSettings {
+                check_interval: Duration::from_millis(s.check_ms),
+                rescan_interval: Duration::from_secs(s.rescan_secs),
+                dormant_after: DORMANT_AFTER,
+                instance_id: c.relay.instance_id.clone(),
+            },
+        })
+    }
+}
+
+/// Labels each source's metrics with its name, and forgets a source's
+/// series when it goes.
+struct Labelled(Arc<Metrics>);
+
+impl SourceObserver for Labelled {
+    fn source_added(&self, name: &str) -> Option<Arc<dyn RelayObserver>> {
+        Some(Arc::new(self.0.source(name)))
+    }
+
+    fn source_removed(&self, name: &str) {
+        self.0.forget_source(name);
+    }
+}
+
+pub async fn run(ctx: &Ctx, args: &RelayArgs, plan: SourcesPlan) -> Result<ExitCode> {
+    let loaded = &ctx.loaded;
+    let c = &loaded.config;
+    if args.console {
+        bail!("--console serves one source's tables: with [[source]] entries, run `outbox console --source NAME` beside the relay");
+    }
+    let mut signals = Signals::install(args.exit_with_parent)?;
+    let listener = match &c.http.addr {
+        Some(addr) => Some(http::bind(addr).await.with_context(|| {
+            format!("http.addr ({})", loaded.origin("http.addr").describe())
+        })?),
+        None => None,
+    };
+    let metrics = Arc::new(Metrics::new());
+    // One pool per database, shared by its sources (the listener included).
+    let mut pools: BTreeMap<String, PgPool> = BTreeMap::new();
+    for s in &plan.sources {
+        if !pools.contains_key(&s.database_url) {
+            tracing::debug!(database = %db::redact_text(&s.database_url), "connecting");
+            let pool = db::connect(&s.database_url, plan.pool_size)
+                .await
+                .with_context(|| format!("source {}", s.name))?;
+            crate::session_check::require_sessions(&pool).await?;
+            pools.insert(s.database_url.clone(), pool);
+        }
+    }
+    // Entries with the same publisher settings share one publisher.
+    let mut publishers: Vec<(String, Arc<dyn Publisher>)> = Vec::new();
+    let mut builder = Sources::builder()
+        .settings(plan.settings.clone())
+        .observer(Arc::new(Labelled(metrics.clone())));
+    let mut names = Vec::new();
+    for s in &plan.sources {
+        let schema_for_envelope = match &s.selector {
+            SchemaSelector::Schema(schema) => schema.name().to_owned(),
+            SchemaSelector::Pattern(_) => s.name.clone(),
+        };
+        let key = format!(
+            "{}\u{0}{}",
+            serde_json::to_string(&s.publisher)?,
+            schema_for_envelope_if_used(&s.publisher, &schema_for_envelope)
+        );
+        let publisher = match publishers.iter().find(|(k, _)| *k == key) {
+            Some((_, p)) => p.clone(),
+            None => {
+                let envelope = envelope(&s.publisher, &schema_for_envelope)?;
+                let p = publisher::from_config(&s.publisher.spec, &s.publisher.tables, envelope)
+                    .with_context(|| format!("source {}: publisher", s.name))?;
+                publishers.push((key, p.clone()));
+                p
+            }
+        };
+        names.push(s.name.clone());
+        builder = builder.source(SourceDef {
+            name: s.name.clone(),
+            database: db::redact_text(&s.database_url),
+            pool: pools[&s.database_url].clone(),
+            selector: s.selector.clone(),
+            config: s.relay.clone(),
+            publisher,
+        });
+    }
+    let relay = builder.spawn().await?;
+    metrics.set_relay_info(metrics::RelayInfo {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        instance_id: relay.instance_id().to_owned(),
+        schema: String::new(),
+        publisher: publishers
+            .iter()
+            .map(|(_, p)| p.name().to_owned())
+            .collect::<Vec<_>>()
+            .join(","),
+    });
+    let state = Arc::new(RelayState::default());
+    state.running.store(true, Ordering::Relaxed);
+    let mut background = Vec::new();
+    if let Some(listener) = listener {
+        let addr = http::local_addr(&listener);
+        let app = http::App {
+            metrics: metrics.clone(),
+            readiness: Ready::Sources(SourcesReadiness {
+                sources: relay.view(),
+                publishers: publishers.iter().map(|(_, p)| p.clone()).collect(),
+                state: state.clone(),
+                all: plan.ready_all,
+                timeout: Duration::from_millis(c.http.check_timeout_ms),
+            }),
+            instance: relay.instance_id().to_owned(),
+            started: Instant::now(),
+            console: None,
+        };
+        background.push(http::serve(listener, Arc::new(app)));
+        if let Some(addr) = addr {
+            tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
+        }
+    }
+    tracing::info!(
+        instance = relay.instance_id(),
+        entries = names.len(),
+        databases = pools.len(),
+        drain = c.drain,
+        "relay of many sources running"
+    );
+    let reason = watch(&relay, &pools, c.drain, &mut signals).await;
+    state.stopping.store(true, Ordering::Relaxed);
+    let deadline = Duration::from_secs(c.shutdown_timeout_secs);
+    tracing::info!(%reason, timeout_secs = c.shutdown_timeout_secs, "relay stopping: finishing in-flight batches and releasing partitions");
+    let result = tokio::select! {
+        r = relay.shutdown_within(deadline) => r,
+        again = signals.next() => {
+            eprintln!("error: {again} during shutdown: stopped at once; in-flight batches will be delivered again");
+            std::process::exit(1);
+        }
+    };
+    for task in &background {
+        task.abort();
+    }
+    let stats = match result {
+        Ok(stats) => stats,
+        Err(outbox::Error::ShutdownTimeout(_)) => {
+            eprintln!(
+                "error: the relay did not stop within shutdown_timeout_secs = {}; exiting without acknowledging in-flight batches (they will be delivered again)",
+                c.shutdown_timeout_secs
+            );
+            std::process::exit(1);
+        }
+        Err(e) => return Err(e).context("the relay failed while stopping"),
+    };
+    tracing::info!(%reason, delivered = stats.delivered, retried = stats.retried, dead_lettered = stats.dead_lettered, "relay stopped");
+    if c.drain {
+        eprintln!(
+            "relay: {reason}; delivered {} events, {} retried, {} dead-lettered",
+            stats.delivered, stats.retried, stats.dead_lettered
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The schema name an envelope's `{schema}` takes, only where the CloudEvents
+/// source uses it (so entries that do not share one publisher).
+fn schema_for_envelope_if_used<'a>(p: &PublisherConfig, schema: &'a str) -> &'a str {
+    if p.cloudevents_source.contains("{schema}") && p.format.starts_with("cloudevents") {
+        schema
+    } else {
+        ""
+    }
+}
+
+fn envelope(p: &PublisherConfig, schema: &str) -> Result<outbox_publishers::Envelope> {
+    let format: outbox_publishers::Format =
+        p.format.parse().map_err(|e: String| anyhow::anyhow!(e))?;
+    let source = outbox_publishers::cloudevents::source_for(&p.cloudevents_source, schema);
+    Ok(outbox_publishers::Envelope::new(format, source))
+}
+
+/// Runs until a signal or, with `--drain`, until no source has anything
+/// pending.
+async fn watch(
+    relay: &SourcesHandle,
+    pools: &BTreeMap<String, PgPool>,
+    drain: bool,
+    signals: &mut Signals,
+) -> StopReason {
+    let mut progress = Progress::stderr("relay", drain);
+    let mut tick = tokio::time::interval(DRAIN_TICK);
+    let view = relay.view();
+    let reason = loop {
+        tokio::select! {
+            sig = signals.next() => break sig,
+            _ = tick.tick() => {
+                if !drain {
+                    continue;
+                }
+                match pending(&view, pools).await {
+                    Ok(0) => break StopReason::Drained,
+                    Ok(n) => progress.update(relay.stats().delivered, Some(n as u64)),
+                    Err(e) => tracing::warn!(error = %format!("{e:#}"), "drain check failed"),
+                }
+            }
+        }
+    };
+    progress.finish();
+    reason
+}
+
+/// Events pending across every source served now.
+async fn pending(view: &SourcesView, pools: &BTreeMap<String, PgPool>) -> Result<i64> {
+    let mut total = 0;
+    for s in view.statuses() {
+        let Some(pool) = pools
+            .iter()
+            .find(|(url, _)| db::redact_text(url) == s.database)
+            .map(|(_, p)| p)
+        else {
+            continue;
+        };
+        let mut conn = pool.acquire().await?;
+        total += Status::pending(&mut conn, &Schema::new(&s.schema)?).await?;
+    }
+    Ok(total)
+}
