@@ -181,19 +181,21 @@ pub(crate) async fn supervise(
         let ownership = Ownership::new(ctx.instance_id.clone(), total, lease);
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let channel = src.schema.channel();
-        let lease_task = tokio::spawn(lease_loop(
-            LeaseLoop {
-                store: store.clone(),
-                ownership: ownership.clone(),
-                wakeup: src.wakeup.clone(),
-                observer: Some(observer.clone()),
-                total: total as usize,
-                channel: channel.clone(),
-                rebalance: src.rebalance.clone(),
-            },
-            shutdown_rx.clone(),
-        )
-        .instrument(tracing::Span::current()));
+        let lease_task = tokio::spawn(
+            lease_loop(
+                LeaseLoop {
+                    store: store.clone(),
+                    ownership: ownership.clone(),
+                    wakeup: src.wakeup.clone(),
+                    observer: Some(observer.clone()),
+                    total: total as usize,
+                    channel: channel.clone(),
+                    rebalance: src.rebalance.clone(),
+                },
+                shutdown_rx.clone(),
+            )
+            .instrument(tracing::Span::current()),
+        );
         let worker = Worker::new(worker::Deps {
             store: Arc::new(store.clone()),
             ownership,
