@@ -25,8 +25,11 @@ const WAKEUP_DEADLINE: Duration = Duration::from_secs(30);
 pub struct Idle {
     /// Most relay sessions seen at once (idle window and wake-ups).
     pub connections: i64,
-    /// The relay's CPU while every schema was dormant, share of one core.
+    /// The relay's CPU while every schema was dormant, share of one core:
+    /// process and sessions, then each apart.
     pub core_share: f64,
+    pub process_share: f64,
+    pub sessions_share: f64,
     /// Each wake-up's commit-to-delivery time, sorted.
     pub wakeups: Vec<Duration>,
     /// How long the relay took from its start until every schema was
@@ -70,7 +73,10 @@ pub async fn run(
         connections = connections.max(child::relay_sessions(pool).await?);
     }
     let to = (cpu.now(pool, &relay).await?, Instant::now());
-    let core_share = core_share(from.0, to.0, (to.1 - from.1).as_secs_f64());
+    let secs = (to.1 - from.1).as_secs_f64();
+    let core_share = core_share(from.0, to.0, secs);
+    let process_share = (to.0 .0 - from.0 .0) / secs;
+    let sessions_share = (to.0 .1 - from.0 .1) / secs;
 
     // Wake-ups: each into another tenant, dormant before it, in random
     // order, on a connection opened beforehand.
@@ -123,6 +129,8 @@ pub async fn run(
     Ok(Idle {
         connections,
         core_share,
+        process_share,
+        sessions_share,
         wakeups,
         settle_secs,
     })

@@ -125,9 +125,11 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: SourcesArgs) -> Result<serde_json
         args.pool_size
     );
     println!(
-        "  idle: {} relay connections (limit pool_size + 1 = {limit}); relay cpu {:.2} % of a core over {} s (all dormant {:.1} s after start)",
+        "  idle: {} relay connections (limit pool_size + 1 = {limit}); relay cpu {:.2} % of a core ({:.2} process + {:.2} its sessions) over {} s (all dormant {:.1} s after start)",
         idle.connections,
         idle.core_share * 100.0,
+        idle.process_share * 100.0,
+        idle.sessions_share * 100.0,
         args.idle_secs,
         idle.settle_secs
     );
@@ -152,19 +154,21 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: SourcesArgs) -> Result<serde_json
     );
     let (a, b) = (&fair.alone, &fair.with_backlog);
     println!(
-        "  fairness, {} /s into one source for {} s: p99 {:.2} ms alone (p50 {:.2}), {:.2} ms beside a backlog of {} (p50 {:.2}, {} of it left at the end); ratio {:.2}",
+        "  fairness, {} /s into one source for {} s: p99 {:.2} ms alone (p50 {:.2}, {} events); beside a backlog of {} drained in {:.1} s: p99 {:.2} ms (p50 {:.2}, the {} events committed before its end); ratio {:.2}",
         args.rate,
         args.seconds,
         a.p99_ms,
         a.p50_ms,
-        b.p99_ms,
+        a.samples,
         args.backlog,
+        b.backlog_lasted_secs.unwrap_or(f64::NAN),
+        b.p99_ms,
         b.p50_ms,
-        b.backlog_left,
+        b.samples,
         fair.ratio()
     );
-    if b.backlog_left == 0 {
-        println!("  the backlog was drained before the schedule ended: raise --backlog for a fair reading");
+    if b.samples < 100 {
+        println!("  fewer than 100 events were committed while the backlog lasted: raise --backlog or --rate for a steadier p99");
     }
     Ok(json!({
         "scenario": "sources",
@@ -174,6 +178,8 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: SourcesArgs) -> Result<serde_json
         "connection_limit": limit,
         "idle_secs": args.idle_secs,
         "idle_core_share": idle.core_share,
+        "idle_process_core_share": idle.process_share,
+        "idle_sessions_core_share": idle.sessions_share,
         "settle_secs": idle.settle_secs,
         "wakeups": idle.wakeups.len(),
         "wakeup_p50_ms": idle.p(0.5),
@@ -195,6 +201,9 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: SourcesArgs) -> Result<serde_json
         "fairness_achieved_rate_alone": a.achieved,
         "fairness_achieved_rate_with_backlog": b.achieved,
         "fairness_backlog_left": b.backlog_left,
+        "fairness_samples_alone": a.samples,
+        "fairness_samples_with_backlog": b.samples,
+        "fairness_backlog_lasted_secs": b.backlog_lasted_secs,
         "fairness_ratio": fair.ratio(),
     }))
 }
