@@ -347,6 +347,37 @@ async fn every_source_is_delivered_in_order_through_a_sigkill_and_a_database_out
     // relay's leases have lapsed; meanwhile the other sources keep being
     // delivered.
     tokio::time::sleep(Duration::from_millis(2 * LEASE_MS)).await;
+    let files = [
+        first.events.clone(),
+        second.events.clone(),
+        restarted.events.clone(),
+    ];
+    // What a healthy source's event takes now, to compare with the outage.
+    let markers = |name: &'static str| {
+        let (plain, tenant, ledger) = (&plain, &healthy[50], &ledger);
+        async move {
+            vec![
+                plain.one(name, ledger).await,
+                tenant.one(name, ledger).await,
+            ]
+        }
+    };
+    let delivered_within = |ids: Vec<Uuid>, what: &'static str| {
+        let files = &files;
+        async move {
+            let from = Instant::now();
+            wait_until(what, Duration::from_secs(60), || async {
+                ids.iter().all(|id| delivered_ids(files).contains(id))
+            })
+            .await;
+            from.elapsed()
+        }
+    };
+    let healthy_before = delivered_within(
+        markers("before-outage").await,
+        "the healthy sources to deliver before the outage",
+    )
+    .await;
     let pending_remote: i64 = {
         let mut up = remote_up.lock().await;
         *up = false;
@@ -370,22 +401,11 @@ async fn every_source_is_delivered_in_order_through_a_sigkill_and_a_database_out
     note(&ledger, backlog, 0);
     let cluster = set_running(cluster, false).await;
     let down_at = Instant::now();
-    let files = [
-        first.events.clone(),
-        second.events.clone(),
-        restarted.events.clone(),
-    ];
-    let during: Vec<Uuid> = vec![
-        plain.one("during-outage", &ledger).await,
-        healthy[50].one("during-outage", &ledger).await,
-    ];
-    wait_until(
+    let healthy_latency = delivered_within(
+        markers("during-outage").await,
         "the healthy sources to deliver while a database is down",
-        long,
-        || async { during.iter().all(|id| delivered_ids(&files).contains(id)) },
     )
     .await;
-    let healthy_latency = down_at.elapsed();
     // And everything the healthy sources were given before those.
     let healthy_ids: HashSet<Uuid> = ledger
         .lock()
@@ -410,7 +430,7 @@ async fn every_source_is_delivered_in_order_through_a_sigkill_and_a_database_out
     let back_round = round.load(Ordering::SeqCst) + 1;
     *remote_up.lock().await = true;
     eprintln!(
-        "remote down {:?} ({pending_remote} pending before a backlog of {} more, {left_for_return} of which left for its return); the healthy sources' events went out {healthy_latency:?} into it, all they had {healthy_drained:?} into it",
+        "remote down {:?} ({pending_remote} pending before a backlog of {} more, {left_for_return} of which left for its return); a healthy source's event took {healthy_latency:?} in it ({healthy_before:?} before it), all they had went out {healthy_drained:?} into it",
         down_at.elapsed(),
         backlog_ids.len()
     );
