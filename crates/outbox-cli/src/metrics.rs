@@ -294,11 +294,10 @@ impl Metrics {
     // nothing to forget and reads its one source's handle.
     #[cfg_attr(not(test), allow(dead_code))]
     pub fn forget_source(&self, name: &str) {
-        let forgotten = {
-            let mut sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
-            sources.remove(name)
-        };
-        if let Some(source) = forgotten {
+        // Under the lock, so a source of the same name named meanwhile
+        // gets series of its own, not these about to be removed.
+        let mut sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(source) = sources.remove(name) {
             source.forget();
         }
     }

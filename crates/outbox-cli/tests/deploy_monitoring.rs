@@ -128,6 +128,35 @@ fn every_alert_says_what_is_wrong_and_links_a_runbook_section_that_exists() {
 }
 
 #[test]
+fn every_alert_about_a_source_fires_per_source_and_names_it() {
+    for alert in alerts() {
+        let name = alert["alert"].as_str().unwrap();
+        // About a process, not a source: `up` has no source.
+        if name == "OutboxRelayDown" {
+            continue;
+        }
+        let summary = alert["annotations"]["summary"].as_str().unwrap();
+        assert!(
+            summary.contains("{{ $labels.source }}"),
+            "{name}: the summary names the source: {summary}"
+        );
+    }
+    // Each recording rule an alert reads keeps the source.
+    let rules = yaml(RULES);
+    for rule in rules["groups"][0]["rules"].as_sequence().unwrap() {
+        let Some(record) = rule["record"].as_str() else {
+            continue;
+        };
+        let expr = rule["expr"].as_str().unwrap();
+        assert!(
+            expr.contains("by (source") || expr.starts_with("outbox:"),
+            "{record}: {expr}"
+        );
+        assert!(!expr.contains("outbox_relay_info"), "{record}: {expr}");
+    }
+}
+
+#[test]
 fn the_dashboard_has_its_variables_and_reads_only_documented_metrics() {
     let dashboard: serde_json::Value = serde_json::from_str(&read(DASHBOARD)).unwrap();
     let variables: Vec<&str> = dashboard["templating"]["list"]
@@ -136,7 +165,7 @@ fn the_dashboard_has_its_variables_and_reads_only_documented_metrics() {
         .iter()
         .map(|v| v["name"].as_str().unwrap())
         .collect();
-    assert_eq!(variables, ["datasource", "schema", "instance"]);
+    assert_eq!(variables, ["datasource", "source", "instance"]);
     assert_eq!(dashboard["templating"]["list"][0]["type"], "datasource");
     let documented = read("docs/operations.md");
     let panels = dashboard["panels"].as_array().unwrap();
@@ -150,6 +179,10 @@ fn the_dashboard_has_its_variables_and_reads_only_documented_metrics() {
             assert_eq!(target["datasource"]["uid"], "${datasource}", "{title}");
             let expr = target["expr"].as_str().unwrap();
             assert!(expr.contains("instance=~\"$instance\""), "{title}: {expr}");
+            // Every relay series but the relay's own identity is per source.
+            if !expr.contains("outbox_relay_info") {
+                assert!(expr.contains("source=~\"$source\""), "{title}: {expr}");
+            }
             read_metrics.extend(metric_names(expr));
         }
     }

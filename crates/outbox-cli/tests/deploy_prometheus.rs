@@ -77,7 +77,7 @@ fn dashboard_queries() -> Vec<(String, String)> {
                 .as_str()
                 .unwrap()
                 .replace("$instance", ".*")
-                .replace("$schema", ".*")
+                .replace("$source", ".*")
                 .replace("$__rate_interval", "1m");
             queries.push((panel["title"].as_str().unwrap().to_owned(), expr));
         }
@@ -116,6 +116,23 @@ impl Prometheus {
             .flatten()
             .filter(|a| a["state"] == state)
             .map(|a| a["labels"]["alertname"].as_str().unwrap_or("").to_owned())
+            .collect()
+    }
+
+    /// The `source` label of each alert in `state`, by alert name.
+    async fn alert_sources(&self, state: &str) -> BTreeSet<(String, String)> {
+        let Some(data) = self.api("alerts").await else {
+            return BTreeSet::new();
+        };
+        data["alerts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|a| a["state"] == state)
+            .map(|a| {
+                let label = |l: &str| a["labels"][l].as_str().unwrap_or("").to_owned();
+                (label("alertname"), label("source"))
+            })
             .collect()
     }
 
@@ -259,6 +276,14 @@ async fn a_real_prometheus_evaluates_the_rules_and_dashboard_on_a_running_relay(
         },
     )
     .await;
+    // Each names the relay's one source, named after its schema.
+    assert_eq!(
+        prom.alert_sources("firing").await,
+        outage
+            .iter()
+            .map(|a| (a.clone(), "public".to_owned()))
+            .collect()
+    );
 
     // It comes back: the backlog drains and both alerts end.
     receiver.start_again().await;

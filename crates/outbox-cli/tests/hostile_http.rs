@@ -115,11 +115,19 @@ impl Relay {
         }
     }
 
-    /// The value of `outbox_database_up` in `/metrics`.
+    /// The value of `outbox_database_up` (of the relay's one source) in
+    /// `/metrics`.
     fn database_up(&self) -> f64 {
         let (status, text) = self.get("/metrics").expect("/metrics answers");
         assert_eq!(status, 200, "{text}");
-        sample(&text, "outbox_database_up")
+        let series = text
+            .lines()
+            .find_map(|l| l.strip_prefix("outbox_database_up{")?.split_once(' '))
+            .map(|(labels, _)| format!("outbox_database_up{{{labels}"));
+        sample(
+            &text,
+            &series.unwrap_or_else(|| panic!("no outbox_database_up in\n{text}")),
+        )
     }
 }
 
@@ -339,7 +347,11 @@ impl Abuse {
                         && s.read_to_end(&mut raw).await.is_ok()
                     {
                         let raw = String::from_utf8_lossy(&raw);
-                        if raw.starts_with("HTTP/1.1 200") && raw.contains("outbox_database_up 1") {
+                        if raw.starts_with("HTTP/1.1 200")
+                            && raw
+                                .lines()
+                                .any(|l| l.starts_with("outbox_database_up{") && l.ends_with("} 1"))
+                        {
                             answered.fetch_add(1, Ordering::Relaxed);
                         } else {
                             wrong.lock().unwrap().get_or_insert(raw.into_owned());

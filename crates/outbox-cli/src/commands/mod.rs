@@ -1,4 +1,4 @@
-//! One module per subcommand.
+//! One module per subcommand, and [`targets`]: what `--source` selects.
 
 pub mod bench;
 pub mod cleanup;
@@ -9,6 +9,7 @@ pub mod healthcheck;
 pub mod migrate;
 pub mod relay;
 pub mod status;
+pub mod targets;
 
 use outbox::Schema;
 

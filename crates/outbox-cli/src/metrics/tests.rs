@@ -1,3 +1,7 @@
+//! Long: each guarantee of the metrics is one test here, and the per-source
+//! ones (isolation, forgetting, the shared event type bound, a valid
+//! exposition) need two or three sources each.
+
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
