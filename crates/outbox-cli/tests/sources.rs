@@ -760,7 +760,7 @@ async fn readyz_names_the_source_whose_database_is_down_and_follows_the_ready_po
     }
     let not_ready: Vec<_> = any_answers
         .iter()
-        .filter(|a| !a.as_ref().is_some_and(|(s, _)| *s == 200))
+        .filter(|a| a.as_ref().is_none_or(|(s, _)| *s != 200))
         .collect();
     assert!(
         not_ready.is_empty(),
