@@ -803,6 +803,9 @@ async fn bench_sources_reports_connections_cpu_wakeups_drain_and_fairness() {
     let positive = [
         "wakeup_p50_ms",
         "wakeup_p99_ms",
+        "one_schema_wakeup_p50_ms",
+        "one_schema_wakeup_p99_ms",
+        "wakeup_p99_ratio",
         "drain_many_events_per_sec",
         "drain_one_events_per_sec",
         "drain_ratio",
@@ -819,6 +822,7 @@ async fn bench_sources_reports_connections_cpu_wakeups_drain_and_fairness() {
     );
     for k in [
         "idle_core_share",
+        "one_schema_idle_core_share",
         "idle_process_core_share",
         "idle_sessions_core_share",
     ] {

@@ -5,7 +5,8 @@
 //!   relay's sessions against `[sources] pool_size` + 1, its CPU (process
 //!   and sessions) as a share of a core over `--idle-secs`, and the
 //!   commit-to-delivery time of `--wakeups` plain-SQL inserts, each into
-//!   another dormant tenant.
+//!   another dormant tenant; the same of `outbox relay --schema` over one
+//!   idle schema, the reference.
 //! - Drain: `--schemas` × `--events-per-schema` events against as many in
 //!   one schema, same relay settings; the ratio of the rates.
 //! - Fairness: a steady `--rate` into one source for `--seconds`, without
@@ -104,7 +105,8 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: SourcesArgs) -> Result<serde_json
     let (one, steady) = (Schema::new(ONE)?, Schema::new(STEADY)?);
     let configs = child::Configs::new()?;
 
-    let idle = idle::run(&server.url, &pool, &configs, &tenants, &pattern, &args).await?;
+    let idle = idle::many(&server.url, &pool, &configs, &tenants, &pattern, &args).await?;
+    let reference = idle::one(&server.url, &pool, &one, &args).await?;
     let drain = drain::run(
         &server.url,
         &pool,
@@ -142,6 +144,22 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: SourcesArgs) -> Result<serde_json
         idle.p(1.0)
     );
     println!(
+        "  reference, `outbox relay --schema` over one idle schema: {} connections; cpu {:.2} % of a core ({:.2} process + {:.2} its sessions); wake-up p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        reference.connections,
+        reference.core_share * 100.0,
+        reference.process_share * 100.0,
+        reference.sessions_share * 100.0,
+        reference.p(0.5),
+        reference.p(0.99),
+        reference.p(1.0)
+    );
+    println!(
+        "  many / one: idle cpu {:.2}, wake-up p50 {:.2}, p99 {:.2}",
+        idle.core_share / reference.core_share,
+        idle.p(0.5) / reference.p(0.5),
+        idle.p(0.99) / reference.p(0.99)
+    );
+    println!(
         "  drain of {} events: {} schemas x {} {:.0} events/s ({:.2} s), one schema {:.0} events/s ({:.2} s); ratio many / one {:.2}",
         drain.events,
         tenants.len(),
@@ -153,15 +171,22 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: SourcesArgs) -> Result<serde_json
         drain.ratio()
     );
     let (a, b) = (&fair.alone, &fair.with_backlog);
+    let lasted = if b.backlog_left > 0 {
+        format!("{} of it left at the schedule's end", b.backlog_left)
+    } else {
+        format!(
+            "drained {:.1} s into the schedule",
+            b.backlog_lasted_secs.unwrap_or(f64::NAN)
+        )
+    };
     println!(
-        "  fairness, {} /s into one source for {} s: p99 {:.2} ms alone (p50 {:.2}, {} events); beside a backlog of {} drained in {:.1} s: p99 {:.2} ms (p50 {:.2}, the {} events committed before its end); ratio {:.2}",
+        "  fairness, {} /s into one source for {} s: p99 {:.2} ms alone (p50 {:.2}, {} events); beside a backlog of {} ({lasted}): p99 {:.2} ms (p50 {:.2}, the {} events committed while it lasted); ratio {:.2}",
         args.rate,
         args.seconds,
         a.p99_ms,
         a.p50_ms,
         a.samples,
         args.backlog,
-        b.backlog_lasted_secs.unwrap_or(f64::NAN),
         b.p99_ms,
         b.p50_ms,
         b.samples,
@@ -185,6 +210,12 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: SourcesArgs) -> Result<serde_json
         "wakeup_p50_ms": idle.p(0.5),
         "wakeup_p99_ms": idle.p(0.99),
         "wakeup_max_ms": idle.p(1.0),
+        "one_schema_connections": reference.connections,
+        "one_schema_idle_core_share": reference.core_share,
+        "one_schema_wakeup_p50_ms": reference.p(0.5),
+        "one_schema_wakeup_p99_ms": reference.p(0.99),
+        "idle_core_share_ratio": idle.core_share / reference.core_share,
+        "wakeup_p99_ratio": idle.p(0.99) / reference.p(0.99),
         "drain_events": drain.events,
         "drain_many_events_per_sec": drain.many.events_per_sec,
         "drain_one_events_per_sec": drain.one.events_per_sec,
