@@ -20,6 +20,9 @@ pub(crate) struct LeaseLoop {
     pub total: usize,
     pub channel: String,
     pub rebalance: Arc<tokio::sync::Notify>,
+    /// The caller ran the first round itself (so its worker could claim at
+    /// once): the loop begins with what follows a round.
+    pub first_round_done: bool,
 }
 
 /// Runs lease rounds until shutdown.
@@ -28,9 +31,15 @@ pub(crate) async fn lease_loop(l: LeaseLoop, mut shutdown: watch::Receiver<bool>
     let mut announced = false;
     // Whether the last round failed on missing tables: said once per change.
     let mut missing = false;
+    let mut first_round_done = l.first_round_done;
     while !*shutdown.borrow() {
         let before = l.ownership.held_count();
-        match l.ownership.tick(&l.store).await {
+        let round = if std::mem::take(&mut first_round_done) {
+            Ok(())
+        } else {
+            l.ownership.tick(&l.store).await
+        };
+        match round {
             Ok(()) => {
                 if std::mem::take(&mut missing) {
                     tracing::info!("the outbox tables are back; taking partitions again");

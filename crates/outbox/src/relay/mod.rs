@@ -157,6 +157,7 @@ impl RelayBuilder {
                 total: partitions as usize,
                 channel: channel.clone(),
                 rebalance,
+                first_round_done: false,
             },
             shutdown_rx.clone(),
         )));

@@ -15,9 +15,7 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use super::source::{supervise, SourceCtx, SourceShared, UNCOUNTED};
-use super::{
-    sql, Registry, SchemaSelector, SourceDef, SourceObserver, SourceState, SourcesSettings,
-};
+use super::{sql, Registry, SchemaSelector, SourceDef, SourceObserver, SourceState, SourcesSettings};
 use crate::queries as q;
 use crate::schema::Schema;
 
@@ -48,10 +46,7 @@ struct Served {
 enum Heard {
     /// (Re)connected and listening: anything sent meanwhile was missed.
     Connected,
-    Notification {
-        channel: String,
-        payload: String,
-    },
+    Notification { channel: String, payload: String },
 }
 
 struct State {
@@ -91,7 +86,8 @@ pub(super) async fn run(db: Database) {
         }
     }
     st.rescan().await;
-    let everything: Vec<Arc<SourceShared>> = st.served.values().map(|s| s.shared.clone()).collect();
+    let everything: Vec<Arc<SourceShared>> =
+        st.served.values().map(|s| s.shared.clone()).collect();
     st.announce_new(&everything, lease_ms).await;
 
     let (heard_tx, mut heard) = mpsc::unbounded_channel();
@@ -131,7 +127,12 @@ pub(super) async fn run(db: Database) {
                 }
                 None => break,
             },
-            _ = check.tick() => st.check().await,
+            _ = check.tick() => {
+                if st.check().await {
+                    // A pattern's schema lost its table: let it go now.
+                    rescan.reset_immediately();
+                }
+            }
             _ = renew.tick() => st.renew(lease_ms).await,
             _ = rescan.tick() => {
                 let (added, removed) = (st.rescan().await, st.let_go_unmatched());
@@ -167,11 +168,7 @@ impl State {
             self.db.key.clone(),
             schema.clone(),
         ));
-        let observer = self
-            .db
-            .observer
-            .as_ref()
-            .and_then(|o| o.source_added(&name));
+        let observer = self.db.observer.as_ref().and_then(|o| o.source_added(&name));
         let ctx = SourceCtx {
             pool: d.pool.clone(),
             config: d.config.clone(),
@@ -208,11 +205,7 @@ impl State {
                 continue;
             };
             let found = async {
-                let mut conn = self
-                    .pool
-                    .acquire()
-                    .await
-                    .map_err(crate::Error::db("connecting"))?;
+                let mut conn = self.pool.acquire().await.map_err(crate::Error::db("connecting"))?;
                 crate::discover::schemas_matching(&mut conn, pattern).await
             }
             .await;
@@ -314,11 +307,12 @@ impl State {
     /// look is woken; a missing table is the source's problem), and the
     /// full one over the next slice of dormant sources, so each is fully
     /// checked every [`FULL_CHECK_ROUNDS`] rounds.
-    async fn check(&mut self) {
-        self.check_counted().await;
+    /// Returns whether a schema found by a pattern has lost its table.
+    async fn check(&mut self) -> bool {
+        let lost = self.check_counted().await;
         let dormant = self.dormant();
         if dormant.is_empty() {
-            return;
+            return lost;
         }
         let slice = dormant.len().div_ceil(FULL_CHECK_ROUNDS);
         let start = self.full_check_next % dormant.len();
@@ -331,18 +325,22 @@ impl State {
             .collect();
         self.full_check_next = start + slice;
         self.check_full(&chunk).await;
+        lost
     }
 
     /// Every source at once, on its first check.
     async fn check_everything(&mut self) {
-        self.check_counted().await;
+        let _ = self.check_counted().await;
         let dormant = self.dormant();
         for chunk in dormant.chunks(CHUNK) {
             self.check_full(chunk).await;
         }
     }
 
-    async fn check_counted(&self) {
+    /// The cheap check; returns whether a schema found by a pattern has
+    /// lost its table.
+    async fn check_counted(&self) -> bool {
+        let mut lost = false;
         let sources: Vec<Arc<SourceShared>> =
             self.served.values().map(|s| s.shared.clone()).collect();
         let names: Vec<String> = sources
@@ -357,6 +355,9 @@ impl State {
             Ok(counted) => {
                 for (src, n) in sources.iter().zip(counted) {
                     if n < 0 {
+                        lost |= self.served.get(src.schema.name()).is_some_and(|s| {
+                            matches!(self.db.defs[s.def].selector, SchemaSelector::Pattern(_))
+                        });
                         src.database_problem(Some(format!(
                             "{}.outbox_events does not exist: run `outbox migrate --schema {}`",
                             src.schema.name(),
@@ -381,6 +382,7 @@ impl State {
                 }
             }
         }
+        lost
     }
 
     /// The full check of `chunk`: wakes each with claimable work. One
@@ -454,10 +456,7 @@ impl State {
                         continue;
                     }
                 };
-                if let Err(e) = listener
-                    .listen_all(channels.iter().map(String::as_str))
-                    .await
-                {
+                if let Err(e) = listener.listen_all(channels.iter().map(String::as_str)).await {
                     tracing::debug!(database = %key, error = %e, "LISTEN failed; the dormant check covers meanwhile");
                     tokio::time::sleep(RECONNECT_DELAY).await;
                     continue;

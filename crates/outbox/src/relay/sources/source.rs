@@ -140,6 +140,7 @@ pub(crate) async fn supervise(
     let mut woken = src.wakeup.generation();
     // When the earliest backoff ends, as the last worker left it.
     let mut retry_at: Option<tokio::time::Instant> = None;
+    let mut ownership: Option<Arc<Ownership>> = None;
     loop {
         // Dormant: wait for a wake-up (one since `woken` ends this at once)
         // or the end of a backoff.
@@ -178,24 +179,46 @@ pub(crate) async fn supervise(
         };
         src.set_state(SourceState::Active);
         let lease = Duration::from_millis(ctx.config.lease_ms);
-        let ownership = Ownership::new(ctx.instance_id.clone(), total, lease);
+        // Kept while dormant: leases still valid are claimed from at once.
+        let ownership = match &ownership {
+            Some(o) => o.clone(),
+            None => {
+                let o = Ownership::new(ctx.instance_id.clone(), total, lease);
+                ownership = Some(o.clone());
+                o
+            }
+        };
+        // Without a lease still valid, the first lease round runs before
+        // the worker starts, so that its first step is a claim; with one,
+        // the round runs beside the worker's first claim.
+        let valid = !ownership.claimable().partitions.is_empty();
+        let first_round_done = !valid
+            && match ownership.tick(&store).await {
+            Ok(()) => {
+                observer.on_ownership(ownership.held_count(), total as usize);
+                true
+            }
+            Err(e) => {
+                tracing::debug!(error = %e.with_causes(), "first lease round failed; the lease loop tries again");
+                false
+            }
+        };
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let channel = src.schema.channel();
-        let lease_task = tokio::spawn(
-            lease_loop(
-                LeaseLoop {
-                    store: store.clone(),
-                    ownership: ownership.clone(),
-                    wakeup: src.wakeup.clone(),
-                    observer: Some(observer.clone()),
-                    total: total as usize,
-                    channel: channel.clone(),
-                    rebalance: src.rebalance.clone(),
-                },
-                shutdown_rx.clone(),
-            )
-            .instrument(tracing::Span::current()),
-        );
+        let lease_task = tokio::spawn(lease_loop(
+            LeaseLoop {
+                store: store.clone(),
+                ownership: ownership.clone(),
+                wakeup: src.wakeup.clone(),
+                observer: Some(observer.clone()),
+                total: total as usize,
+                channel: channel.clone(),
+                rebalance: src.rebalance.clone(),
+                first_round_done,
+            },
+            shutdown_rx.clone(),
+        )
+        .instrument(tracing::Span::current()));
         let worker = Worker::new(worker::Deps {
             store: Arc::new(store.clone()),
             ownership,
@@ -218,8 +241,9 @@ pub(crate) async fn supervise(
                 (&mut running).await
             }
         };
-        lease_task.abort();
-        src.held.store(0, Ordering::Relaxed);
+        // The lease round ends between rounds, not in one.
+        let _ = shutdown_tx.send(true);
+        let _ = lease_task.await;
         match exit {
             Ok(Ok(Exit::Dormant { woken: w, retry_in })) => {
                 retry.reset();

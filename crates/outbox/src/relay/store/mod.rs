@@ -238,6 +238,9 @@ impl Store {
         partitions: &[i32],
         lease: Duration,
     ) -> Result<Vec<(i32, i64)>> {
+        if partitions.is_empty() {
+            return Ok(Vec::new());
+        }
         self.lease_call(&self.renew, me, partitions, lease, "renewing leases")
             .await
     }
@@ -249,6 +252,9 @@ impl Store {
         partitions: &[i32],
         lease: Duration,
     ) -> Result<Vec<(i32, i64)>> {
+        if partitions.is_empty() {
+            return Ok(Vec::new());
+        }
         self.lease_call(&self.acquire, me, partitions, lease, "acquiring leases")
             .await
     }

@@ -230,12 +230,14 @@ impl Worker {
         self.deps.store.connection_release();
     }
 
-    /// Goes dormant: acknowledges what was delivered and releases every
-    /// partition (announcing it, so another instance with work takes them
-    /// at once), but leaves producers told to wake this relay and the
-    /// publisher open: the next commit starts a worker again.
-    /// Returns when the earliest backoff of `partitions` ends, if any (on
-    /// error: soon, so the source looks again).
+    /// Goes dormant: acknowledges what was delivered, and keeps its
+    /// partitions' leases, unrenewed, and producers told to wake this
+    /// relay: a commit within the lease is claimed at once, without a lease
+    /// round first; past it, the partitions go to whoever takes them
+    /// (another instance, or this one when it wakes), as a stopped
+    /// instance's would. The publisher stays open. Returns when the
+    /// earliest backoff of `partitions` ends, if any (on error: soon, so
+    /// the source looks again).
     async fn go_dormant(&mut self, partitions: &[i32]) -> Option<Duration> {
         self.acknowledge_or_give_up().await;
         let retry_in = match self.deps.store.event_next_retry(partitions).await {
@@ -245,12 +247,6 @@ impl Worker {
                 Some(Duration::from_millis(self.deps.config.poll_max_ms))
             }
         };
-        match self.deps.ownership.release_all(&self.deps.store).await {
-            Ok(()) => self.announce_rebalance().await,
-            Err(e) => {
-                tracing::debug!(error = %e.with_causes(), "could not release partitions going dormant; they move when the lease ends")
-            }
-        }
         self.deps.store.connection_release();
         retry_in
     }

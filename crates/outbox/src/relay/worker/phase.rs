@@ -34,10 +34,11 @@ pub(crate) enum Phase {
     DatabaseDown(Error),
     /// Acknowledge, release every partition, close the publisher.
     Stop,
-    /// Idle past `dormant_after` with the announcement standing: release
-    /// every partition and end, leaving the announcement for producers'
-    /// trigger and the publisher open (a relay of many sources watches
-    /// for the next wake-up and starts the worker again).
+    /// Idle past `dormant_after` with the announcement standing: end,
+    /// leaving the leases to lapse unless the worker starts again within
+    /// them, the announcement for producers' trigger, and the publisher
+    /// open (a relay of many sources watches for the next wake-up and
+    /// starts the worker again).
     Dormant(Claimable),
 }
 
