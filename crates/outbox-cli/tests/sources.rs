@@ -676,7 +676,6 @@ async fn a_dropped_tenant_is_let_go_and_forgotten_while_the_others_keep_going() 
 /// A dropped tenant is let go without error spam: each warning or error
 /// naming it appears at most twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the relay repeats `source unhealthy; retrying` about a dropped schema about twice a second until its next rescan"]
 async fn a_dropped_tenant_is_not_complained_about_again_and_again() {
     let d = drop_a_tenant(Duration::from_secs(3)).await;
     let mut complaints: HashMap<String, usize> = HashMap::new();
