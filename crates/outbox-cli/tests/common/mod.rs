@@ -491,3 +491,48 @@ pub fn assert_config_passes(spec: &str, out: &Output) -> String {
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// `outbox --config CONFIG relay --instance-id INSTANCE` with `extra`
+/// arguments: its standard output thrown away, its log (JSON lines)
+/// appended to the file `log`, so a chatty relay never blocks on a pipe
+/// nobody reads and the log can be read after it is gone.
+pub fn spawn_relay_with_config(config: &Path, instance: &str, log: &Path, extra: &[&str]) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("open the relay's log file");
+    bin()
+        .env_remove("OUTBOX_CONFIG")
+        .arg("--config")
+        .arg(config)
+        .args(["relay", "--instance-id", instance, "--log-format", "json"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log))
+        .spawn()
+        .expect("spawn outbox relay")
+}
+
+/// Sends `child` SIGTERM and waits up to `within` for it to exit: its exit
+/// status, or `None` (then it was killed) when it did not stop in time.
+pub fn stop_gracefully(
+    child: &mut Child,
+    within: std::time::Duration,
+) -> Option<std::process::ExitStatus> {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for the relay") {
+            return Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

@@ -126,7 +126,13 @@ impl ChildRelay {
         Self::spawn_command(cmd, instance, Output::Discard)
     }
 
-    fn spawn_command(mut cmd: Command, instance: &str, output: Output) -> Result<ChildRelay> {
+    /// Starts `cmd` (an `outbox relay` command line) as instance
+    /// `instance`.
+    pub(super) fn spawn_command(
+        mut cmd: Command,
+        instance: &str,
+        output: Output,
+    ) -> Result<ChildRelay> {
         cmd.stderr(Stdio::inherit());
         let (lines, reader) = match output {
             Output::Discard => {

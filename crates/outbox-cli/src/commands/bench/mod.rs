@@ -10,6 +10,7 @@ mod held_snapshot;
 mod latency;
 mod produce;
 mod relay_cpu;
+mod sources;
 mod stats;
 
 use std::process::ExitCode;
@@ -66,6 +67,10 @@ pub enum Scenario {
     /// server time p50/p99, then the relay's p99 at 500/s (plain-SQL
     /// producers, child relay) without and with consoles refreshing.
     Console(console::ConsoleArgs),
+    /// One relay serving many sources: with 200 idle tenant schemas its
+    /// connections, CPU and wake-up latency; draining 200 schemas against
+    /// one; a steady source's p99 beside another's backlog.
+    Sources(sources::SourcesArgs),
 }
 
 /// The server a scenario runs on: a throwaway cluster unless DATABASE_URL
@@ -238,6 +243,7 @@ pub async fn run(ctx: &Ctx, args: BenchArgs) -> Result<ExitCode> {
             Scenario::HeldSnapshot(a) => held_snapshot::run(ctx, fsync, a).await,
             Scenario::E2e(a) => e2e::run(ctx, fsync, a).await,
             Scenario::Console(a) => console::run(ctx, fsync, a).await,
+            Scenario::Sources(a) => sources::run(ctx, fsync, a).await,
         }
     };
     // Ctrl-C drops the scenario, and with it the throwaway server and any
