@@ -40,11 +40,11 @@ pub use migrate::{
 };
 pub use outbox::Outbox;
 pub use publisher::{Outcome, Publisher, Unavailable};
+pub use relay::sources;
 pub use relay::{
     BatchReport, OutageKind, Relay, RelayBuilder, RelayConfig, RelayHandle, RelayObserver,
     RelayStats, Retention, StatsSnapshot,
 };
-pub use relay::sources;
 pub use schema::Schema;
 pub use status::{PartitionOwner, Status};
 pub use wakeup::Wakeup;

@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::{execute, fast_config};
 use outbox::sources::{
-    SchemaSelector, SourceDef, SourceObserver, SourceState, Sources, SourcesHandle,
-    SourcesSettings,
+    SchemaSelector, SourceDef, SourceObserver, SourceState, Sources, SourcesHandle, SourcesSettings,
 };
 use outbox::{MigrateOptions, RelayObserver, Schema};
 use outbox_testkit::postgres::migrated_test_db;
@@ -22,9 +21,13 @@ const LONG: Duration = Duration::from_secs(30);
 
 async fn migrate(pool: &PgPool, name: &str) {
     let mut conn = pool.acquire().await.unwrap();
-    outbox::migrate(&mut conn, &Schema::new(name).unwrap(), &MigrateOptions::default())
-        .await
-        .unwrap();
+    outbox::migrate(
+        &mut conn,
+        &Schema::new(name).unwrap(),
+        &MigrateOptions::default(),
+    )
+    .await
+    .unwrap();
 }
 
 async fn insert(pool: &PgPool, schema: &str, aggregate: &str, n: i64) {
@@ -55,7 +58,14 @@ impl SourceObserver for Seen {
 }
 
 async fn start(pool: &PgPool, publisher: &TestPublisher, seen: Arc<Seen>) -> SourcesHandle {
-    start_with(pool, publisher, seen, fast_config("sources-test"), Duration::from_secs(5)).await
+    start_with(
+        pool,
+        publisher,
+        seen,
+        fast_config("sources-test"),
+        Duration::from_secs(5),
+    )
+    .await
 }
 
 async fn start_with(
@@ -75,7 +85,10 @@ async fn start_with(
     };
     Sources::builder()
         .source(def("main", SchemaSelector::Schema(Schema::default())))
-        .source(def("tenants", SchemaSelector::Pattern("tenant_*".to_owned())))
+        .source(def(
+            "tenants",
+            SchemaSelector::Pattern("tenant_*".to_owned()),
+        ))
         .settings(SourcesSettings {
             check_interval,
             rescan_interval: Duration::from_secs(3_600),
@@ -87,7 +100,6 @@ async fn start_with(
         .await
         .unwrap()
 }
-
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_schemas_events_arrive_in_order_and_idle_sources_go_dormant_until_a_commit_wakes_them(
@@ -114,7 +126,12 @@ async fn every_schemas_events_arrive_in_order_and_idle_sources_go_dormant_until_
     names.sort();
     assert_eq!(
         names,
-        ["main", "tenants/tenant_a", "tenants/tenant_b", "tenants/tenant_c"],
+        [
+            "main",
+            "tenants/tenant_a",
+            "tenants/tenant_b",
+            "tenants/tenant_c"
+        ],
         "a schema without the outbox tables is not a source"
     );
     wait_until("every source is dormant", LONG, || async {
@@ -150,7 +167,10 @@ async fn every_schemas_events_arrive_in_order_and_idle_sources_go_dormant_until_
             started.elapsed()
         );
         wait_until("dormant again", LONG, || async {
-            relay.statuses().iter().all(|s| s.state == SourceState::Dormant)
+            relay
+                .statuses()
+                .iter()
+                .all(|s| s.state == SourceState::Dormant)
         })
         .await;
     }
@@ -185,21 +205,31 @@ async fn a_schema_migrated_while_running_is_served_and_a_dropped_one_is_let_go()
         Duration::from_millis(500),
     )
     .await;
-    wait_until("three sources", LONG, || async { relay.statuses().len() == 3 }).await;
+    wait_until("three sources", LONG, || async {
+        relay.statuses().len() == 3
+    })
+    .await;
 
     // `outbox migrate` announces the schema: served long before the hourly
     // rescan.
     migrate(&pool, "tenant_new").await;
-    wait_until("the new schema is a source", Duration::from_secs(5), || async {
-        relay
-            .statuses()
-            .iter()
-            .any(|s| s.name == "tenants/tenant_new")
-    })
+    wait_until(
+        "the new schema is a source",
+        Duration::from_secs(5),
+        || async {
+            relay
+                .statuses()
+                .iter()
+                .any(|s| s.name == "tenants/tenant_new")
+        },
+    )
     .await;
     insert(&pool, "tenant_new", "n1", 1).await;
     wait_until("its event is delivered", LONG, || async {
-        publisher.deliveries().iter().any(|e| e.aggregate_id == "n1")
+        publisher
+            .deliveries()
+            .iter()
+            .any(|e| e.aggregate_id == "n1")
     })
     .await;
 
@@ -207,15 +237,25 @@ async fn a_schema_migrated_while_running_is_served_and_a_dropped_one_is_let_go()
     // long before the hourly rescan; the others go on.
     execute(&pool, "DROP SCHEMA tenant_b CASCADE").await;
     wait_until("tenant_b is let go", Duration::from_secs(5), || async {
-        seen.removed.lock().unwrap().contains(&"tenants/tenant_b".to_owned())
+        seen.removed
+            .lock()
+            .unwrap()
+            .contains(&"tenants/tenant_b".to_owned())
     })
     .await;
     insert(&pool, "tenant_a", "a9", 1).await;
     wait_until("tenant_a still served", LONG, || async {
-        publisher.deliveries().iter().any(|e| e.aggregate_id == "a9")
+        publisher
+            .deliveries()
+            .iter()
+            .any(|e| e.aggregate_id == "a9")
     })
     .await;
-    assert!(relay.statuses().iter().all(|s| s.healthy()), "{:?}", relay.statuses());
+    assert!(
+        relay.statuses().iter().all(|s| s.healthy()),
+        "{:?}",
+        relay.statuses()
+    );
     relay.shutdown_within(LONG).await.unwrap();
 }
 
@@ -245,12 +285,23 @@ async fn a_commit_no_wake_up_announced_is_found_by_the_check() {
     all_dormant(&relay).await;
     // As an instance working the schema alone leaves it: producers are
     // told nobody sleeps, so this commit sends no notification.
-    execute(&pool, "SELECT setval('tenant_a.outbox_relay_idle_until', 0)").await;
+    execute(
+        &pool,
+        "SELECT setval('tenant_a.outbox_relay_idle_until', 0)",
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(700)).await;
     insert(&pool, "tenant_a", "quiet", 1).await;
-    wait_until("the unannounced event is delivered", Duration::from_secs(10), || async {
-        publisher.deliveries().iter().any(|e| e.aggregate_id == "quiet")
-    })
+    wait_until(
+        "the unannounced event is delivered",
+        Duration::from_secs(10),
+        || async {
+            publisher
+                .deliveries()
+                .iter()
+                .any(|e| e.aggregate_id == "quiet")
+        },
+    )
     .await;
     relay.shutdown_within(LONG).await.unwrap();
 }
@@ -286,9 +337,11 @@ async fn a_dormant_source_wakes_when_a_backoff_ends() {
     .await;
     all_dormant(&relay).await;
     assert_eq!(publisher.delivered_count(), 0);
-    wait_until("the retry is delivered", Duration::from_secs(10), || async {
-        publisher.delivered_count() == 1
-    })
+    wait_until(
+        "the retry is delivered",
+        Duration::from_secs(10),
+        || async { publisher.delivered_count() == 1 },
+    )
     .await;
     relay.shutdown_within(LONG).await.unwrap();
 }

@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use outbox::sources::{
-    SchemaSelector, SourceDef, SourceObserver, Sources, SourcesHandle, SourcesSettings,
-    SourcesView,
+    SchemaSelector, SourceDef, SourceObserver, Sources, SourcesHandle, SourcesSettings, SourcesView,
 };
 use outbox::{Publisher, RelayConfig, RelayObserver, Schema, Status};
 use sqlx::PgPool;
@@ -113,12 +112,13 @@ pub async fn run(ctx: &Ctx, args: &RelayArgs, plan: SourcesPlan) -> Result<ExitC
         bail!("--console serves one source's tables: with [[source]] entries, run `outbox console --source NAME` beside the relay");
     }
     let mut signals = Signals::install(args.exit_with_parent)?;
-    let listener = match &c.http.addr {
-        Some(addr) => Some(http::bind(addr).await.with_context(|| {
-            format!("http.addr ({})", loaded.origin("http.addr").describe())
-        })?),
-        None => None,
-    };
+    let listener =
+        match &c.http.addr {
+            Some(addr) => Some(http::bind(addr).await.with_context(|| {
+                format!("http.addr ({})", loaded.origin("http.addr").describe())
+            })?),
+            None => None,
+        };
     let metrics = Arc::new(Metrics::new());
     // One pool per database, shared by its sources (the listener included).
     let mut pools: BTreeMap<String, PgPool> = BTreeMap::new();

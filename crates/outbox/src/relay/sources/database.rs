@@ -15,7 +15,9 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use super::source::{supervise, SourceCtx, SourceShared, UNCOUNTED};
-use super::{sql, Registry, SchemaSelector, SourceDef, SourceObserver, SourceState, SourcesSettings};
+use super::{
+    sql, Registry, SchemaSelector, SourceDef, SourceObserver, SourceState, SourcesSettings,
+};
 use crate::queries as q;
 use crate::schema::Schema;
 
@@ -46,7 +48,10 @@ struct Served {
 enum Heard {
     /// (Re)connected and listening: anything sent meanwhile was missed.
     Connected,
-    Notification { channel: String, payload: String },
+    Notification {
+        channel: String,
+        payload: String,
+    },
 }
 
 struct State {
@@ -86,8 +91,7 @@ pub(super) async fn run(db: Database) {
         }
     }
     st.rescan().await;
-    let everything: Vec<Arc<SourceShared>> =
-        st.served.values().map(|s| s.shared.clone()).collect();
+    let everything: Vec<Arc<SourceShared>> = st.served.values().map(|s| s.shared.clone()).collect();
     st.announce_new(&everything, lease_ms).await;
 
     let (heard_tx, mut heard) = mpsc::unbounded_channel();
@@ -168,7 +172,11 @@ impl State {
             self.db.key.clone(),
             schema.clone(),
         ));
-        let observer = self.db.observer.as_ref().and_then(|o| o.source_added(&name));
+        let observer = self
+            .db
+            .observer
+            .as_ref()
+            .and_then(|o| o.source_added(&name));
         let ctx = SourceCtx {
             pool: d.pool.clone(),
             config: d.config.clone(),
@@ -205,7 +213,11 @@ impl State {
                 continue;
             };
             let found = async {
-                let mut conn = self.pool.acquire().await.map_err(crate::Error::db("connecting"))?;
+                let mut conn = self
+                    .pool
+                    .acquire()
+                    .await
+                    .map_err(crate::Error::db("connecting"))?;
                 crate::discover::schemas_matching(&mut conn, pattern).await
             }
             .await;
@@ -456,7 +468,10 @@ impl State {
                         continue;
                     }
                 };
-                if let Err(e) = listener.listen_all(channels.iter().map(String::as_str)).await {
+                if let Err(e) = listener
+                    .listen_all(channels.iter().map(String::as_str))
+                    .await
+                {
                     tracing::debug!(database = %key, error = %e, "LISTEN failed; the dormant check covers meanwhile");
                     tokio::time::sleep(RECONNECT_DELAY).await;
                     continue;

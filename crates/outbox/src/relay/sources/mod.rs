@@ -159,7 +159,10 @@ impl SourcesBuilder {
             if !names.insert(def.name.clone()) {
                 return Err(Error::invalid(
                     "source",
-                    format!("{:?} is named twice: give every source its own name", def.name),
+                    format!(
+                        "{:?} is named twice: give every source its own name",
+                        def.name
+                    ),
                 ));
             }
         }
@@ -172,7 +175,10 @@ impl SourcesBuilder {
         let (shutdown, stopping) = watch::channel(false);
         let mut by_database: BTreeMap<String, Vec<SourceDef>> = BTreeMap::new();
         for def in self.defs {
-            by_database.entry(def.database.clone()).or_default().push(def);
+            by_database
+                .entry(def.database.clone())
+                .or_default()
+                .push(def);
         }
         let mut publishers: Vec<Arc<dyn Publisher>> = Vec::new();
         let mut tasks = Vec::new();

@@ -194,31 +194,33 @@ pub(crate) async fn supervise(
         let valid = !ownership.claimable().partitions.is_empty();
         let first_round_done = !valid
             && match ownership.tick(&store).await {
-            Ok(()) => {
-                observer.on_ownership(ownership.held_count(), total as usize);
-                true
-            }
-            Err(e) => {
-                tracing::debug!(error = %e.with_causes(), "first lease round failed; the lease loop tries again");
-                false
-            }
-        };
+                Ok(()) => {
+                    observer.on_ownership(ownership.held_count(), total as usize);
+                    true
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e.with_causes(), "first lease round failed; the lease loop tries again");
+                    false
+                }
+            };
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let channel = src.schema.channel();
-        let lease_task = tokio::spawn(lease_loop(
-            LeaseLoop {
-                store: store.clone(),
-                ownership: ownership.clone(),
-                wakeup: src.wakeup.clone(),
-                observer: Some(observer.clone()),
-                total: total as usize,
-                channel: channel.clone(),
-                rebalance: src.rebalance.clone(),
-                first_round_done,
-            },
-            shutdown_rx.clone(),
-        )
-        .instrument(tracing::Span::current()));
+        let lease_task = tokio::spawn(
+            lease_loop(
+                LeaseLoop {
+                    store: store.clone(),
+                    ownership: ownership.clone(),
+                    wakeup: src.wakeup.clone(),
+                    observer: Some(observer.clone()),
+                    total: total as usize,
+                    channel: channel.clone(),
+                    rebalance: src.rebalance.clone(),
+                    first_round_done,
+                },
+                shutdown_rx.clone(),
+            )
+            .instrument(tracing::Span::current()),
+        );
         let worker = Worker::new(worker::Deps {
             store: Arc::new(store.clone()),
             ownership,

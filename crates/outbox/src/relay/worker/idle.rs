@@ -225,7 +225,10 @@ mod tests {
         assert!(dormant_due(after, long, false, true));
         assert!(!dormant_due(None, long, false, true), "not allowed to");
         assert!(!dormant_due(after, Duration::from_millis(999), false, true));
-        assert!(!dormant_due(after, long, true, true), "a batch awaits its ack");
+        assert!(
+            !dormant_due(after, long, true, true),
+            "a batch awaits its ack"
+        );
         assert!(
             !dormant_due(after, long, false, false),
             "nothing would wake it"
