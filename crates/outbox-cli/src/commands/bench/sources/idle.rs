@@ -25,6 +25,10 @@ use super::SourcesArgs;
 /// How long a relay may take to find and announce every schema.
 const SETTLE: Duration = Duration::from_secs(300);
 
+/// How long the relay is left asleep before its idle CPU is read: its
+/// start-up (every schema checked once, each session's first reads of
+/// every schema's catalog entries) is not what idling costs.
+const IDLE_GRACE: Duration = Duration::from_secs(5);
 /// How long one wake-up may take before the run fails.
 const WAKEUP_DEADLINE: Duration = Duration::from_secs(30);
 
@@ -111,10 +115,12 @@ async fn measure(
     wait_asleep(&mut relay, pool, schemas, asleep, SETTLE).await?;
     let settle_secs = started.elapsed().as_secs_f64();
     eprintln!(
-        "bench sources: {} schema(s) asleep {settle_secs:.1} s after the relay started; idle for {} s",
+        "bench sources: {} schema(s) asleep {settle_secs:.1} s after the relay started; idle for {} s after {} s more",
         schemas.len(),
-        args.idle_secs
+        args.idle_secs,
+        IDLE_GRACE.as_secs()
     );
+    tokio::time::sleep(IDLE_GRACE).await;
     let mut connections = child::relay_sessions(pool).await?;
 
     // The idle window: the relay's CPU, its sessions looked at each second.
