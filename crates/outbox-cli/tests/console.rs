@@ -418,11 +418,12 @@ async fn keyset_pages_walk_ten_thousand_dead_letters_seeing_each_once() {
     assert_eq!(pages, 200);
 }
 
-/// `outbox_paused` from a relay's /metrics, once it answers.
+/// `outbox_paused` of the relay's one source (its schema, `public`) from
+/// its /metrics, once it answers.
 async fn paused_metric(port: u16) -> Option<f64> {
     let (_, body) = common::http_get(port, "/metrics").await?;
     body.lines()
-        .find_map(|l| l.strip_prefix("outbox_paused "))
+        .find_map(|l| l.strip_prefix("outbox_paused{source=\"public\"} "))
         .and_then(|v| v.trim().parse().ok())
 }
 

@@ -345,3 +345,55 @@ async fn a_dormant_source_wakes_when_a_backoff_ends() {
     .await;
     relay.shutdown_within(LONG).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_retried_in_a_dormant_source_is_delivered_at_once() {
+    let (_db, pool) = migrated_test_db().await;
+    migrate(&pool, "tenant_a").await;
+    let publisher = TestPublisher::new();
+    publisher.fail(
+        outbox_testkit::Match::Aggregate("poison".to_owned()),
+        outbox_testkit::Fail::Reject,
+        None,
+    );
+    // Checks so rare that only the retry's own wake-up can start the worker.
+    let relay = start_with(
+        &pool,
+        &publisher,
+        Arc::new(Seen::default()),
+        fast_config("sources-test"),
+        Duration::from_secs(60),
+    )
+    .await;
+    insert(&pool, "tenant_a", "poison", 1).await;
+    wait_until("the event is dead-lettered", LONG, || async {
+        common::count(
+            &pool,
+            "SELECT count(*) FROM tenant_a.outbox_events WHERE dead_lettered_at IS NOT NULL",
+        )
+        .await
+            == 1
+    })
+    .await;
+    all_dormant(&relay).await;
+    publisher.heal();
+    let mut conn = pool.acquire().await.unwrap();
+    let retried = outbox::DeadLetters::new(&Schema::new("tenant_a").unwrap())
+        .retry(
+            &mut conn,
+            &outbox::Selector {
+                aggregate_id: Some("poison".to_owned()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(retried, 1);
+    wait_until(
+        "the retried event is delivered",
+        Duration::from_secs(5),
+        || async { publisher.delivered_count() == 1 },
+    )
+    .await;
+    relay.shutdown_within(LONG).await.unwrap();
+}

@@ -111,6 +111,8 @@ pub struct DeadLetters {
     count: String,
     retry: String,
     discard: String,
+    /// The relays' wake-up channel.
+    channel: String,
 }
 
 impl DeadLetters {
@@ -121,6 +123,7 @@ impl DeadLetters {
             count: schema.render(q::DEAD_LETTER_COUNT),
             retry: schema.render(q::DEAD_LETTER_RETRY),
             discard: schema.render(q::DEAD_LETTER_DISCARD),
+            channel: schema.channel(),
         }
     }
 
@@ -170,8 +173,23 @@ impl DeadLetters {
     /// no retry can make this one arrive first; consumers see it late.
     /// Retry all dead letters of an aggregate in one call, so they keep
     /// their order among themselves. They come back due at once.
+    /// The relays listening are woken once the retry is committed (a
+    /// dormant source of a relay of many sources would otherwise find them
+    /// only at its next full check); `conn` must not be inside a
+    /// transaction the caller keeps open, or the wake-up comes at its
+    /// commit.
     pub async fn retry(&self, conn: &mut PgConnection, selector: &Selector) -> Result<u64> {
-        Self::change(&self.retry, conn, selector, "retrying dead letters").await
+        let n = Self::change(&self.retry, conn, selector, "retrying dead letters").await?;
+        if n > 0 {
+            if let Err(e) = sqlx::query(crate::queries::WAKEUP_NOTIFY)
+                .bind(&self.channel)
+                .execute(conn)
+                .await
+            {
+                tracing::debug!(error = %e, "could not wake the relays after a retry; their polls find it");
+            }
+        }
+        Ok(n)
     }
 
     /// Deletes the selected dead letters, in one statement; returns how
