@@ -231,6 +231,21 @@ impl Registry {
         self.sources.lock().expect("registry lock").remove(name);
     }
 
+    /// The totals of every source served now.
+    fn stats(&self) -> StatsSnapshot {
+        let mut sum = StatsSnapshot::default();
+        for s in self.all() {
+            let one = s.stats.snapshot();
+            sum.delivered += one.delivered;
+            sum.retried += one.retried;
+            sum.dead_lettered += one.dead_lettered;
+            sum.outages += one.outages;
+            sum.batches += one.batches;
+            sum.fenced_out += one.fenced_out;
+        }
+        sum
+    }
+
     fn all(&self) -> Vec<Arc<SourceShared>> {
         self.sources
             .lock()
@@ -329,17 +344,7 @@ impl SourcesHandle {
 
     /// The totals of every source served now.
     pub fn stats(&self) -> StatsSnapshot {
-        let mut sum = StatsSnapshot::default();
-        for s in self.registry.all() {
-            let one = s.stats.snapshot();
-            sum.delivered += one.delivered;
-            sum.retried += one.retried;
-            sum.dead_lettered += one.dead_lettered;
-            sum.outages += one.outages;
-            sum.batches += one.batches;
-            sum.fenced_out += one.fenced_out;
-        }
-        sum
+        self.registry.stats()
     }
 
     /// Whether every database's task has ended (only after shutdown).
@@ -364,19 +369,7 @@ impl SourcesHandle {
                 t.abort();
             }
         }
-        let stats = {
-            let mut sum = StatsSnapshot::default();
-            for s in self.registry.all() {
-                let one = s.stats.snapshot();
-                sum.delivered += one.delivered;
-                sum.retried += one.retried;
-                sum.dead_lettered += one.dead_lettered;
-                sum.outages += one.outages;
-                sum.batches += one.batches;
-                sum.fenced_out += one.fenced_out;
-            }
-            sum
-        };
+        let stats = self.registry.stats();
         for p in &self.publishers {
             p.close().await;
         }
