@@ -291,11 +291,8 @@ fn read_lines(mut rx: impl Read, lines: &Lines) {
 }
 
 /// The command line of a child `outbox relay` on `url` and `schema`,
-/// publishing to `publisher`: it names its sessions
-/// ([`RELAY_APPLICATION_NAME`]), so the database's CPU can be told apart
-/// by who spent it; it stops when this process dies, even by SIGKILL
-/// (`--exit-with-parent`); and it sees none of the bench's `OUTBOX_*`
-/// settings, only `env` (a publisher's secret, say).
+/// publishing to `publisher` (see [`child_command`]), seeing only `env`
+/// of its own (a publisher's secret, say).
 pub fn relay_command(
     url: &str,
     schema: &Schema,
@@ -303,14 +300,32 @@ pub fn relay_command(
     publisher: &str,
     env: &[(&str, &str)],
 ) -> Result<Command> {
+    let mut cmd = child_command(
+        None,
+        &["--publisher", publisher, "--schema", schema.name()],
+        instance,
+    )?;
+    cmd.envs(env.iter().copied()).env("DATABASE_URL", url);
+    Ok(cmd)
+}
+
+/// `outbox [--config PATH] relay ARGS… --instance-id INSTANCE` as every
+/// bench runs its relays: it names its sessions
+/// ([`RELAY_APPLICATION_NAME`]), so the database's CPU can be told apart
+/// by who spent it; it stops when this process dies, even by SIGKILL
+/// (`--exit-with-parent`); and it sees none of the bench's `OUTBOX_*`
+/// settings or `DATABASE_URL`.
+pub(super) fn child_command(
+    config: Option<&std::path::Path>,
+    relay_args: &[&str],
+    instance: &str,
+) -> Result<Command> {
     let exe = std::env::current_exe().context("cannot find the outbox program to run the relay")?;
     let mut cmd = Command::new(exe);
-    cmd.args([
-        "relay",
-        "--publisher",
-        publisher,
-        "--schema",
-        schema.name(),
+    if let Some(config) = config {
+        cmd.arg("--config").arg(config);
+    }
+    cmd.arg("relay").args(relay_args).args([
         "--instance-id",
         instance,
         "--log-level",
@@ -323,8 +338,7 @@ pub fn relay_command(
             cmd.env_remove(name);
         }
     }
-    cmd.envs(env.iter().copied())
-        .env("DATABASE_URL", url)
+    cmd.env_remove("DATABASE_URL")
         .env("PGAPPNAME", RELAY_APPLICATION_NAME);
     Ok(cmd)
 }

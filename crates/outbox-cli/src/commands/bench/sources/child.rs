@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use sqlx::PgPool;
 use toml::{Table, Value};
 
-use super::super::child_relay::{ChildRelay, Output, RELAY_APPLICATION_NAME};
+use super::super::child_relay::{child_command, ChildRelay, Output, RELAY_APPLICATION_NAME};
 
 /// How often the bench looks at the database while waiting.
 const LOOK_EVERY: Duration = Duration::from_millis(20);
@@ -110,30 +110,10 @@ impl Drop for Configs {
     }
 }
 
-/// `outbox --config PATH relay`, as [`super::super::child_relay`] runs
-/// every bench relay: it names its sessions, stops when the bench dies,
-/// and sees none of the bench's `OUTBOX_*` settings or `DATABASE_URL` (the
-/// config file says everything).
+/// `outbox --config PATH relay`, as every bench runs its relays
+/// ([`child_command`]): the config file says everything.
 fn command(config: &Path, instance: &str) -> Result<Command> {
-    let exe = std::env::current_exe().context("cannot find the outbox program to run the relay")?;
-    let mut cmd = Command::new(exe);
-    cmd.arg("--config").arg(config).args([
-        "relay",
-        "--instance-id",
-        instance,
-        "--log-level",
-        "warn",
-        "--exit-with-parent",
-        &std::process::id().to_string(),
-    ]);
-    for (name, _) in std::env::vars_os() {
-        if name.to_str().is_some_and(|n| n.starts_with("OUTBOX_")) {
-            cmd.env_remove(name);
-        }
-    }
-    cmd.env_remove("DATABASE_URL")
-        .env("PGAPPNAME", RELAY_APPLICATION_NAME);
-    Ok(cmd)
+    child_command(Some(config), &[], instance)
 }
 
 /// The relay's database sessions now (by their `application_name`).
