@@ -57,13 +57,7 @@ pub async fn run(ctx: &Ctx, args: RelayArgs) -> Result<ExitCode> {
         (None, true) => bail!("--console serves on the --http-addr server: set --http-addr too"),
         (_, false) => None,
     };
-    let listener =
-        match &c.http.addr {
-            Some(addr) => Some(http::bind(addr).await.with_context(|| {
-                format!("http.addr ({})", loaded.origin("http.addr").describe())
-            })?),
-            None => None,
-        };
+    let listener = http_listener(loaded).await?;
     let publisher = publisher::from_config(&c.publisher.spec, &c.publisher.tables, c.envelope()?)?;
     tracing::debug!(database = %db::redact_text(&url), "connecting");
     // Worker, leases, wake-up listener, claim-ahead, and the cleaner.
@@ -238,6 +232,17 @@ pub async fn run(ctx: &Ctx, args: RelayArgs) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The `/metrics`, `/healthz` and `/readyz` server's socket, if
+/// `http.addr` is set; an error names the key and where it was set.
+async fn http_listener(loaded: &Loaded) -> Result<Option<tokio::net::TcpListener>> {
+    match &loaded.config.http.addr {
+        Some(addr) => Ok(Some(http::bind(addr).await.with_context(|| {
+            format!("http.addr ({})", loaded.origin("http.addr").describe())
+        })?)),
+        None => Ok(None),
+    }
 }
 
 /// Runs until a signal, the end of the backlog (`--drain`) or the relay's

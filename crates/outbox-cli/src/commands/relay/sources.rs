@@ -109,16 +109,10 @@ pub async fn run(ctx: &Ctx, args: &RelayArgs, plan: SourcesPlan) -> Result<ExitC
     let loaded = &ctx.loaded;
     let c = &loaded.config;
     if args.console {
-        bail!("--console serves one source's tables: with [[source]] entries, run `outbox console --source NAME` beside the relay");
+        bail!("--console serves one source's tables: with [[source]] entries, run `outbox console --database-url URL --schema SCHEMA` for the source to look at, beside the relay");
     }
     let mut signals = Signals::install(args.exit_with_parent)?;
-    let listener =
-        match &c.http.addr {
-            Some(addr) => Some(http::bind(addr).await.with_context(|| {
-                format!("http.addr ({})", loaded.origin("http.addr").describe())
-            })?),
-            None => None,
-        };
+    let listener = super::http_listener(loaded).await?;
     let metrics = Arc::new(Metrics::new());
     // One pool per database, shared by its sources (the listener included).
     let mut pools: BTreeMap<String, PgPool> = BTreeMap::new();
