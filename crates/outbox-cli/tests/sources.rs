@@ -807,6 +807,8 @@ async fn bench_sources_reports_connections_cpu_wakeups_drain_and_fairness() {
         "wakeup_p99_ratio",
         "drain_many_events_per_sec",
         "drain_one_events_per_sec",
+        "drain_many_relay_us_per_event",
+        "drain_one_relay_us_per_event",
         "drain_ratio",
         "fairness_p99_alone_ms",
         "fairness_p99_with_backlog_ms",

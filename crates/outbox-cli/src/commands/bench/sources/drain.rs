@@ -11,6 +11,7 @@ use anyhow::{ensure, Result};
 use sqlx::PgPool;
 
 use super::super::drain::preload;
+use super::super::relay_cpu::Cpu;
 use super::child::{self, Configs, Entry};
 use super::SourcesArgs;
 use outbox::Schema;
@@ -24,6 +25,9 @@ pub struct Rate {
     pub events_per_sec: f64,
     pub secs: f64,
     pub from_start_secs: f64,
+    /// The relay's CPU (process and database sessions) per event, from its
+    /// start to the last delivery (start-up included, alike for both).
+    pub relay_us_per_event: f64,
 }
 
 /// What the drain phase measured.
@@ -41,9 +45,17 @@ impl Drain {
 }
 
 /// Runs a relay on `text` until `total` events were delivered.
-async fn drain(configs: &Configs, instance: &str, text: &str, total: u64) -> Result<Rate> {
+async fn drain(
+    pool: &PgPool,
+    configs: &Configs,
+    instance: &str,
+    text: &str,
+    total: u64,
+) -> Result<Rate> {
     let started = Instant::now();
     let mut relay = configs.spawn(instance, text)?;
+    let mut cpu = Cpu::default();
+    let cpu_before = cpu.now(pool, &relay).await?;
     let lines = relay.lines().expect("timed output").clone();
     let mut last_print = Instant::now();
     while lines.distinct.load(Ordering::Relaxed) < total {
@@ -62,6 +74,7 @@ async fn drain(configs: &Configs, instance: &str, text: &str, total: u64) -> Res
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let from_start_secs = started.elapsed().as_secs_f64();
+    let cpu_after = cpu.now(pool, &relay).await?;
     let status = relay.stop().await?;
     if !status.success() {
         eprintln!("bench sources: the draining relay ended with {status}");
@@ -74,6 +87,9 @@ async fn drain(configs: &Configs, instance: &str, text: &str, total: u64) -> Res
         events_per_sec: total as f64 / secs,
         secs,
         from_start_secs,
+        relay_us_per_event: (cpu_after.0 - cpu_before.0 + cpu_after.1 - cpu_before.1)
+            / total.max(1) as f64
+            * 1e6,
     })
 }
 
@@ -97,6 +113,7 @@ pub async fn run(
     );
     preload(pool, one, total, aggregates * tenants.len() as u64).await?;
     let one_rate = drain(
+        pool,
         configs,
         "bench-sources-drain-one",
         &entries(Entry::schema("one", one.name()))?,
@@ -118,6 +135,7 @@ pub async fn run(
         preload(pool, &Schema::new(name)?, per, aggregates).await?;
     }
     let many_rate = drain(
+        pool,
         configs,
         "bench-sources-drain-many",
         &entries(Entry::pattern("tenants", pattern))?,

@@ -160,14 +160,16 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: SourcesArgs) -> Result<serde_json
         idle.p(0.99) / reference.p(0.99)
     );
     println!(
-        "  drain of {} events: {} schemas x {} {:.0} events/s ({:.2} s), one schema {:.0} events/s ({:.2} s); ratio many / one {:.2}",
+        "  drain of {} events: {} schemas x {} {:.0} events/s ({:.2} s, relay {:.1} µs/event), one schema {:.0} events/s ({:.2} s, relay {:.1} µs/event); ratio many / one {:.2}",
         drain.events,
         tenants.len(),
         args.events_per_schema,
         drain.many.events_per_sec,
         drain.many.secs,
+        drain.many.relay_us_per_event,
         drain.one.events_per_sec,
         drain.one.secs,
+        drain.one.relay_us_per_event,
         drain.ratio()
     );
     let (a, b) = (&fair.alone, &fair.with_backlog);
@@ -195,7 +197,7 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: SourcesArgs) -> Result<serde_json
     if b.samples < 100 {
         println!("  fewer than 100 events were committed while the backlog lasted: raise --backlog or --rate for a steadier p99");
     }
-    Ok(json!({
+    let mut report = json!({
         "scenario": "sources",
         "schemas": tenants.len(),
         "pool_size": args.pool_size,
@@ -236,5 +238,10 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: SourcesArgs) -> Result<serde_json
         "fairness_samples_with_backlog": b.samples,
         "fairness_backlog_lasted_secs": b.backlog_lasted_secs,
         "fairness_ratio": fair.ratio(),
-    }))
+    });
+    // Beside the rates, the relay's CPU per event (apart: one `json!` of
+    // every figure passes the macro's recursion limit).
+    report["drain_many_relay_us_per_event"] = json!(drain.many.relay_us_per_event);
+    report["drain_one_relay_us_per_event"] = json!(drain.one.relay_us_per_event);
+    Ok(report)
 }
