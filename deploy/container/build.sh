@@ -13,7 +13,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 binary="${1:-target/release/outbox}"
 tag="${2:-localhost/outbox:latest}"
 tool="${CONTAINER_TOOL:-podman}"
-[ -x "$binary" ] || { echo "build.sh: no executable at $binary (cargo build --release -p outbox-cli --all-features)" >&2; exit 1; }
+[ -x "$binary" ] || { echo "build.sh: no executable at $binary (cargo build --release -p outbox-cli --features sqs)" >&2; exit 1; }
 
 context="$(mktemp -d)"
 trap 'rm -rf "$context"' EXIT

@@ -8,6 +8,8 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 
+use crate::commands;
+#[cfg(feature = "bench")]
 use crate::commands::bench::BenchArgs;
 use crate::commands::cleanup::CleanupArgs;
 use crate::commands::config::ConfigCommand;
@@ -17,8 +19,8 @@ use crate::commands::healthcheck::HealthcheckArgs;
 use crate::commands::migrate::MigrateArgs;
 use crate::commands::relay::RelayArgs;
 use crate::commands::status::StatusArgs;
-use crate::commands::{self, Ctx};
 use crate::config::{self, Flags};
+use crate::ctx::Ctx;
 
 /// A transactional outbox for PostgreSQL: write events in your transaction,
 /// relay them to a broker at least once, in order per aggregate.
@@ -96,7 +98,15 @@ pub enum Command {
     Config(ConfigCommand),
     /// Measure drain throughput, commit-to-ack latency and producer cost
     /// against a reference on the same server.
+    #[cfg(feature = "bench")]
     Bench(BenchArgs),
+    /// Refuses: this build has no benchmarks (feature `bench`).
+    #[cfg(not(feature = "bench"))]
+    #[command(hide = true)]
+    Bench {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        _args: Vec<String>,
+    },
     /// Ask a running relay's /readyz whether it is ready: one line why,
     /// exit 0 or 1 (for exec probes and images without curl).
     Healthcheck(HealthcheckArgs),
@@ -162,7 +172,14 @@ impl Command {
             Command::DeadLetters(cmd) => commands::dead_letters::run(ctx, cmd).await,
             Command::Cleanup(args) => commands::cleanup::run(ctx, args).await,
             Command::Config(cmd) => commands::config::run(ctx, cmd).await,
+            #[cfg(feature = "bench")]
             Command::Bench(args) => commands::bench::run(ctx, args).await,
+            #[cfg(not(feature = "bench"))]
+            Command::Bench { .. } => anyhow::bail!(
+                "this outbox program is built without the benchmarks: build them with \
+                 `cargo build --release -p outbox-cli --features bench` (a relay for \
+                 production needs none)"
+            ),
             Command::Healthcheck(args) => commands::healthcheck::run(ctx, args).await,
             Command::Console(args) => crate::console::run(ctx, args).await,
         }

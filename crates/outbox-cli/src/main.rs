@@ -1,13 +1,16 @@
 //! `outbox`: migrate, relay, status and demo for the PostgreSQL outbox.
 #![forbid(unsafe_code)]
 
+mod age;
 mod cli;
 mod commands;
 mod config;
 mod console;
+mod ctx;
 mod db;
 mod db_probe;
 mod http;
+mod listen;
 mod metrics;
 mod progress;
 mod publisher;
@@ -40,7 +43,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let ctx = commands::Ctx { loaded, schema };
+    let ctx = ctx::Ctx { loaded, schema };
 
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

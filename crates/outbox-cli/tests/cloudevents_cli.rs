@@ -97,6 +97,7 @@ async fn a_relay_writes_cloudevents_the_sdk_reads() {
 
 /// `bench drain --format` builds each message in that format; a bad one is
 /// refused by name.
+#[cfg(feature = "bench")]
 #[tokio::test]
 async fn bench_drain_builds_messages_in_the_format_asked() {
     let (_db, v, stdout) =

@@ -8,8 +8,8 @@ use anyhow::Result;
 use outbox::{format_age, Cleanup, CleanupParams, CleanupTarget};
 use sqlx::PgConnection;
 
-use super::dead_letters::parse_age;
-use crate::commands::Ctx;
+use crate::age::parse_age;
+use crate::ctx::Ctx;
 use crate::db;
 
 #[derive(Debug, clap::Args)]

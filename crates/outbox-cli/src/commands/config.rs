@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use crate::commands::relay::RelayArgs;
-use crate::commands::Ctx;
 use crate::config;
+use crate::ctx::Ctx;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum ConfigCommand {

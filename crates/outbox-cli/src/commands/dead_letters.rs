@@ -18,7 +18,7 @@ use sqlx::Postgres;
 use uuid::Uuid;
 
 use crate::commands::targets::{Pools, Target};
-use crate::commands::Ctx;
+use crate::ctx::Ctx;
 use crate::db;
 
 #[derive(Debug, clap::Subcommand)]
@@ -48,10 +48,10 @@ pub struct Criteria {
     #[arg(long, value_name = "TYPE")]
     pub event_type: Option<String>,
     /// Only those dead-lettered at least this long ago (30s, 15m, 2h, 7d).
-    #[arg(long, value_name = "AGE", value_parser = parse_age)]
+    #[arg(long, value_name = "AGE", value_parser = crate::age::parse_age)]
     pub older_than: Option<Duration>,
     /// Only those dead-lettered less than this long ago (30s, 15m, 2h, 7d).
-    #[arg(long, value_name = "AGE", value_parser = parse_age)]
+    #[arg(long, value_name = "AGE", value_parser = crate::age::parse_age)]
     pub newer_than: Option<Duration>,
 }
 
@@ -403,89 +403,8 @@ fn print_table(items: &[(Option<&str>, &DeadLetter)]) {
     }
 }
 
-/// The oldest age a command takes: 100 years. PostgreSQL cannot go back
-/// much further from today (timestamps start in 4713 BC), and would say so
-/// only after the query started, in words that name no flag.
-const MAX_AGE_DAYS: u64 = 36_500;
-
-/// Parses an age such as `30s`, `15m`, `2h`, `7d`, `1w` or `1h30m`, at most
-/// [`MAX_AGE_DAYS`] days.
-pub(crate) fn parse_age(text: &str) -> Result<Duration, String> {
-    let hint = "use a number and a unit: s, m, h, d or w (e.g. 30s, 15m, 2h, 7d, 1h30m)";
-    let text = text.trim();
-    if text.is_empty() {
-        return Err(format!("empty age: {hint}"));
-    }
-    let mut total: u64 = 0;
-    let mut rest = text;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        if digits == 0 {
-            return Err(format!("{text:?} is not an age: {hint}"));
-        }
-        let n: u64 = rest[..digits]
-            .parse()
-            .map_err(|_| format!("{text:?} is too large: {hint}"))?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let secs = match &rest[..unit_len] {
-            "s" => 1,
-            "m" => 60,
-            "h" => 3_600,
-            "d" => 86_400,
-            "w" => 604_800,
-            "" => return Err(format!("{text:?} has no unit: {hint}")),
-            unit => return Err(format!("unknown unit {unit:?} in {text:?}: {hint}")),
-        };
-        rest = &rest[unit_len..];
-        total = n
-            .checked_mul(secs)
-            .and_then(|s| total.checked_add(s))
-            .ok_or_else(|| format!("{text:?} is too large: {hint}"))?;
-    }
-    if total > MAX_AGE_DAYS * 86_400 {
-        return Err(format!(
-            "{text:?} is out of range: use 0s to {MAX_AGE_DAYS}d (100 years); {hint}"
-        ));
-    }
-    Ok(Duration::from_secs(total))
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
-
-    #[test]
-    fn ages_parse_and_bad_ones_say_how_to_write_them() {
-        let secs = |s: &str| parse_age(s).unwrap().as_secs();
-        assert_eq!(secs("30s"), 30);
-        assert_eq!(secs("15m"), 900);
-        assert_eq!(secs("2h"), 7_200);
-        assert_eq!(secs("7d"), 604_800);
-        assert_eq!(secs("1h30m"), 5_400);
-        assert_eq!(secs("1w"), 604_800);
-        assert_eq!(secs("36500d"), 36_500 * 86_400);
-        let err = parse_age("36501d").unwrap_err();
-        assert!(err.contains("0s to 36500d"), "{err}");
-        for bad in [
-            "",
-            "7",
-            "d",
-            "7x",
-            "7 d",
-            "-1d",
-            "100000000d",
-            "99999999999999999999d",
-        ] {
-            let err = parse_age(bad).unwrap_err();
-            assert!(err.contains("e.g. 30s"), "{bad:?}: {err}");
-        }
-    }
-
     #[test]
     fn errors_are_cut_to_one_short_line() {
         assert_eq!(outbox::redact::fit("a\nb", 10), "a b");

@@ -13,7 +13,7 @@ use outbox_publishers::stream::NullPublisher;
 use outbox_publishers::StdoutPublisher;
 use rand::Rng;
 
-use crate::commands::Ctx;
+use crate::ctx::Ctx;
 use crate::db;
 use crate::progress::Progress;
 

@@ -14,7 +14,7 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::commands::Ctx;
+use crate::ctx::Ctx;
 
 /// The most of an answer read: `/readyz` answers are a few hundred bytes.
 const MAX_ANSWER: u64 = 64 * 1024;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use outbox::MigrateOptions;
 
-use crate::commands::Ctx;
+use crate::ctx::Ctx;
 use crate::db;
 
 /// Flags of `outbox migrate`.

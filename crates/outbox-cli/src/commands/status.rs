@@ -8,7 +8,7 @@ use anyhow::Result;
 use outbox::Status;
 
 use crate::commands::targets::{one_line, Pools, Target};
-use crate::commands::Ctx;
+use crate::ctx::Ctx;
 use crate::db;
 
 /// Flags of `outbox status`.

@@ -11,8 +11,8 @@ use anyhow::{anyhow, bail, Result};
 use outbox::Schema;
 use sqlx::PgPool;
 
-use crate::commands::Ctx;
 use crate::config::{SchemaSelector, SourceEntry};
+use crate::ctx::Ctx;
 use crate::db;
 use crate::text::{cut, error_chain};
 

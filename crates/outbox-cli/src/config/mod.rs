@@ -9,7 +9,9 @@ mod flags;
 pub mod keys;
 mod logging;
 mod model;
+mod publisher;
 mod show;
+mod source_entries;
 mod sources;
 mod validate;
 
@@ -20,12 +22,14 @@ use anyhow::{anyhow, Result};
 
 pub use flags::Flags;
 pub use logging::log_filter;
-#[allow(unused_imports)] // the relay of many sources reads it
-pub use model::PublisherConfig;
 pub use model::{Config, LogFormat, TracingConfig};
+#[allow(unused_imports)] // the relay of many sources reads it
+pub use publisher::PublisherConfig;
 pub use show::{redacted_json, render};
 #[allow(unused_imports)] // the relay of many sources reads them
-pub use sources::{Readiness, Refusal, SchemaSelector, SourceConfig, SourceEntry, SourcesSettings};
+pub use source_entries::{Refusal, SchemaSelector, SourceEntry};
+#[allow(unused_imports)] // the relay of many sources reads them
+pub use sources::{Readiness, SourceConfig, SourcesSettings};
 
 /// Where a setting's value came from.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -70,7 +70,7 @@ pub fn validate(l: &Loaded) -> Result<()> {
     if let Some(addr) = &c.http.addr {
         // The check `outbox relay` binds with, so that `config check` passes
         // no address the relay cannot listen on.
-        crate::http::listen_addrs(addr).map_err(|why| {
+        crate::listen::listen_addrs(addr).map_err(|why| {
             anyhow!(
                 "invalid http.addr = {} ({}): {why}",
                 cut(addr),
@@ -188,7 +188,7 @@ fn range(l: &Loaded, key: &str, value: u64, min: u64, max: u64) -> Result<()> {
 /// The publisher spec and its broker table, checked by the same function
 /// that builds the relay's publisher; the message format and the
 /// CloudEvents source.
-fn publisher(l: &Loaded, p: &super::model::PublisherConfig, at: &str) -> Result<()> {
+fn publisher(l: &Loaded, p: &super::publisher::PublisherConfig, at: &str) -> Result<()> {
     // A `[[source]]` entry's `publisher = "…"` string has no `.spec` line
     // of its own: the entry's `publisher` line stands for its keys.
     let origin = |key: &str| match l.origin(&format!("{at}.{key}")) {

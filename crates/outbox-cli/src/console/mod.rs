@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Result};
 
-use crate::commands::Ctx;
+use crate::ctx::Ctx;
 use crate::db;
 
 /// Flags of `outbox console`. The password comes from
@@ -64,7 +64,7 @@ pub async fn run(ctx: &Ctx, args: ConsoleArgs) -> Result<ExitCode> {
         let mut conn = pool.acquire().await?;
         outbox::ensure_migrated(&mut conn, &ctx.schema).await?;
     }
-    let listener = crate::http::bind(&args.listen).await?;
+    let listener = crate::listen::bind(&args.listen).await?;
     let shown = listener
         .local_addr()
         .map(|a| a.to_string())
@@ -81,7 +81,22 @@ pub async fn run(ctx: &Ctx, args: ConsoleArgs) -> Result<ExitCode> {
 }
 
 pub(crate) use answer::App as ConsoleApp;
-pub(crate) use server::answer_request;
+
+/// The console mounted on the relay's endpoints (`outbox relay --console`).
+#[async_trait::async_trait]
+impl crate::http::Mounted for ConsoleApp {
+    async fn answer(
+        &self,
+        req: hyper::Request<hyper::body::Incoming>,
+        peer: std::net::SocketAddr,
+    ) -> answer::Answer {
+        server::answer_request(self, req, peer).await
+    }
+
+    fn metrics(&self) -> String {
+        self.metrics.encode()
+    }
+}
 
 /// The console of `schema` over `pool`: what `outbox console`, the relay's
 /// `--console` and `bench console` serve.
@@ -120,13 +135,14 @@ pub(crate) fn relay_password(
 /// Serves the console of `schema` over `pool` on `listen` (loopback, no
 /// password, read-write) on a task of its own, for `bench console`; the
 /// address it serves on.
+#[cfg(feature = "bench")]
 pub(crate) async fn spawn_loopback(
     pool: sqlx::PgPool,
     schema: &outbox::Schema,
     listen: &str,
 ) -> Result<std::net::SocketAddr> {
     auth::check_exposure(listen, false)?;
-    let listener = crate::http::bind(listen).await?;
+    let listener = crate::listen::bind(listen).await?;
     let addr = listener.local_addr()?;
     let app = app(pool, schema, None, false, None);
     tokio::spawn(server::serve(listener, app));

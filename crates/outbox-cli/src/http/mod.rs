@@ -12,7 +12,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{HeaderValue, CONTENT_TYPE};
@@ -71,52 +70,20 @@ pub struct App {
     pub instance: String,
     /// When the process started.
     pub started: Instant,
-    /// The web console (`--console`), answering every other path.
-    pub console: Option<Arc<crate::console::ConsoleApp>>,
+    /// What answers every other path (the web console, `--console`).
+    pub console: Option<Arc<dyn Mounted>>,
 }
 
-/// How to write an address to listen on.
-const ADDR_FORM: &str = "use HOST:PORT, e.g. 127.0.0.1:9090 or 0.0.0.0:9090";
-
-/// The addresses `addr` (`HOST:PORT`, the host a name or an IP address)
-/// stands for, resolved as [`bind`] resolves them; or why it stands for
-/// none. The one check of `http.addr`: validation runs it, so `outbox
-/// config check` refuses what `outbox relay` could not listen on.
-pub fn listen_addrs(addr: &str) -> std::result::Result<Vec<SocketAddr>, String> {
-    use std::net::ToSocketAddrs;
-
-    if addr.contains("://") {
-        return Err(format!(
-            "an address to listen on has no scheme: {ADDR_FORM}"
-        ));
-    }
-    let shaped = addr
-        .rsplit_once(':')
-        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
-    if !shaped {
-        return Err(ADDR_FORM.to_owned());
-    }
-    match addr.to_socket_addrs() {
-        Ok(found) => {
-            let found: Vec<SocketAddr> = found.collect();
-            if found.is_empty() {
-                return Err(format!("the host has no address: {ADDR_FORM}"));
-            }
-            Ok(found)
-        }
-        Err(e) => Err(format!(
-            "not an address this machine can listen on ({}): {ADDR_FORM}",
-            crate::text::one_line(&e.to_string())
-        )),
-    }
-}
-
-/// Binds `addr` (`HOST:PORT`).
-pub async fn bind(addr: &str) -> Result<TcpListener> {
-    let found = listen_addrs(addr).map_err(anyhow::Error::msg)?;
-    TcpListener::bind(&found[..])
-        .await
-        .with_context(|| format!("cannot listen on {addr}"))
+/// What a command mounts beside the endpoints to answer every other path
+/// (the web console, with `--console`): the command composing the process
+/// hands it in, so the endpoints know no page of it.
+#[async_trait::async_trait]
+pub trait Mounted: Send + Sync {
+    /// The answer to `req` from `peer`.
+    async fn answer(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<Full<Bytes>>;
+    /// Its own counters, in OpenMetrics text (ending `# EOF`), which the
+    /// relay's `/metrics` serves after its own.
+    fn metrics(&self) -> String;
 }
 
 /// Serves `app` on `listener` until the task is aborted.
@@ -249,11 +216,6 @@ impl Connections {
     }
 }
 
-/// The address a listener is bound to, for logs.
-pub fn local_addr(listener: &TcpListener) -> Option<SocketAddr> {
-    listener.local_addr().ok()
-}
-
 fn response(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(Bytes::from(body)));
     *r.status_mut() = status;
@@ -270,7 +232,7 @@ async fn route(app: &App, req: Request<Incoming>, peer: SocketAddr) -> Response<
     let path = req.uri().path();
     if let Some(console) = &app.console {
         if !matches!(path, "/metrics" | "/healthz" | "/readyz") {
-            return crate::console::answer_request(console, req, peer).await;
+            return console.answer(req, peer).await;
         }
     }
     if !matches!(path, "/metrics" | "/healthz" | "/readyz") {
@@ -291,7 +253,7 @@ async fn route(app: &App, req: Request<Incoming>, peer: SocketAddr) -> Response<
             // The console's counters in the same exposition (one `# EOF`).
             if let Some(console) = &app.console {
                 if let Some(body) = text.strip_suffix("# EOF\n") {
-                    text = format!("{body}{}", console.metrics.encode());
+                    text = format!("{body}{}", console.metrics());
                 }
             }
             response(StatusCode::OK, OPENMETRICS, text)

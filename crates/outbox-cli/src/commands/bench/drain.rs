@@ -14,7 +14,7 @@ use sqlx::PgPool;
 
 use super::stats::{cpu_secs, peak_rss_kib, reset_peak_rss};
 use super::{event_rows, fresh_schema, Server};
-use crate::commands::Ctx;
+use crate::ctx::Ctx;
 
 #[derive(Debug, Args)]
 pub struct DrainArgs {

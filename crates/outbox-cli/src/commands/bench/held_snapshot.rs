@@ -21,7 +21,7 @@ use sqlx::PgPool;
 
 use super::child_relay::{ChildRelay, Output, RELAY_APPLICATION_NAME};
 use super::{fetch_i64, fresh_schema, Server};
-use crate::commands::Ctx;
+use crate::ctx::Ctx;
 
 /// Events per producing transaction (as in a pgbench script of 10 inserts).
 const EVENTS_PER_TX: u64 = 10;

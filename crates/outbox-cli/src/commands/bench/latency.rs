@@ -38,7 +38,7 @@ use super::stats::{ms, quantile};
 use super::{
     create_orders, fresh_schema, insert_order, order_insert, parse_wakeup_trigger, warm_up, Server,
 };
-use crate::commands::Ctx;
+use crate::ctx::Ctx;
 
 /// Most events one run may produce (`--rate` × `--seconds`): every commit
 /// and acknowledgement time is kept in memory until the end.

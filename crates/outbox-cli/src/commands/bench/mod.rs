@@ -22,7 +22,7 @@ use outbox::Schema;
 use outbox_embedded_pg::{PgCluster, PgOptions};
 use sqlx::{ConnectOptions, PgConnection, PgPool};
 
-use crate::commands::Ctx;
+use crate::ctx::Ctx;
 use crate::db;
 
 /// Options shared by every scenario.

@@ -21,8 +21,8 @@ mod stop;
 pub use args::RelayArgs;
 use stop::{Signals, StopReason};
 
-use crate::commands::Ctx;
 use crate::config::Loaded;
+use crate::ctx::Ctx;
 use crate::db_probe::{self, DbProbe};
 use crate::http::{self, Readiness, Ready, RelayState};
 use crate::metrics::{self, Metrics};
@@ -138,7 +138,7 @@ pub async fn run(ctx: &Ctx, args: RelayArgs) -> Result<ExitCode> {
             Duration::from_millis(c.http.refresh_ms),
             stopped,
         )));
-        let addr = http::local_addr(&listener);
+        let addr = crate::listen::local_addr(&listener);
         let app = http::App {
             metrics: metrics.clone(),
             readiness: Ready::One(Readiness {
@@ -150,7 +150,7 @@ pub async fn run(ctx: &Ctx, args: RelayArgs) -> Result<ExitCode> {
             }),
             instance: relay.instance_id().to_owned(),
             started: Instant::now(),
-            console: console.clone(),
+            console: console.clone().map(|c| c as Arc<dyn http::Mounted>),
         };
         background.push(http::serve(listener, Arc::new(app)));
         if let Some(addr) = addr {
@@ -238,9 +238,9 @@ pub async fn run(ctx: &Ctx, args: RelayArgs) -> Result<ExitCode> {
 /// `http.addr` is set; an error names the key and where it was set.
 async fn http_listener(loaded: &Loaded) -> Result<Option<tokio::net::TcpListener>> {
     match &loaded.config.http.addr {
-        Some(addr) => Ok(Some(http::bind(addr).await.with_context(|| {
-            format!("http.addr ({})", loaded.origin("http.addr").describe())
-        })?)),
+        Some(addr) => Ok(Some(crate::listen::bind(addr).await.with_context(
+            || format!("http.addr ({})", loaded.origin("http.addr").describe()),
+        )?)),
         None => Ok(None),
     }
 }

@@ -18,8 +18,8 @@ use sqlx::PgPool;
 
 use super::stop::{Signals, StopReason};
 use super::RelayArgs;
-use crate::commands::Ctx;
 use crate::config::{Config, PublisherConfig};
+use crate::ctx::Ctx;
 use crate::http::{self, Ready, RelayState, SourcesReadiness};
 use crate::metrics::{self, Metrics};
 use crate::progress::Progress;
@@ -177,7 +177,7 @@ pub async fn run(ctx: &Ctx, args: &RelayArgs, plan: SourcesPlan) -> Result<ExitC
     state.running.store(true, Ordering::Relaxed);
     let mut background = Vec::new();
     if let Some(listener) = listener {
-        let addr = http::local_addr(&listener);
+        let addr = crate::listen::local_addr(&listener);
         let app = http::App {
             metrics: metrics.clone(),
             readiness: Ready::Sources(SourcesReadiness {

@@ -26,7 +26,7 @@ use clap::Args;
 use serde_json::json;
 
 use super::{fresh_schema, Server};
-use crate::commands::Ctx;
+use crate::ctx::Ctx;
 use pages::{pages, time_page};
 use relay::relay_with_and_without;
 

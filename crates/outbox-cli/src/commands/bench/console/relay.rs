@@ -12,7 +12,7 @@ use super::super::latency::{self, LatencyArgs, Producer};
 use super::super::stats::median;
 use super::super::Server;
 use super::ConsoleArgs;
-use crate::commands::Ctx;
+use crate::ctx::Ctx;
 
 /// How often the overview page asks for fresh figures (console.js).
 const REFRESH: Duration = Duration::from_secs(3);

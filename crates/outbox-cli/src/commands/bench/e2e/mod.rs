@@ -42,7 +42,7 @@ use super::relay_cpu::{cpu_report, Cpu};
 const RELAY_INSTANCE: &str = "bench-e2e-relay";
 use super::stats::{ms, quantile};
 use super::{fresh_schema, warm_up, Server};
-use crate::commands::Ctx;
+use crate::ctx::Ctx;
 
 /// How long the consumer may go without a new event before the run fails.
 const STALL: Duration = Duration::from_secs(60);

@@ -26,7 +26,7 @@ use sqlx::PgPool;
 
 use super::child_relay::{ChildRelay, Output};
 use super::{event_rows, insert_order, order_insert, warm_up, Server};
-use crate::commands::Ctx;
+use crate::ctx::Ctx;
 use report::{index, AtCount, Run};
 use variant::{Variant, Writer, VARIANTS};
 

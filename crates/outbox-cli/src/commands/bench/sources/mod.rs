@@ -24,7 +24,7 @@ use serde_json::json;
 use sqlx::PgPool;
 
 use super::{fresh_schema, Server};
-use crate::commands::Ctx;
+use crate::ctx::Ctx;
 
 #[derive(Debug, Args)]
 pub struct SourcesArgs {
