@@ -61,7 +61,7 @@ impl Worker {
     ) {
         self.cursor.observe(partitions, start, batch.meta);
         if !batch.events.is_empty() {
-            self.idle_since = None;
+            self.idle_state.since = None;
         }
         self.unacked_acknowledged();
         self.pace

@@ -9,6 +9,7 @@ use tokio::task::JoinHandle;
 
 use super::phase::{idle_wait, Phase};
 use super::{Deps, Worker};
+use crate::relay::backoff::DoublingDelay;
 use crate::relay::ownership::Claimable;
 
 /// How long a batch published while arrivals are sparse may wait for its
@@ -44,6 +45,26 @@ pub(super) enum Announced {
 /// Whether this worker has told producers that it sleeps, and what that
 /// depends on. The fields change together: an announcement is made,
 /// renewed and withdrawn only through these methods.
+/// A worker's state while claims find nothing.
+pub(super) struct IdleState {
+    /// Idle polling: from `poll_min_ms`, doubling to `poll_max_ms`.
+    pub poll: DoublingDelay,
+    /// Whether producers' wake-up trigger was told that this worker sleeps.
+    pub announcement: Announcement,
+    /// Since when claims have found nothing (`None` while they find work).
+    pub since: Option<Instant>,
+}
+
+impl IdleState {
+    pub fn new(poll: DoublingDelay) -> Self {
+        IdleState {
+            poll,
+            announcement: Announcement::default(),
+            since: None,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub(super) struct Announcement {
     /// When this instance last announced that it sleeps (producers' wake-up
@@ -169,21 +190,27 @@ impl Worker {
         if self.pace.dense() {
             return Phase::Claim(claim);
         }
-        let idle_since = *self.idle_since.get_or_insert_with(Instant::now);
+        let idle_since = *self.idle_state.since.get_or_insert_with(Instant::now);
         let ttl = Duration::from_millis(self.deps.config.lease_ms);
-        if self.announcement.keep_alive(&self.deps, ttl).await == Announced::First {
-            self.announcement.settle(&self.deps).await;
+        if self
+            .idle_state
+            .announcement
+            .keep_alive(&self.deps, ttl)
+            .await
+            == Announced::First
+        {
+            self.idle_state.announcement.settle(&self.deps).await;
             return Phase::Claim(claim);
         }
-        if dormant_due(
+        if super::dormant::dormant_due(
             self.deps.dormant_after,
             idle_since.elapsed(),
             self.unacked.is_some(),
-            self.announcement.standing(),
+            self.idle_state.announcement.standing(),
         ) {
             return Phase::Dormant(claim);
         }
-        let mut wait = self.poll.next_delay();
+        let mut wait = self.idle_state.poll.next_delay();
         if self.unacked.is_some() {
             wait = wait.min(ACK_DEFER);
         }
@@ -200,40 +227,11 @@ impl Worker {
     }
 }
 
-/// Whether an idle worker goes dormant: it may (`dormant_after`), has been
-/// idle that long, has nothing awaiting acknowledgement, and producers are
-/// told to wake it (without the announcement only the poll would).
-fn dormant_due(
-    dormant_after: Option<Duration>,
-    idle_for: Duration,
-    unacked: bool,
-    announced: bool,
-) -> bool {
-    dormant_after.is_some_and(|after| idle_for >= after) && !unacked && announced
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const TTL: Duration = Duration::from_secs(10);
-
-    #[test]
-    fn a_worker_goes_dormant_only_idle_long_enough_acknowledged_and_announced() {
-        let after = Some(Duration::from_secs(1));
-        let long = Duration::from_secs(2);
-        assert!(dormant_due(after, long, false, true));
-        assert!(!dormant_due(None, long, false, true), "not allowed to");
-        assert!(!dormant_due(after, Duration::from_millis(999), false, true));
-        assert!(
-            !dormant_due(after, long, true, true),
-            "a batch awaits its ack"
-        );
-        assert!(
-            !dormant_due(after, long, false, false),
-            "nothing would wake it"
-        );
-    }
 
     #[test]
     fn an_announcement_is_renewed_only_past_half_its_ttl() {

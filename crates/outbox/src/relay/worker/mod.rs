@@ -5,13 +5,17 @@
 //! while the next one is claimed ahead), [`crate::relay::outcomes`] (where
 //! a publisher's outcomes become retries, dead letters or an outage) and
 //! `ack` (where deliveries are acknowledged). `idle` is the phase without
-//! work and the announcement that producers should wake the worker; `pace`
+//! work and the announcement that producers should wake the worker,
+//! `dormant` when an idle worker ends to let its source watch instead,
+//! `outage` the waits while a broker or the database is down, and `pace`
 //! how long a worker that keeps up waits between claims.
 
 mod ack;
 mod claim;
 mod claim_cursor;
+mod dormant;
 mod idle;
+mod outage;
 mod pace;
 mod phase;
 mod publish;
@@ -21,17 +25,17 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::publisher::Publisher;
 use crate::relay::backoff::DoublingDelay;
 use crate::relay::config::{RelayConfig, OUTAGE_BACKOFF_MIN_MS};
-use crate::relay::observe::{OutageKind, RelayObserver, RelayStats};
+use crate::relay::observe::{RelayObserver, RelayStats};
 use crate::relay::ownership::Ownership;
 use crate::relay::store::{Claimed, Store};
 use crate::wakeup::Wakeup;
 use ack::Published;
 use claim_cursor::ClaimCursor;
-use idle::Announcement;
+use idle::IdleState;
 use pace::Pace;
 use phase::{decide, Phase, Situation};
 
@@ -46,19 +50,15 @@ pub(crate) struct Worker {
     prefetched: Option<Claimed>,
     /// How long a worker that keeps up waits between claims.
     pace: Pace,
-    /// Idle polling: from `poll_min_ms`, doubling to `poll_max_ms`.
-    poll: DoublingDelay,
     /// Waits after an outage, doubling to `outage_backoff_max_ms`.
     outage: DoublingDelay,
-    /// Whether producers' wake-up trigger was told that this worker sleeps.
-    announcement: Announcement,
     /// Where the next claim starts reading fresh rows.
     cursor: ClaimCursor,
     /// The wake-ups there had been when the last claim started or the last
     /// wait ended: the next wait ends at once if there has been one since.
     woken: u64,
-    /// Since when claims have found nothing (`None` while they find work).
-    idle_since: Option<std::time::Instant>,
+    /// Its polling and announcement while claims find nothing.
+    idle_state: IdleState,
 }
 
 /// How a worker ended.
@@ -109,12 +109,10 @@ impl Worker {
             unacked: None,
             prefetched: None,
             pace,
-            poll,
             outage,
-            announcement: Announcement::default(),
+            idle_state: IdleState::new(poll),
             cursor: ClaimCursor::new(),
             woken: 0,
-            idle_since: None,
         }
     }
 
@@ -169,44 +167,12 @@ impl Worker {
     async fn park(&mut self) -> Phase {
         self.prefetched = None;
         // Nothing to claim: producers need not wake this instance.
-        self.announcement.retract(&self.deps);
-        self.announcement.retracted().await;
+        self.idle_state.announcement.retract(&self.deps);
+        self.idle_state.announcement.retracted().await;
         // A failure keeps the batch for the next claim to acknowledge.
         self.acknowledge_unacked().await;
         self.wait(Duration::from_millis(self.deps.config.poll_max_ms))
             .await;
-        Phase::Decide
-    }
-
-    async fn broker_down(&mut self, error: String) -> Phase {
-        let delay = self.outage.next_delay();
-        tracing::warn!(publisher = self.deps.publisher.name(), %error, retry_in_ms = delay.as_millis() as u64, "publisher unavailable; no attempts counted");
-        if let Some(o) = &self.deps.observer {
-            o.on_outage(OutageKind::Broker, &error);
-        }
-        // Acknowledge what got through before waiting.
-        self.acknowledge_unacked().await;
-        self.deps.store.connection_release();
-        self.sleep(delay).await;
-        Phase::Decide
-    }
-
-    async fn database_down(&mut self, error: Error) -> Phase {
-        let delay = self.outage.next_delay();
-        let message = error.with_causes();
-        if error.is_missing_table() {
-            // Named once per change by the lease round, which runs whether
-            // or not this instance holds partitions.
-            tracing::debug!(error = %message, "outbox tables missing; retrying");
-        } else {
-            tracing::warn!(error = %message, retry_in_ms = delay.as_millis() as u64, "database unavailable");
-        }
-        self.deps.stats.add_outage();
-        if let Some(o) = &self.deps.observer {
-            o.on_outage(OutageKind::Database, &message);
-        }
-        self.deps.store.connection_release();
-        self.sleep(delay).await;
         Phase::Decide
     }
 
@@ -218,8 +184,8 @@ impl Worker {
             "relay stopping: releasing partitions"
         );
         self.acknowledge_or_give_up().await;
-        self.announcement.retract(&self.deps);
-        self.announcement.retracted().await;
+        self.idle_state.announcement.retract(&self.deps);
+        self.idle_state.announcement.retracted().await;
         match self.deps.ownership.release_all(&self.deps.store).await {
             Ok(()) => self.announce_rebalance().await,
             Err(e) => {
@@ -228,27 +194,6 @@ impl Worker {
         }
         self.deps.publisher.close().await;
         self.deps.store.connection_release();
-    }
-
-    /// Goes dormant: acknowledges what was delivered, and keeps its
-    /// partitions' leases, unrenewed, and producers told to wake this
-    /// relay: a commit within the lease is claimed at once, without a lease
-    /// round first; past it, the partitions go to whoever takes them
-    /// (another instance, or this one when it wakes), as a stopped
-    /// instance's would. The publisher stays open. Returns when the
-    /// earliest backoff of `partitions` ends, if any (on error: soon, so
-    /// the source looks again).
-    async fn go_dormant(&mut self, partitions: &[i32]) -> Option<Duration> {
-        self.acknowledge_or_give_up().await;
-        let retry_in = match self.deps.store.event_next_retry(partitions).await {
-            Ok(retry_in) => retry_in,
-            Err(e) => {
-                tracing::debug!(error = %e.with_causes(), "could not read the next retry time going dormant; looking again soon");
-                Some(Duration::from_millis(self.deps.config.poll_max_ms))
-            }
-        };
-        self.deps.store.connection_release();
-        retry_in
     }
 
     /// Asks the other instances for a lease round now. Best effort: without

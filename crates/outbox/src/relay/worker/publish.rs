@@ -43,10 +43,10 @@ impl Worker {
         // producers stop notifying (where no other relay may be asleep on
         // the announcement; off the publish path) and the poll starts over.
         let caught_up = Pace::caught_up(batch.events.len(), self.deps.config.batch_size);
-        let asleep = caught_up && !self.pace.dense() && self.announcement.standing();
+        let asleep = caught_up && !self.pace.dense() && self.idle_state.announcement.standing();
         if !asleep {
-            self.announcement.retract(&self.deps);
-            self.poll.reset();
+            self.idle_state.announcement.retract(&self.deps);
+            self.idle_state.poll.reset();
         }
         let ahead = self.claim_ahead(&claim, &batch);
         let published = self.publish_releasing(batch, &claim).await;
