@@ -200,6 +200,9 @@ impl Envelope {
         }
         // The stored text, never parsed into numbers and back. A payload
         // that is not JSON (only an `Event` built by hand) becomes a string.
+        // `Event::write_json_line` in the outbox crate does the same for its
+        // line; the enum stays a private detail on each side rather than
+        // becoming public API of `Event` for three lines.
         let data = match serde_json::from_str::<&RawValue>(&event.payload) {
             Ok(raw) => Data::Json(raw),
             Err(_) => Data::Text(&event.payload),

@@ -86,6 +86,11 @@ impl fmt::Display for SqsConfig {
 /// Settings of [`crate::sqs::SnsPublisher`] (`[publisher.sns]`); the same
 /// as [`SqsConfig`] but for a topic.
 ///
+/// The client settings repeat [`SqsConfig`]'s on purpose: both tables are
+/// `deny_unknown_fields`, which serde cannot keep across a
+/// `#[serde(flatten)]`ed shared struct, and a misspelt key must stay an
+/// error naming it.
+///
 /// ```
 /// use outbox_publishers::sqs::SnsConfig;
 /// let c = SnsConfig::from_spec("sns://arn:aws:sns:us-east-1:123456789012:orders.fifo").unwrap();

@@ -235,9 +235,6 @@ impl Store {
         partitions: &[i32],
         lease: Duration,
     ) -> Result<Vec<(i32, i64)>> {
-        if partitions.is_empty() {
-            return Ok(Vec::new());
-        }
         self.lease_call(&self.renew, me, partitions, lease, "renewing leases")
             .await
     }
@@ -249,9 +246,6 @@ impl Store {
         partitions: &[i32],
         lease: Duration,
     ) -> Result<Vec<(i32, i64)>> {
-        if partitions.is_empty() {
-            return Ok(Vec::new());
-        }
         self.lease_call(&self.acquire, me, partitions, lease, "acquiring leases")
             .await
     }
@@ -264,6 +258,7 @@ impl Store {
         lease: Duration,
         during: &'static str,
     ) -> Result<Vec<(i32, i64)>> {
+        // No partitions asked for: no statement.
         if partitions.is_empty() {
             return Ok(Vec::new());
         }
