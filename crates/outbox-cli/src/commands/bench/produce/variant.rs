@@ -243,3 +243,51 @@ impl Writer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::SEED_TABLE;
+
+    /// Migration 1, whose columns the seed-like table is a subset of.
+    const MIGRATION_1: &str = include_str!("../../../../../outbox/migrations/0001_outbox.sql");
+
+    fn columns(ddl: &str) -> Vec<(String, String)> {
+        let body = &ddl[ddl.find("outbox_events (").expect("a CREATE TABLE") + 15..];
+        body.lines()
+            .map(str::trim)
+            .take_while(|l| !l.starts_with(')'))
+            .filter(|l| !l.is_empty() && !l.starts_with("--") && !l.starts_with("CONSTRAINT"))
+            .filter_map(|l| {
+                let l = l.trim_end_matches(',');
+                let (name, decl) = l.split_once(char::is_whitespace)?;
+                let decl = decl.split_whitespace().collect::<Vec<_>>().join(" ");
+                Some((name.to_owned(), decl))
+            })
+            .collect()
+    }
+
+    /// `bench produce`'s seed-like table may not drift from the real one:
+    /// each of its columns is declared as migration 1 declares it, and its
+    /// partial index has the same key.
+    #[test]
+    fn the_seed_like_table_declares_its_columns_as_migration_1_does() {
+        let real = columns(MIGRATION_1);
+        let seed = columns(SEED_TABLE);
+        assert!(seed.len() >= 9, "{seed:?}");
+        for (name, decl) in &seed {
+            let found = real.iter().find(|(n, _)| n == name);
+            assert_eq!(
+                found.map(|(_, d)| d.as_str()),
+                Some(decl.as_str()),
+                "column {name}"
+            );
+        }
+        let flat = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(flat(SEED_TABLE).contains(
+            "idx_outbox_unprocessed ON {schema}.outbox_events (seq) WHERE processed_at IS NULL"
+        ));
+        assert!(flat(MIGRATION_1).contains(
+            "idx_outbox_unprocessed ON {schema}.outbox_events (seq) WHERE processed_at IS NULL"
+        ));
+    }
+}
