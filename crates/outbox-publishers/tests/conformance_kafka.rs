@@ -3,13 +3,10 @@
 //! Every run: against librdkafka's mock cluster (in-process, starts in about
 //! a millisecond, can take its broker down and up).
 //!
-//! Against a real Kafka-protocol broker (tansu), a separate command, as it
-//! needs a tansu binary (see `docs/publishers.md`):
-//!
-//! ```text
-//! OUTBOX_TANSU_BIN=/path/to/tansu cargo test -p outbox-publishers --features kafka \
-//!     --test conformance_kafka -- --ignored
-//! ```
+//! And against a real Kafka-protocol broker (tansu): `scripts/test` builds
+//! it once and points `OUTBOX_TANSU_BIN` at it. Without it these tests fail,
+//! saying how to build it, unless `OUTBOX_SKIP_BROKER_TESTS=kafka-real`
+//! (see `docs/publishers.md`).
 //!
 //! Longer than most files: the mock cluster and a real Kafka-protocol broker
 //! run the same suite from one harness.
@@ -327,10 +324,10 @@ async fn mock_health_follows_the_broker() {
     }
 }
 
-// ---- against tansu (separate command: --ignored, OUTBOX_TANSU_BIN) ----
+// ---- against tansu, a real Kafka-protocol broker (OUTBOX_TANSU_BIN; scripts/test
+// builds it; OUTBOX_SKIP_BROKER_TESTS=kafka-real skips these) ----
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs a tansu binary in OUTBOX_TANSU_BIN; run with --ignored (see docs/publishers.md)"]
 async fn tansu_delivers_a_batch_and_maps_headers() {
     let Some(h) = KafkaHarness::tansu().await else {
         return;
@@ -340,7 +337,6 @@ async fn tansu_delivers_a_batch_and_maps_headers() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs a tansu binary in OUTBOX_TANSU_BIN; run with --ignored (see docs/publishers.md)"]
 async fn tansu_keeps_order_and_drains_a_large_batch() {
     let Some(h) = KafkaHarness::tansu().await else {
         return;
@@ -352,8 +348,6 @@ async fn tansu_keeps_order_and_drains_a_large_batch() {
 }
 
 outbox_testkit::conformance_suite! { @relayed KafkaHarness::tansu().await;
-    #[ignore = "needs a tansu binary in OUTBOX_TANSU_BIN; run with --ignored (see docs/publishers.md)"]
     tansu_rejects_an_oversized_message(h, pool) => conformance::rejects_an_oversized_message(&h, &pool),
-    #[ignore = "needs a tansu binary in OUTBOX_TANSU_BIN; run with --ignored (see docs/publishers.md)"]
     tansu_outage_burns_no_attempts(h, pool) => conformance::outage_burns_no_attempts(&h, &pool),
 }
