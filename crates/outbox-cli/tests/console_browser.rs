@@ -188,13 +188,20 @@ impl Browser {
         .await
     }
 
-    /// Waits up to 20 s for an element matching `css` and returns its text,
-    /// read in the same script that found it: the overview's refresh may
-    /// replace the element a moment later (a notice shown once is gone
-    /// after it), so a second look could miss it on a slow machine.
-    async fn wait_text(&self, what: &str, css: &str) -> String {
+    /// Clicks `button`, then waits up to 20 s for the page that answers it
+    /// to show an element matching `css`, and returns its text. The page
+    /// the click left is marked first, so its own notice (the previous
+    /// action's) is never taken for the answer. The text is read in the
+    /// same script that found the element: the overview's refresh may
+    /// replace it a moment later (a notice shown once is gone after it),
+    /// so a second look could miss it on a slow machine.
+    async fn click_and_read(&self, what: &str, button: &str, css: &str) -> String {
+        self.script("window.__outbox_left = true; return null")
+            .await;
+        self.click(button).await;
         let js = format!(
-            "var e = document.querySelector({}); return e ? e.innerText : null",
+            "if (window.__outbox_left) return null; \
+             var e = document.querySelector({}); return e ? e.innerText : null",
             json!(css)
         );
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -350,9 +357,8 @@ async fn a_browser_signs_in_reads_the_pages_and_fixes_a_dead_letter_with_no_host
     .await;
     assert_eq!(b.text("#confirm-count").await, "1");
     b.screenshot("confirm").await;
-    b.click("main form button[type=submit]").await;
     assert!(b
-        .wait_text("the outcome", "p.notice")
+        .click_and_read("the outcome", "main form button[type=submit]", "p.notice")
         .await
         .starts_with("Retried 1 dead letter"));
     assert_eq!(
@@ -366,9 +372,9 @@ async fn a_browser_signs_in_reads_the_pages_and_fixes_a_dead_letter_with_no_host
 
     b.go(&console.url("/")).await;
     b.click("select[name=scope] option[value=all]").await;
-    b.click("form[action='/pause'] button").await;
     assert_eq!(
-        b.wait_text("the pause", "p.notice").await,
+        b.click_and_read("the pause", "form[action='/pause'] button", "p.notice")
+            .await,
         "Delivery paused for everything."
     );
     assert_eq!(
@@ -379,9 +385,9 @@ async fn a_browser_signs_in_reads_the_pages_and_fixes_a_dead_letter_with_no_host
         .await,
         1
     );
-    b.click("form[action='/resume'] button").await;
     assert_eq!(
-        b.wait_text("the resume", "p.notice").await,
+        b.click_and_read("the resume", "form[action='/resume'] button", "p.notice")
+            .await,
         "Delivery resumed for everything."
     );
     assert_eq!(count(&pool, "SELECT count(*) FROM outbox_pauses").await, 0);
