@@ -54,9 +54,10 @@ fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/producers")
 }
 
-fn found(program: &str) -> bool {
+/// Whether `program` answers `version_arg` (Go spells it `go version`).
+fn found(program: &str, version_arg: &str) -> bool {
     Command::new(program)
-        .arg("--version")
+        .arg(version_arg)
         .output()
         .is_ok_and(|o| o.status.success())
 }
@@ -92,7 +93,7 @@ fn build(lang: Lang, dir: &Path) -> Result<Command, String> {
             if !Path::new(GOCODE)
                 .join("src/github.com/jackc/pgx/v4")
                 .is_dir()
-                || !found("go")
+                || !found("go", "version")
             {
                 return Err(
                     "needs go and pgx (Debian: golang-go golang-github-jackc-pgx-v4-dev)".into(),
@@ -130,7 +131,7 @@ fn build(lang: Lang, dir: &Path) -> Result<Command, String> {
             Ok(cmd)
         }
         Lang::Node => {
-            if !found("node") || !found("npm") {
+            if !found("node", "--version") || !found("npm", "--version") {
                 return Err("needs node and npm (Debian: nodejs npm)".into());
             }
             let app = dir.join("node");
@@ -149,7 +150,7 @@ fn build(lang: Lang, dir: &Path) -> Result<Command, String> {
             Ok(cmd)
         }
         Lang::Java => {
-            if !found("java") || JARS.iter().any(|j| !Path::new(j).exists()) {
+            if !found("java", "--version") || JARS.iter().any(|j| !Path::new(j).exists()) {
                 return Err(
                     "needs a JDK and the jars (Debian: default-jdk-headless libpostgresql-jdbc-java libjackson2-databind-java)"
                         .into(),
