@@ -8,16 +8,26 @@ use crate::cloudevents::{Format, KAFKA};
 use crate::Envelope;
 
 /// The headers of `event`'s message in `envelope`'s format: the
-/// `outbox-*` headers and the producer's when plain; with CloudEvents the
+/// `outbox-*` headers (the event id's under `id_header`) and the
+/// producer's but any named `id_header` when plain; with CloudEvents the
 /// binding's `ce_*` headers (binary mode), `content-type` and the
 /// producer's headers but any named `ce_…`.
-pub(super) fn headers(event: &Event, envelope: &Envelope) -> OwnedHeaders {
+pub(super) fn headers(event: &Event, envelope: &Envelope, id_header: &str) -> OwnedHeaders {
     if envelope.is_plain() {
         let mut headers = OwnedHeaders::new_with_capacity(4 + event.headers.len());
-        for (key, value) in event.message_headers() {
+        let id = event.id.to_string();
+        let identity = event.identity_headers(&id);
+        let renamed =
+            std::iter::once((id_header, identity[0].1)).chain(identity[1..].iter().copied());
+        let own = event
+            .headers
+            .iter()
+            .filter(|(key, _)| key.as_str() != id_header)
+            .map(|(key, value)| (key.as_str(), value.as_str()));
+        for (key, value) in renamed.chain(own) {
             headers = headers.insert(Header {
-                key: &key,
-                value: Some(value.as_str()),
+                key,
+                value: Some(value),
             });
         }
         return headers;

@@ -189,7 +189,7 @@ impl KafkaPublisher {
                 format!("invalid kafka topic {topic:?}: it {problem}"),
             ));
         }
-        let headers = headers(event, &self.envelope);
+        let headers = headers(event, &self.envelope, &self.config.event_id_header);
         let body = self.envelope.body(event);
         let mut record: FutureRecord<'_, str, [u8]> = FutureRecord::to(&topic)
             .key(event.aggregate_id.as_str())

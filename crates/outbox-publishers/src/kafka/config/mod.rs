@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use crate::broker::settings::{settings_debug, Settings};
 use crate::{Error, Template};
+use outbox::IDENTITY_HEADER_NAMES;
 
 use serde::{Deserialize, Serialize};
 
@@ -83,6 +84,13 @@ pub struct KafkaConfig {
     /// The producer's `client.id`, shown in broker logs and quotas. Default
     /// `outbox-relay`.
     pub client_id: String,
+    /// The header that carries the event id in the plain envelope. Default
+    /// `outbox-event-id`; `id` gives the message shape of Debezium's outbox
+    /// event router (with the default topic template and the aggregate id
+    /// as key). A producer header of the same name is not forwarded: the
+    /// event id must be the only value a consumer finds there. CloudEvents
+    /// carry the id as `ce_id` and ignore this field.
+    pub event_id_header: String,
     /// Further librdkafka producer properties, passed through as they are:
     /// compression (`compression.type`), batching (`linger.ms`,
     /// `batch.size`), size limits (`message.max.bytes`), TLS
@@ -104,6 +112,7 @@ impl Default for KafkaConfig {
             max_in_flight: 5,
             health_timeout_ms: 5_000,
             client_id: "outbox-relay".to_owned(),
+            event_id_header: IDENTITY_HEADER_NAMES[0].to_owned(),
             properties: BTreeMap::new(),
         }
     }
@@ -126,7 +135,7 @@ fn shown_properties(properties: &BTreeMap<String, String>) -> BTreeMap<&str, &st
 
 settings_debug!(KafkaConfig {
     brokers, topic_template, message_timeout_ms, max_in_flight, health_timeout_ms, client_id,
-    properties => shown_properties,
+    event_id_header, properties => shown_properties,
 });
 
 /// Reading `properties`: a value that is not a string is an error naming
@@ -317,6 +326,21 @@ impl KafkaConfig {
                 "client_id",
                 &self.client_id,
                 "must not be empty; the default is outbox-relay",
+            ));
+        }
+        let id_header = self.event_id_header.as_str();
+        if id_header.trim().is_empty() || id_header.trim() != id_header {
+            return Err(KAFKA.invalid(
+                "event_id_header",
+                id_header,
+                "must be a header name without surrounding spaces; the default is outbox-event-id, `id` is Debezium's",
+            ));
+        }
+        if IDENTITY_HEADER_NAMES[1..].contains(&id_header) {
+            return Err(KAFKA.invalid(
+                "event_id_header",
+                id_header,
+                "already carries another identity field; pick another name (the default is outbox-event-id)",
             ));
         }
         for (name, value) in &self.properties {

@@ -117,3 +117,22 @@ fn topic_names_are_checked() {
     assert!(topic_problem(&"x".repeat(250)).is_some());
     assert!(topic_problem("..").is_some());
 }
+
+#[test]
+fn event_id_header_takes_debeziums_name_and_refuses_a_taken_or_empty_one() {
+    assert_eq!(KafkaConfig::default().event_id_header, "outbox-event-id");
+    let c: KafkaConfig = serde_json::from_str(r#"{"event_id_header": "id"}"#).unwrap();
+    c.validate().unwrap();
+    for (name, fix) in [
+        ("", "without surrounding spaces"),
+        (" id", "without surrounding spaces"),
+        ("outbox-aggregate-id", "another identity field"),
+        ("outbox-event-type", "another identity field"),
+    ] {
+        let c = KafkaConfig {
+            event_id_header: name.into(),
+            ..KafkaConfig::default()
+        };
+        assert_refused(c.validate(), &["event_id_header", fix]);
+    }
+}
