@@ -5,8 +5,8 @@
 //! The relay's events are of aggregate type `bench` and event type `e2e`,
 //! so with each publisher's default template they land on one destination:
 //! the Redis stream `outbox:bench`, the NATS subject `outbox.bench.e2e`,
-//! the RabbitMQ exchange `outbox` with routing key `e2e`, the webhook path
-//! `/relay`. The reference publishes beside them, on a destination of its
+//! the RabbitMQ exchange `outbox` with routing key `e2e`, the Kafka topic
+//! `outbox.event.bench`, the webhook path `/relay`. The reference publishes beside them, on a destination of its
 //! own, so each run's consumer reads only its run's messages.
 
 use std::any::Any;
@@ -40,6 +40,7 @@ pub enum Kind {
     Redis,
     Amqp,
     Nats,
+    Kafka,
     Http,
 }
 
@@ -64,6 +65,8 @@ pub enum Destination {
         subject: &'static str,
         stream: &'static str,
     },
+    /// A topic.
+    Kafka { topic: &'static str },
     /// A URL on the bench's receiver.
     Http { url: String },
 }
@@ -80,9 +83,9 @@ pub struct Broker {
 }
 
 impl Broker {
-    /// The broker `spec` names: `redis`, `amqp` (or `rabbitmq`), `nats` or
-    /// `http` starts one; a `redis://`, `amqp://` or `nats://` URL uses a
-    /// running one.
+    /// The broker `spec` names: `redis`, `amqp` (or `rabbitmq`), `nats`,
+    /// `kafka` (tansu, `OUTBOX_TANSU_BIN`) or `http` starts one; a
+    /// `redis://`, `amqp://`, `nats://` or `kafka://` URL uses a running one.
     pub async fn start(spec: &str) -> Result<Broker> {
         let named = |kind, url: &str| Broker {
             kind,
@@ -105,17 +108,24 @@ impl Broker {
                     _server: None,
                 })
             }
-            "kafka" => bail!(
-                "bench e2e has no Kafka run: it needs a real Kafka-protocol broker, and none is \
-                 installed here (librdkafka's mock cluster does not count; the test kit's tansu \
-                 launcher is the place to start)"
-            ),
+            "kafka" => {
+                let (url, tansu) = super::kafka::launch().await?;
+                eprintln!("bench e2e: throwaway broker at {url}");
+                Ok(Broker {
+                    kind: Kind::Kafka,
+                    url,
+                    started: true,
+                    receiver: None,
+                    _server: Some(Box::new(tansu)),
+                })
+            }
             s if s.starts_with("redis://") => Ok(named(Kind::Redis, s)),
             s if s.starts_with("amqp://") => Ok(named(Kind::Amqp, s)),
             s if s.starts_with("nats://") => Ok(named(Kind::Nats, s)),
+            s if s.starts_with("kafka://") => Ok(named(Kind::Kafka, s)),
             s => bail!(
-                "--publisher {s:?}: use redis, amqp, nats or http (the bench starts the broker, \
-                 or runs the webhook receiver), or a redis://, amqp:// or nats:// URL of a running broker"
+                "--publisher {s:?}: use redis, amqp, nats, kafka or http (the bench starts the broker, \
+                 or runs the webhook receiver), or a redis://, amqp://, nats:// or kafka:// URL of a running broker"
             ),
         }
     }
@@ -126,6 +136,7 @@ impl Broker {
             Kind::Redis => "redis",
             Kind::Amqp => "rabbitmq",
             Kind::Nats => "nats",
+            Kind::Kafka => "kafka",
             Kind::Http => "http",
         }
     }
@@ -168,6 +179,13 @@ impl Broker {
                 subject: NATS_REFERENCE_SUBJECT,
                 stream: NATS_REFERENCE_STREAM,
             },
+            Kind::Kafka => Destination::Kafka {
+                topic: if relay {
+                    super::kafka::RELAY_TOPIC
+                } else {
+                    super::kafka::REFERENCE_TOPIC
+                },
+            },
             Kind::Http => Destination::Http {
                 url: format!("{}/{}", self.url, if relay { "relay" } else { "reference" }),
             },
@@ -175,8 +193,12 @@ impl Broker {
     }
 
     /// Creates what must exist before anything is published: the
-    /// JetStream streams (file storage) that keep both sides' subjects.
+    /// JetStream streams (file storage) that keep both sides' subjects, the
+    /// Kafka topics.
     pub async fn prepare(&self) -> Result<()> {
+        if self.kind == Kind::Kafka {
+            super::kafka::prepare(&self.url).await?;
+        }
         if self.kind == Kind::Nats {
             let js = async_nats::jetstream::new(nats_connect(&self.url).await?);
             for side in [Side::Relay, Side::Reference] {

@@ -1,6 +1,6 @@
 //! The consumer: reads every message of a run back with the broker's own
 //! client (redis `XREAD`, a lapin consumer, a JetStream ordered consumer,
-//! the bench's webhook receiver) and hands each body to the run's
+//! an rdkafka consumer, the bench's webhook receiver) and hands each body to the run's
 //! [`Arrivals`] (in `check.rs`), which checks it and notes when it
 //! arrived.
 
@@ -29,6 +29,9 @@ impl Consumer {
                 amqp_reader(&broker.url, routing_key, arrivals).await?
             }
             Destination::Nats { stream, .. } => nats_reader(&broker.url, stream, arrivals).await?,
+            Destination::Kafka { topic } => {
+                super::kafka::reader(&broker.url, topic, arrivals).await?
+            }
             Destination::Http { url } => {
                 let receiver = broker.receiver.as_ref().context("no webhook receiver")?;
                 let path = url.strip_prefix(&broker.url).unwrap_or(&url);

@@ -17,6 +17,7 @@ mod broker;
 mod check;
 mod consumer;
 mod cpu;
+mod kafka;
 mod reference;
 mod webhook;
 
@@ -49,10 +50,10 @@ const STALL: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Args)]
 pub struct E2eArgs {
-    /// The broker: `redis`, `amqp`, `nats` or `http` starts a throwaway one
-    /// (for `http`, a webhook receiver in this process); a `redis://`,
-    /// `amqp://` or `nats://` URL uses a running one. `kafka` is refused:
-    /// no real Kafka-protocol broker is available to the bench.
+    /// The broker: `redis`, `amqp`, `nats`, `kafka` or `http` starts a
+    /// throwaway one (`kafka`: tansu, from `OUTBOX_TANSU_BIN` or `PATH`;
+    /// `http`: a webhook receiver in this process); a `redis://`,
+    /// `amqp://`, `nats://` or `kafka://` URL uses a running one.
     #[arg(long, value_name = "SPEC")]
     pub publisher: String,
     /// Events of the drain run.
@@ -267,7 +268,6 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: E2eArgs) -> Result<Value> {
         "scenario": "e2e",
         "broker": broker.name(),
         "broker_started": broker.started,
-        "kafka": "not run: no real Kafka-protocol broker here (librdkafka's mock cluster does not count)",
         "events": n,
         "aggregates": aggs,
         "drain": {

@@ -2,13 +2,15 @@
 //! from one process, with the relay's durability and about as many in
 //! flight: `XADD`s pipelined [`WINDOW`] at a time, RabbitMQ persistent
 //! messages with publisher confirms awaited per [`WINDOW`], JetStream
-//! publishes whose acks are awaited per [`WINDOW`], webhook POSTs
+//! publishes whose acks are awaited per [`WINDOW`], Kafka records whose
+//! delivery reports are awaited per [`WINDOW`], webhook POSTs
 //! [`HTTP_IN_FLIGHT`] at a time, each answered before it counts — the
 //! relay's batch size and the webhook publisher's concurrency.
 //!
 //! The messages are the relay's, byte for byte where the broker carries
 //! them: the same body and the same headers (the event's identity, and for
-//! NATS `Nats-Msg-Id`, which makes the stream check for duplicates), and
+//! NATS `Nats-Msg-Id`, which makes the stream check for duplicates; for
+//! Kafka the aggregate id as key, under the idempotent producer), and
 //! webhook requests signed as the publisher signs them (Standard Webhooks:
 //! `webhook-id`, `webhook-timestamp`, `webhook-signature`). A reference
 //! with fewer headers would send less and ask less of the broker.
@@ -27,9 +29,12 @@ pub const WINDOW: u64 = 500;
 /// Requests in flight to the webhook (the publisher's default concurrency).
 pub const HTTP_IN_FLIGHT: usize = 16;
 
+/// One reference message: the event id, its aggregate, its body.
+pub type Message = (Uuid, u64, String);
+
 /// The identity headers the relay's messages carry (`outbox-*`, as
 /// `Event::message_headers` names them) for an event `id` of aggregate `a`.
-fn identity(id: Uuid, a: u64) -> [(&'static str, String); 4] {
+pub fn identity(id: Uuid, a: u64) -> [(&'static str, String); 4] {
     [
         ("outbox-event-id", id.to_string()),
         ("outbox-event-type", EVENT_TYPE.to_owned()),
@@ -41,7 +46,7 @@ fn identity(id: Uuid, a: u64) -> [(&'static str, String); 4] {
 /// Publishes events `0..events` of a run over `aggregates` aggregates to the
 /// reference destination of `broker`.
 pub async fn publish(broker: &Broker, events: u64, aggregates: u32) -> Result<()> {
-    let message = |i: u64| {
+    let message = |i: u64| -> Message {
         (
             Uuid::new_v4(),
             i % u64::from(aggregates),
@@ -142,6 +147,9 @@ pub async fn publish(broker: &Broker, events: u64, aggregates: u32) -> Result<()
                     ack.context("jetstream did not acknowledge a reference message")?;
                 }
             }
+        }
+        Destination::Kafka { .. } => {
+            super::kafka::publish(&broker.url, (0..events).map(message)).await?
         }
         Destination::Http { url } => {
             let client = reqwest::Client::builder().tcp_nodelay(true).build()?;
