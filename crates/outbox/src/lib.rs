@@ -23,6 +23,7 @@ mod status;
 #[cfg(feature = "opentelemetry")]
 mod trace;
 mod wakeup;
+mod wal;
 
 pub use error::{Error, Result};
 pub use event::{
@@ -35,12 +36,13 @@ pub use maintenance::{
     DEFAULT_CLEANUP_BATCH_SIZE, DEFAULT_LIST_LIMIT, MAX_CLEANUP_BATCH_SIZE, MAX_LIST_LIMIT,
 };
 pub use migrate::{
-    ensure_migrated, migrate, MigrateOptions, MigrationReport, WakeupTrigger, DEFAULT_PARTITIONS,
-    MAX_PARTITIONS,
+    ensure_migrated, installed_delivery, migrate, MigrateOptions, MigrationReport, WakeupTrigger,
+    DEFAULT_PARTITIONS, MAX_PARTITIONS,
 };
 pub use outbox::Outbox;
 pub use publisher::{Outcome, Publisher, Unavailable};
 pub use relay::sources;
+pub use relay::wal::{ReplicationTarget, SlotState};
 pub use relay::{
     BatchReport, OutageKind, Relay, RelayBuilder, RelayConfig, RelayHandle, RelayObserver,
     RelayStats, Retention, StatsSnapshot,
@@ -48,6 +50,7 @@ pub use relay::{
 pub use schema::Schema;
 pub use status::{PartitionOwner, Status};
 pub use wakeup::Wakeup;
+pub use wal::DeliveryMode;
 
 /// Not part of the API: what the crate's own integration tests reach of
 /// its insides. No stability promise; do not use.

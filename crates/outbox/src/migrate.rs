@@ -5,6 +5,7 @@ use sqlx::{Connection, PgConnection};
 use crate::error::{Error, Result};
 use crate::queries as q;
 use crate::schema::Schema;
+use crate::wal::{self, DeliveryMode};
 
 /// Default number of ownership partitions.
 pub const DEFAULT_PARTITIONS: u32 = 32;
@@ -67,10 +68,13 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "dead_letter_index",
         include_str!("../migrations/0012_dead_letter_index.sql"),
     ),
+    (13, "emit", include_str!("../migrations/0013_emit.sql")),
 ];
 
 const TRIGGER_ON: &str = include_str!("../migrations/notify_trigger_on.sql");
 const TRIGGER_OFF: &str = include_str!("../migrations/notify_trigger_off.sql");
+const WAL_MODE_ON: &str = include_str!("../migrations/wal_mode_on.sql");
+const WAL_MODE_OFF: &str = include_str!("../migrations/wal_mode_off.sql");
 
 /// How rows inserted by plain SQL wake a relay in another process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -116,6 +120,17 @@ pub struct MigrateOptions {
     /// The wake-up trigger to install; `None` leaves the schema's choice (a
     /// new schema gets [`WakeupTrigger::Idle`]).
     pub wakeup: Option<WakeupTrigger>,
+    /// The delivery mode to switch to; `None` leaves the schema's (a new
+    /// schema gets [`DeliveryMode::Table`]). Switching to
+    /// [`DeliveryMode::Wal`] first checks the server (refusing, with
+    /// nothing changed, what the mode cannot run on), then creates the
+    /// publication and the logical slot, then installs the mode's
+    /// `outbox_emit`; switching back leaves the slot for the relay to
+    /// finish reading.
+    pub mode: Option<DeliveryMode>,
+    /// The WAL mode's replication slot (and publication) name; default
+    /// `outbox_<schema>`. Only read when switching to the WAL mode.
+    pub slot: Option<String>,
 }
 
 /// What [`migrate`] did.
@@ -130,6 +145,13 @@ pub struct MigrationReport {
     pub notify_trigger: bool,
     /// The wake-up trigger installed after this call.
     pub wakeup: WakeupTrigger,
+    /// The delivery mode after this call.
+    pub mode: DeliveryMode,
+    /// The slot the WAL mode is (or was last) read through, if the schema
+    /// has ever been in it.
+    pub slot: Option<String>,
+    /// Whether this call created the slot.
+    pub slot_created: bool,
 }
 
 /// Applies the outbox migrations to `schema`, in one transaction, under an
@@ -147,6 +169,23 @@ pub async fn migrate(
             format!("{partitions} is out of range: use 1 to {MAX_PARTITIONS}"),
         ));
     }
+    let slot = match options.mode {
+        Some(DeliveryMode::Wal) => {
+            let slot = match &options.slot {
+                Some(name) => {
+                    wal::validate_slot_name(name)?;
+                    name.clone()
+                }
+                None => wal::default_slot_name(schema)?,
+            };
+            wal::setup::preflight(conn, &slot).await?;
+            refuse_during_switch(conn, schema).await?;
+            Some(slot)
+        }
+        _ => None,
+    };
+    let leaving_wal = options.mode == Some(DeliveryMode::Table)
+        && installed_delivery(conn, schema).await? == DeliveryMode::Wal;
     let mut tx = conn
         .begin()
         .await
@@ -237,6 +276,33 @@ pub async fn migrate(
                 .map_err(Error::db("changing the wake-up trigger"))?;
         }
     }
+    // A schema that has just received migration 13 gets the table mode's
+    // `outbox_emit`; one switched back to the table gets it again.
+    if leaving_wal {
+        // Rows written from now on wait until the relay has read the slot
+        // to this transaction's mark (relay/wal/switch.rs): none overtakes
+        // an event of its aggregate still in the slot.
+        sqlx::query(&schema.render(q::WAL_SWITCH_PAUSE))
+            .execute(&mut *tx)
+            .await
+            .map_err(Error::db("pausing the table until the slot is read"))?;
+        sqlx::query(&schema.render(q::WAL_SWITCH_KEEP_SEQS))
+            .execute(&mut *tx)
+            .await
+            .map_err(Error::db("keeping seq values for the slot's last events"))?;
+        sqlx::query(q::WAL_SWITCH_MARK)
+            .bind(wal::message_prefix(schema))
+            .bind(crate::relay::wal::switch::SWITCH_TO_TABLE)
+            .execute(&mut *tx)
+            .await
+            .map_err(Error::db("marking the switch in the stream"))?;
+    }
+    if options.mode == Some(DeliveryMode::Table) || applied.iter().any(|m| m.starts_with("0013_")) {
+        sqlx::raw_sql(&schema.render(WAL_MODE_OFF))
+            .execute(&mut *tx)
+            .await
+            .map_err(Error::db("installing the table delivery mode"))?;
+    }
     let partitions: i64 = sqlx::query_scalar(&schema.render(q::MIGRATION_PARTITION_COUNT))
         .fetch_one(&mut *tx)
         .await
@@ -255,12 +321,103 @@ pub async fn migrate(
     tx.commit()
         .await
         .map_err(Error::db("committing migration"))?;
+    let slot_created = match &slot {
+        Some(slot) => switch_to_wal(conn, schema, slot).await?,
+        None => false,
+    };
+    let mode = installed_delivery(conn, schema).await?;
+    let slot = recorded_slot(conn, schema).await?;
     Ok(MigrationReport {
         applied,
         partitions: partitions as u32,
         notify_trigger,
         wakeup,
+        mode,
+        slot,
+        slot_created,
     })
+}
+
+/// Creates the publication and slot (each committing on its own, before
+/// any producer emits), then records the slot and installs the WAL mode's
+/// `outbox_emit` and capture trigger in one transaction. Returns whether
+/// the slot was created now.
+async fn switch_to_wal(conn: &mut PgConnection, schema: &Schema, slot: &str) -> Result<bool> {
+    let created = wal::setup::create_slot(conn, slot).await?;
+    let mut tx = conn
+        .begin()
+        .await
+        .map_err(Error::db("starting the switch to the WAL mode"))?;
+    sqlx::query(q::MIGRATION_LOCK)
+        .bind(schema.name())
+        .execute(&mut *tx)
+        .await
+        .map_err(Error::db("locking for migration"))?;
+    sqlx::query(&schema.render(q::WAL_SLOT_RECORD))
+        .bind(slot)
+        .bind(slot)
+        .execute(&mut *tx)
+        .await
+        .map_err(Error::db("recording the slot"))?;
+    let sql = schema
+        .render(WAL_MODE_ON)
+        .replace("{prefix}", &wal::message_prefix(schema));
+    sqlx::raw_sql(&sql)
+        .execute(&mut *tx)
+        .await
+        .map_err(Error::db("installing the WAL delivery mode"))?;
+    tx.commit()
+        .await
+        .map_err(Error::db("committing the switch to the WAL mode"))?;
+    Ok(created)
+}
+
+/// Refuses to enter the WAL mode while the relay has not yet read the slot
+/// to the last switch back to the table (the slot's last events are still
+/// on their way).
+async fn refuse_during_switch(conn: &mut PgConnection, schema: &Schema) -> Result<()> {
+    let has_table: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
+        .bind(format!("{}.outbox_wal", schema.name()))
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(Error::db("looking for a switch in progress"))?;
+    if !has_table {
+        return Ok(());
+    }
+    let pending: bool = sqlx::query_scalar(&schema.render(q::WAL_SWITCH_PENDING))
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(Error::db("looking for a switch in progress"))?;
+    if pending {
+        return Err(Error::invalid(
+            "mode",
+            "the last switch back to the table mode is not finished: the relay has not yet read the replication slot to it. Run the relay until it logs 'switched to the table mode', then switch again",
+        ));
+    }
+    Ok(())
+}
+
+/// The delivery mode `schema` is in: the WAL mode's capture trigger tells.
+pub async fn installed_delivery(conn: &mut PgConnection, schema: &Schema) -> Result<DeliveryMode> {
+    let wal: bool = sqlx::query_scalar(q::WAL_MODE_INSTALLED)
+        .bind(schema.name())
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(Error::db("reading the delivery mode"))?;
+    Ok(if wal {
+        DeliveryMode::Wal
+    } else {
+        DeliveryMode::Table
+    })
+}
+
+/// The slot recorded for `schema`'s WAL mode, if any.
+async fn recorded_slot(conn: &mut PgConnection, schema: &Schema) -> Result<Option<String>> {
+    let row: Option<(String, String)> = sqlx::query_as(&schema.render(q::WAL_SLOT_RECORDED))
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(Error::db("reading the recorded slot"))?;
+    Ok(row.map(|(slot, _)| slot))
 }
 
 /// The wake-up mode `schema`'s triggers implement.

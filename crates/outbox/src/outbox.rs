@@ -13,6 +13,7 @@ use crate::event::NewEvent;
 use crate::queries as q;
 use crate::schema::Schema;
 use crate::wakeup::Wakeup;
+use crate::wal::DeliveryMode;
 
 /// The five columns every insert of one event binds first, in this order:
 /// id, aggregate type, aggregate id, event type, payload.
@@ -61,6 +62,9 @@ pub struct Outbox {
     insert_plain: Arc<str>,
     insert_one: Arc<str>,
     insert_many: Arc<str>,
+    emit_one: Arc<str>,
+    emit_many: Arc<str>,
+    delivery: DeliveryMode,
     wakeup: Arc<Wakeup>,
 }
 
@@ -82,6 +86,9 @@ impl Outbox {
             insert_plain: schema.render(q::EVENT_INSERT_PLAIN).into(),
             insert_one: schema.render(q::EVENT_INSERT_ONE).into(),
             insert_many: schema.render(q::EVENT_INSERT_MANY).into(),
+            emit_one: schema.render(q::EVENT_EMIT_ONE).into(),
+            emit_many: schema.render(q::EVENT_EMIT_MANY).into(),
+            delivery: DeliveryMode::Table,
             schema,
             wakeup: Wakeup::local(),
         }
@@ -93,6 +100,23 @@ impl Outbox {
     pub fn with_remote_wakeup(mut self, pool: PgPool, min_interval: Duration) -> Self {
         self.wakeup = Wakeup::with_notify(pool, self.schema.channel(), min_interval);
         self
+    }
+
+    /// Writes events the way `mode` wants: [`DeliveryMode::Wal`] calls
+    /// `outbox_emit` (a logical message, no row) for a schema migrated with
+    /// `outbox migrate --mode wal`. The default, [`DeliveryMode::Table`],
+    /// inserts rows; in a WAL-mode schema those are captured into messages
+    /// too, by a trigger, at a higher cost than calling `outbox_emit`.
+    /// Calling `outbox_emit` on a table-mode schema inserts the row, so a
+    /// handle left in the WAL mode after a switch back loses nothing.
+    pub fn with_delivery(mut self, mode: DeliveryMode) -> Self {
+        self.delivery = mode;
+        self
+    }
+
+    /// The delivery mode this handle writes for.
+    pub fn delivery(&self) -> DeliveryMode {
+        self.delivery
     }
 
     /// The schema this handle writes to.
@@ -111,6 +135,24 @@ impl Outbox {
     pub async fn enqueue<'c, E: PgExecutor<'c>>(&self, conn: E, event: &NewEvent) -> Result<Uuid> {
         event.validate()?;
         let headers = stored_headers(&event.headers);
+        if self.delivery == DeliveryMode::Wal {
+            let headers = serde_json::to_value(&*headers).map_err(|source| Error::Serialize {
+                field: "headers",
+                source,
+            })?;
+            sqlx::query(&self.emit_one)
+                .bind(&event.aggregate_type)
+                .bind(&event.aggregate_id)
+                .bind(&event.event_type)
+                .bind(sqlx::types::Json(&event.payload))
+                .bind(sqlx::types::Json(headers))
+                .bind(&event.topic)
+                .bind(event.id)
+                .execute(conn)
+                .await
+                .map_err(Error::db("emitting an event"))?;
+            return Ok(event.id);
+        }
         if headers.is_empty() && event.topic.is_none() {
             bind_columns(sqlx::query(&self.insert_plain), event)
                 .execute(conn)
@@ -177,7 +219,11 @@ impl Outbox {
             );
             topics.push(event.topic.as_deref());
         }
-        sqlx::query(&self.insert_many)
+        let statement = match self.delivery {
+            DeliveryMode::Wal => &self.emit_many,
+            _ => &self.insert_many,
+        };
+        sqlx::query(statement)
             .bind(&ids)
             .bind(&types)
             .bind(&aggs)

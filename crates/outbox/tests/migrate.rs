@@ -60,7 +60,8 @@ async fn migrating_twice_is_a_no_op() {
             "0009_cheaper_inserts".to_owned(),
             "0010_pause".to_owned(),
             "0011_partition_function_and_row_checks".to_owned(),
-            "0012_dead_letter_index".to_owned()
+            "0012_dead_letter_index".to_owned(),
+            "0013_emit".to_owned()
         ]
     );
     assert_eq!(first.partitions, 32);
@@ -253,7 +254,8 @@ async fn upgrading_a_first_release_schema_keeps_pending_events_and_their_order()
             "0009_cheaper_inserts",
             "0010_pause",
             "0011_partition_function_and_row_checks",
-            "0012_dead_letter_index"
+            "0012_dead_letter_index",
+            "0013_emit"
         ]
     );
     assert_eq!(report.partitions, 32);

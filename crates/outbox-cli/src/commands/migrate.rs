@@ -28,6 +28,24 @@ pub struct MigrateArgs {
     /// `--wakeup-trigger idle`.
     #[arg(long, conflicts_with = "wakeup_trigger")]
     pub notify_trigger: Option<bool>,
+    /// The delivery mode: `table` (the default for a new schema: events
+    /// are rows, claimed and deleted by the relay; no server setting
+    /// needed) or `wal` (events are transactional logical messages written
+    /// by `outbox_emit`, streamed from a replication slot: needs
+    /// `wal_level = logical`, a free slot and WAL sender, and a role with
+    /// REPLICATION; refused, with nothing changed, otherwise). Left out, the
+    /// schema keeps its mode.
+    #[arg(long, value_name = "MODE", value_parser = parse_mode)]
+    pub mode: Option<outbox::DeliveryMode>,
+    /// The WAL mode's replication slot and publication (default
+    /// `outbox_<schema>`); read with `--mode wal`.
+    #[arg(long, value_name = "NAME", requires = "mode")]
+    pub slot: Option<String>,
+}
+
+/// `--mode`: table or wal.
+fn parse_mode(s: &str) -> Result<outbox::DeliveryMode, String> {
+    outbox::DeliveryMode::parse(s).map_err(|e| e.to_string())
 }
 
 /// `--wakeup-trigger`: idle, every-insert or off.
@@ -51,6 +69,8 @@ pub async fn run(ctx: &Ctx, args: MigrateArgs) -> Result<ExitCode> {
             partitions: args.partitions,
             notify_trigger: args.notify_trigger,
             wakeup: args.wakeup_trigger,
+            mode: args.mode,
+            slot: args.slot,
         },
     )
     .await?;
@@ -64,9 +84,21 @@ pub async fn run(ctx: &Ctx, args: MigrateArgs) -> Result<ExitCode> {
         );
     }
     println!(
-        "partitions: {}, wake-up trigger: {}",
+        "partitions: {}, wake-up trigger: {}, delivery: {}",
         report.partitions,
-        report.wakeup.name()
+        report.wakeup.name(),
+        report.mode.name()
     );
+    match (report.mode, &report.slot) {
+        (outbox::DeliveryMode::Wal, Some(slot)) => println!(
+            "replication slot {slot}{}: call {}.outbox_emit(...) in your transactions (a plain INSERT INTO outbox_events is captured too)",
+            if report.slot_created { " (created)" } else { "" },
+            schema.name()
+        ),
+        (outbox::DeliveryMode::Table, Some(slot)) => println!(
+            "replication slot {slot} is kept, with the events emitted before the switch: drop it with SELECT pg_drop_replication_slot('{slot}') once they are read (it holds WAL until then)"
+        ),
+        _ => {}
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -10,6 +10,7 @@
 //! | the consumer inbox | [`inbox`] |
 //! | the relay of many sources: the dormant schemas' check and announcements | [`sources`] |
 //! | the migration runner (the migrations are `crates/outbox/migrations/*.sql`) | [`migrate`] |
+//! | the WAL delivery mode: its server checks, slot, and producer calls | [`wal`] |
 //! | the maintenance tools: dead letters, cleanup | `crate::maintenance::queries` |
 //!
 //! Callers name them as `queries::NAME` (`use crate::queries as q`); the
@@ -22,6 +23,7 @@ mod producer;
 mod relay;
 mod sources;
 mod status;
+mod wal;
 
 pub use discover::*;
 pub use inbox::*;
@@ -30,3 +32,4 @@ pub use producer::*;
 pub use relay::*;
 pub use sources::*;
 pub use status::*;
+pub use wal::*;

@@ -16,6 +16,7 @@ pub mod sources;
 mod store;
 #[doc(hidden)]
 pub mod test_seam;
+pub(crate) mod wal;
 mod waves;
 mod worker;
 
@@ -54,6 +55,7 @@ impl Relay {
             schema: Schema::default(),
             wakeup: None,
             observer: None,
+            replication: None,
             #[cfg(feature = "opentelemetry")]
             tracer: None,
         }
@@ -68,11 +70,21 @@ pub struct RelayBuilder {
     schema: Schema,
     wakeup: Option<Arc<Wakeup>>,
     observer: Option<Arc<dyn RelayObserver>>,
+    replication: Option<wal::ReplicationTarget>,
     #[cfg(feature = "opentelemetry")]
     tracer: Option<Arc<crate::trace::PublishTracer>>,
 }
 
 impl RelayBuilder {
+    /// Where the relay opens its replication connection when the schema is
+    /// in the WAL mode (`outbox migrate --mode wal`): the PostgreSQL server
+    /// itself, never a pooler. A relay of a WAL-mode schema without one
+    /// refuses to start; a table-mode schema does not use it.
+    pub fn replication(mut self, target: wal::ReplicationTarget) -> Self {
+        self.replication = Some(target);
+        self
+    }
+
     /// Replaces the settings.
     pub fn config(mut self, config: RelayConfig) -> Self {
         self.config = config;
@@ -124,6 +136,19 @@ impl RelayBuilder {
             let mut conn = self.pool.acquire().await.map_err(Error::db("connecting"))?;
             crate::migrate::ensure_migrated(&mut conn, &self.schema).await?;
         }
+        let slot = wal::recorded_slot(&self.pool, &self.schema).await?;
+        let first_session = match (&slot, &self.replication) {
+            (None, _) => None,
+            (Some((slot, _)), None) => {
+                return Err(Error::invalid(
+                    "replication",
+                    format!("schema {} is read through replication slot {slot} (outbox migrate --mode wal): give the relay the server's address for its replication connection (RelayBuilder::replication)", self.schema.name()),
+                ))
+            }
+            (Some((slot, publication)), Some(target)) => {
+                Some(wal::reader::first_session(target, slot, publication).await?)
+            }
+        };
         let store = Store::new(
             self.pool.clone(),
             &self.schema,
@@ -162,6 +187,31 @@ impl RelayBuilder {
             shutdown_rx.clone(),
         )));
         tracing::info!(instance = %instance_id, partitions, publisher = self.publisher.name(), "relay started");
+        let slot_state = Arc::new(wal::SlotState::default());
+        let reader = match (slot, first_session, self.replication) {
+            (Some((slot, publication)), Some(first), Some(target)) => {
+                let reader = wal::reader::Reader {
+                    target,
+                    prefix: crate::wal::message_prefix(&self.schema),
+                    aside: wal::set_aside::SetAside::new(self.pool.clone(), &self.schema),
+                    switch: wal::switch::Switch::new(self.pool.clone(), &self.schema),
+                    slot,
+                    publication,
+                    publisher: self.publisher.clone(),
+                    config: self.config.clone(),
+                    stats: stats.clone(),
+                    observer: self.observer.clone(),
+                    shutdown: shutdown_rx.clone(),
+                    state: slot_state.clone(),
+                    blocked: wal::set_aside::SetAside::new(self.pool.clone(), &self.schema)
+                        .aggregates_pending()
+                        .await?,
+                    next_seq: 0,
+                };
+                Some(tokio::spawn(reader.run(first)))
+            }
+            _ => None,
+        };
         let worker = worker::Worker::new(worker::Deps {
             store: Arc::new(store),
             ownership: ownership.clone(),
@@ -180,6 +230,8 @@ impl RelayBuilder {
             instance_id,
             shutdown: shutdown_tx,
             worker: tokio::spawn(worker.run()),
+            reader,
+            slot: slot_state,
             tasks,
             stats,
             ownership,
@@ -192,6 +244,9 @@ pub struct RelayHandle {
     instance_id: String,
     shutdown: watch::Sender<bool>,
     worker: JoinHandle<Result<worker::Exit>>,
+    /// The WAL mode's slot reader, when the schema has a slot.
+    reader: Option<JoinHandle<Result<()>>>,
+    slot: Arc<wal::SlotState>,
     tasks: Vec<JoinHandle<()>>,
     stats: Arc<RelayStats>,
     ownership: Arc<Ownership>,
@@ -222,8 +277,20 @@ impl RelayHandle {
     }
 
     /// Whether the relay has stopped (after shutdown, or a fatal error).
+    /// The slot reader ending on its own after a switch back to the table
+    /// mode does not count; ending with an error does.
     pub fn is_finished(&self) -> bool {
         self.worker.is_finished()
+            || self
+                .reader
+                .as_ref()
+                .is_some_and(|r| r.is_finished() && !self.slot.finished_cleanly())
+    }
+
+    /// The WAL mode's slot, as this relay reads it (inactive in the table
+    /// mode, or while another relay reads the slot).
+    pub fn slot(&self) -> &wal::SlotState {
+        &self.slot
     }
 
     /// Graceful stop: no new claims, the in-flight batch is published and
@@ -231,6 +298,10 @@ impl RelayHandle {
     /// Returns the final totals.
     pub async fn shutdown(self) -> Result<StatsSnapshot> {
         let _ = self.shutdown.send(true);
+        let read = match self.reader {
+            Some(reader) => reader.await.unwrap_or(Ok(())),
+            None => Ok(()),
+        };
         let result = match self.worker.await {
             Ok(r) => r.map(|_| self.stats.snapshot()),
             Err(e) => {
@@ -241,7 +312,7 @@ impl RelayHandle {
         for t in &self.tasks {
             t.abort();
         }
-        result
+        read.and(result)
     }
 
     /// [`RelayHandle::shutdown`] with a deadline; past it the relay is
@@ -250,7 +321,25 @@ impl RelayHandle {
         let _ = self.shutdown.send(true);
         let tasks = self.tasks;
         let mut worker = self.worker;
-        let result = match tokio::time::timeout(deadline, &mut worker).await {
+        let started = std::time::Instant::now();
+        if let Some(mut reader) = self.reader {
+            match tokio::time::timeout(deadline, &mut reader).await {
+                Ok(Ok(Err(e))) => {
+                    tracing::warn!(error = %e, "the slot reader had stopped with an error")
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    reader.abort();
+                    worker.abort();
+                    for t in &tasks {
+                        t.abort();
+                    }
+                    return Err(Error::ShutdownTimeout(deadline));
+                }
+            }
+        }
+        let deadline_left = deadline.saturating_sub(started.elapsed());
+        let result = match tokio::time::timeout(deadline_left, &mut worker).await {
             Ok(Ok(r)) => r.map(|_| self.stats.snapshot()),
             Ok(Err(_)) => Ok(self.stats.snapshot()),
             Err(_) => {
@@ -268,6 +357,9 @@ impl RelayHandle {
     /// would (for tests of crash recovery).
     pub fn abort(self) {
         self.worker.abort();
+        if let Some(reader) = &self.reader {
+            reader.abort();
+        }
         for t in &self.tasks {
             t.abort();
         }

@@ -11,6 +11,9 @@ use super::store::{RowRefs, Store};
 use crate::error::Result;
 use crate::relay::cursor::Start;
 use crate::schema::Schema;
+/// The WAL mode's message decoder, for the tests that read messages back
+/// from a slot of their own.
+pub use crate::wal::message::{decode as wal_message_decode, Emitted};
 
 /// Claims of every partition of a schema, from the table's first row, each
 /// acknowledging the batch the one before returned, as a busy relay's

@@ -1,6 +1,8 @@
 //! Shared setup: a fresh, migrated database per test and a fast relay.
 #![allow(dead_code)]
 
+pub mod logical;
+
 use std::time::Duration;
 
 use outbox::{NewEvent, Outbox, Relay, RelayConfig, RelayHandle};

@@ -166,6 +166,7 @@ pub async fn fresh_schema(
             partitions: None,
             notify_trigger: None,
             wakeup: Some(wakeup),
+            ..Default::default()
         },
     )
     .await?;

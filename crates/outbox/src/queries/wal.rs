@@ -1,0 +1,156 @@
+//! The WAL delivery mode's statements: what `outbox migrate --mode wal`
+//! checks and creates on the server, and the mode's producer calls.
+
+/// The server settings and the role's rights the WAL mode needs, read
+/// before anything is changed: `wal_level`, `max_replication_slots` and the
+/// slots in use, `max_wal_senders`, and whether the current role may
+/// replicate (`REPLICATION` or superuser: both creating a slot and the
+/// relay's replication connection need it).
+pub const WAL_PREFLIGHT: &str = "
+SELECT current_setting('wal_level'),
+       current_setting('max_replication_slots')::int,
+       (SELECT count(*)::int FROM pg_replication_slots),
+       current_setting('max_wal_senders')::int,
+       (SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user),
+       current_user::text,
+       (SELECT slot_type || ' ' || coalesce(plugin, '') || ' ' || coalesce(database, '')
+        FROM pg_replication_slots WHERE slot_name = $1),
+       current_database()::text";
+
+/// Creates the logical slot `$1` with `pgoutput`. Must run in a
+/// transaction that has written nothing (PostgreSQL's rule); waits for the
+/// transactions running at that moment to end, so every message committed
+/// after it returns is in the slot.
+pub const WAL_SLOT_CREATE: &str =
+    "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')";
+
+/// Whether replication slot `$1` exists.
+pub const WAL_SLOT_EXISTS: &str =
+    "SELECT EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = $1)";
+
+/// Whether publication `$1` exists. `pgoutput` needs one to start, even
+/// though messages pass whatever it publishes.
+pub const WAL_PUBLICATION_EXISTS: &str =
+    "SELECT EXISTS (SELECT FROM pg_publication WHERE pubname = $1)";
+
+/// Records the schema's slot and publication for the relay (one row).
+pub const WAL_SLOT_RECORD: &str = "
+INSERT INTO {schema}.outbox_wal (slot_name, publication) VALUES ($1, $2)
+ON CONFLICT (one) DO UPDATE SET slot_name = EXCLUDED.slot_name,
+                                publication = EXCLUDED.publication,
+                                created_at = now(),
+                                switch_seq_next = NULL, switch_seq_end = NULL";
+
+/// Whether a switch back to the table mode still waits for the relay to
+/// read the slot to it.
+pub const WAL_SWITCH_PENDING: &str =
+    "SELECT EXISTS (SELECT FROM {schema}.outbox_wal WHERE switch_seq_next IS NOT NULL)";
+
+/// The schema's recorded slot and publication, if it has been in the WAL
+/// mode.
+pub const WAL_SLOT_RECORDED: &str = "SELECT slot_name, publication FROM {schema}.outbox_wal";
+
+/// Whether schema `$1` is in the WAL mode: its capture trigger exists.
+pub const WAL_MODE_INSTALLED: &str = "
+SELECT EXISTS (
+    SELECT FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+      JOIN pg_namespace n ON n.oid = c.relnamespace
+     WHERE t.tgname = 'outbox_events_to_wal' AND n.nspname = $1
+       AND c.relname = 'outbox_events')";
+
+/// One event through `outbox_emit`, with every argument (the library
+/// passes its own time-ordered id).
+pub const EVENT_EMIT_ONE: &str = "SELECT {schema}.outbox_emit($1, $2, $3, $4, $5, $6, $7)";
+
+/// Many events through `outbox_emit` in one statement, emitted in the
+/// given order (the function scan yields the arrays' order).
+pub const EVENT_EMIT_MANY: &str = "
+SELECT {schema}.outbox_emit(aggregate_type, aggregate_id, event_type, payload::jsonb,
+                            headers::jsonb, topic, id)
+FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
+     AS e(id, aggregate_type, aggregate_id, event_type, payload, headers, topic)";
+
+/// The aggregates with an event waiting in the table (pending, or retrying
+/// after a failure): the WAL reader sets their later events aside behind
+/// it, so none overtakes. Read when a reader starts; few rows, read through
+/// the unprocessed index's predicate.
+pub const WAL_AGGREGATES_PENDING: &str = "
+SELECT DISTINCT aggregate_id::text FROM {schema}.outbox_events
+WHERE processed_at IS NULL AND dead_lettered_at IS NULL";
+
+/// Which of the aggregates `$1` still have an event waiting in the table.
+pub const WAL_AGGREGATES_PENDING_AMONG: &str = "
+SELECT DISTINCT aggregate_id::text FROM {schema}.outbox_events
+WHERE processed_at IS NULL AND dead_lettered_at IS NULL AND aggregate_id = ANY($1::text[])";
+
+/// Stores events the WAL reader sets aside as rows, in the order given (so
+/// in `seq` order; after a switch back to the table mode, with seq values
+/// from the range the switch kept, below every row written after it): a failed one retrying after its backoff
+/// (`$10` ms, attempts counted), a dead letter (`$12`), or one held behind
+/// an earlier event of its aggregate (no attempt, no delay). From then on
+/// the table's retries, dead letters and tools apply to it. An id already
+/// stored (the stream read again after a restart) is left as it is. Run
+/// after `SET LOCAL outbox.table_write = 'on'`, which the WAL mode's
+/// capture trigger lets through.
+pub const WAL_EVENTS_SET_ASIDE: &str = "
+WITH kept AS (
+    UPDATE {schema}.outbox_wal SET switch_seq_next = switch_seq_next + cardinality($1::uuid[])
+    WHERE switch_seq_next + cardinality($1::uuid[]) <= switch_seq_end
+    RETURNING switch_seq_next - cardinality($1::uuid[]) AS first)
+INSERT INTO {schema}.outbox_events
+    (seq, id, aggregate_type, aggregate_id, event_type, payload, headers, topic, created_at,
+     attempts, next_attempt_at, last_error, dead_lettered_at)
+OVERRIDING SYSTEM VALUE
+SELECT coalesce((SELECT first FROM kept) + ord - 1,
+                nextval(pg_get_serial_sequence('{schema}.outbox_events', 'seq'))),
+       id, aggregate_type, aggregate_id, event_type, payload::jsonb, headers::jsonb, topic,
+       created_at, attempts,
+       CASE WHEN NOT dead AND delay_ms IS NOT NULL
+            THEN now() + delay_ms * interval '1 millisecond' END,
+       last_error, CASE WHEN dead THEN now() END
+FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+            $8::timestamptz[], $9::int[], $10::bigint[], $11::text[], $12::bool[])
+     WITH ORDINALITY AS e(id, aggregate_type, aggregate_id, event_type, payload, headers, topic,
+                          created_at, attempts, delay_ms, last_error, dead, ord)
+ORDER BY ord
+ON CONFLICT (id) DO NOTHING";
+
+/// Lets the relay's own rows through the WAL mode's capture trigger, for
+/// the transaction.
+pub const WAL_TABLE_WRITE: &str = "SET LOCAL outbox.table_write = 'on'";
+
+/// The pause that holds the table's rows back while the slot is read to
+/// the switch back to the table mode (`paused_by` names it, so a pause of
+/// the operator's is never taken for it). Written by `outbox migrate --mode
+/// table` with [`WAL_SWITCH_MARK`], in the transaction that switches.
+pub const WAL_SWITCH_PAUSE: &str = "
+INSERT INTO {schema}.outbox_pauses (aggregate_type, paused_by)
+VALUES (NULL, 'outbox migrate --mode table: until the relay has read the slot to the switch')
+ON CONFLICT DO NOTHING";
+
+/// Keeps a range of a million seq values for the events the relay sets
+/// aside while it reads the slot to the switch (`WAL_EVENTS_SET_ASIDE`):
+/// every row written after the switch comes after them.
+pub const WAL_SWITCH_KEEP_SEQS: &str = "
+WITH r AS (SELECT nextval(pg_get_serial_sequence('{schema}.outbox_events', 'seq')) AS first)
+UPDATE {schema}.outbox_wal SET switch_seq_next = r.first,
+    switch_seq_end = setval(pg_get_serial_sequence('{schema}.outbox_events', 'seq'), r.first + 1000000)
+FROM r";
+
+/// The switch's mark in the stream: the relay reading the slot reaches it
+/// after every event emitted before the switch, and only then lets the
+/// table's rows go. `$1` is the schema's prefix, `$2` the mark.
+pub const WAL_SWITCH_MARK: &str = "SELECT pg_logical_emit_message(true, $1, $2)::text";
+
+/// Ends the switch once the relay has read the slot to its mark: lifts the
+/// switch's pause (not an operator's) and forgets the slot.
+pub const WAL_SWITCH_DONE: &str = "
+WITH lifted AS (
+    DELETE FROM {schema}.outbox_pauses
+    WHERE aggregate_type IS NULL AND paused_by LIKE 'outbox migrate --mode table:%')
+DELETE FROM {schema}.outbox_wal";
+
+/// Drops replication slot `$1` if it exists and no session reads it.
+pub const WAL_SLOT_DROP: &str = "
+SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+WHERE slot_name = $1 AND NOT active";

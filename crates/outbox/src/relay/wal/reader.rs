@@ -1,0 +1,446 @@
+//! The stream: the slot's messages of this schema gathered into batches at
+//! transaction ends, each batch published ([`super::settle`]), its failures
+//! set aside in the table, and only then the slot confirmed past it. A
+//! session that ends (the server restarting, the network) is opened again
+//! from the slot's confirmed position, so what was not confirmed is read
+//! again: at least once, never skipped.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use pgwire_replication::{Lsn, ReplicationClient, ReplicationEvent};
+use tokio::sync::watch;
+
+use super::session::{self, NotStarted};
+use super::set_aside::{Aside, SetAside};
+use super::settle::{Publishing, Settled};
+use super::switch::{self, SWITCH_TO_TABLE};
+use super::ReplicationTarget;
+use crate::error::{Error, Result};
+use crate::event::Event;
+use crate::publisher::Publisher;
+use crate::relay::backoff::DoublingDelay;
+use crate::relay::config::RelayConfig;
+use crate::relay::decode;
+use crate::relay::observe::{BatchReport, OutageKind, RelayObserver, RelayStats};
+use crate::wal::message;
+
+/// What the relay's owner can read of the reader while it runs.
+#[derive(Debug, Default)]
+pub struct SlotState {
+    active: AtomicBool,
+    switched: AtomicBool,
+    confirmed: AtomicU64,
+}
+
+impl SlotState {
+    /// Whether this relay is the slot's reader right now.
+    pub fn active(&self) -> bool {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    /// Whether the reader ended because the schema went back to the table
+    /// mode and the slot was read to the switch.
+    pub fn finished_cleanly(&self) -> bool {
+        self.switched.load(Ordering::Relaxed)
+    }
+
+    /// The last position this relay confirmed (0 before the first).
+    pub fn confirmed_lsn(&self) -> u64 {
+        self.confirmed.load(Ordering::Relaxed)
+    }
+}
+
+/// The reader of one schema's slot.
+pub(crate) struct Reader {
+    pub target: ReplicationTarget,
+    pub slot: String,
+    pub publication: String,
+    pub prefix: String,
+    pub aside: SetAside,
+    pub switch: switch::Switch,
+    pub publisher: Arc<dyn Publisher>,
+    pub config: RelayConfig,
+    pub stats: Arc<RelayStats>,
+    pub observer: Option<Arc<dyn RelayObserver>>,
+    pub shutdown: watch::Receiver<bool>,
+    pub state: Arc<SlotState>,
+    /// Aggregates with an event waiting in the table: their next events
+    /// wait there behind it. Checked again before each batch that holds one.
+    pub blocked: HashSet<String>,
+    /// Stream order of the events read, for the waves and the table's seq.
+    pub next_seq: i64,
+}
+
+/// How a session ended without an error.
+enum Ended {
+    /// The relay is stopping.
+    Stopped,
+    /// The schema went back to the table mode and the slot is read to the
+    /// switch: nothing more to read.
+    Switched,
+}
+
+/// Opens the first session before the relay counts as started, so that a
+/// setup the mode cannot run on is refused at once. `Ok(None)`: another
+/// relay reads the slot; this one stands by.
+pub(crate) async fn first_session(
+    target: &ReplicationTarget,
+    slot: &str,
+    publication: &str,
+) -> Result<Option<ReplicationClient>> {
+    match session::open(target, slot, publication, STATUS_INTERVAL).await {
+        Ok(client) => Ok(Some(client)),
+        Err(NotStarted::SlotBusy(message)) => {
+            tracing::info!(slot, "{message}");
+            Ok(None)
+        }
+        Err(NotStarted::Refused(reason)) | Err(NotStarted::Failed(reason)) => {
+            Err(Error::invalid("replication", reason))
+        }
+    }
+}
+
+/// How often the slot's confirmed position is reported to the server,
+/// whatever the relay is doing (also during a broker outage, so the server
+/// never times the session out).
+const STATUS_INTERVAL: Duration = Duration::from_secs(1);
+
+impl Reader {
+    /// Reads the slot until the relay stops, the schema has switched back
+    /// to the table, or the server refuses the session for good.
+    pub(crate) async fn run(mut self, first: Option<ReplicationClient>) -> Result<()> {
+        let mut first = first;
+        let mut retry = DoublingDelay::new(200, self.config.outage_backoff_max_ms);
+        let standby = Duration::from_millis((self.config.lease_ms / 4).clamp(100, 1_000));
+        let mut standing_by = false;
+        loop {
+            if *self.shutdown.borrow() {
+                return Ok(());
+            }
+            let opened = match first.take() {
+                Some(client) => Ok(client),
+                None => {
+                    session::open(&self.target, &self.slot, &self.publication, STATUS_INTERVAL)
+                        .await
+                }
+            };
+            let wait = match opened {
+                Ok(client) => {
+                    standing_by = false;
+                    retry.reset();
+                    self.state.active.store(true, Ordering::Relaxed);
+                    tracing::info!(slot = %self.slot, "reading the replication slot");
+                    let ended = self.stream(client).await;
+                    self.state.active.store(false, Ordering::Relaxed);
+                    match ended {
+                        Ok(Ended::Stopped) => return Ok(()),
+                        Ok(Ended::Switched) => {
+                            self.switch.finish(&self.slot).await?;
+                            self.state.switched.store(true, Ordering::Relaxed);
+                            return Ok(());
+                        }
+                        Err(error) => {
+                            tracing::warn!(slot = %self.slot, %error, "replication stream ended; reading again from the slot's confirmed position");
+                            if let Some(o) = &self.observer {
+                                o.on_outage(OutageKind::Database, &error);
+                            }
+                            retry.next_delay()
+                        }
+                    }
+                }
+                Err(NotStarted::SlotBusy(message)) => {
+                    if !standing_by {
+                        tracing::info!(slot = %self.slot, "{message}");
+                        standing_by = true;
+                    }
+                    standby
+                }
+                Err(NotStarted::Refused(reason)) => {
+                    tracing::error!(slot = %self.slot, "{reason}");
+                    return Err(Error::invalid("replication", reason));
+                }
+                Err(NotStarted::Failed(error)) => {
+                    tracing::warn!(slot = %self.slot, %error, "could not open the replication session; trying again");
+                    retry.next_delay()
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.shutdown.changed() => {}
+            }
+        }
+    }
+
+    /// One session: reads, publishes and confirms until it ends.
+    async fn stream(
+        &mut self,
+        mut client: ReplicationClient,
+    ) -> std::result::Result<Ended, String> {
+        let mut txn: Vec<Event> = Vec::new();
+        let mut txn_switches = false;
+        let mut batch: Vec<Event> = Vec::new();
+        let mut batch_end: Option<Lsn> = None;
+        let mut switch_at: Option<Lsn> = None;
+        loop {
+            // With a whole transaction or more in hand, publish as soon as
+            // nothing more is waiting; otherwise wait for the stream.
+            let next = if batch_end.is_some() {
+                client.recv().now_or_never()
+            } else {
+                tokio::select! {
+                    r = client.recv() => Some(r),
+                    _ = self.shutdown.changed() => {
+                        client.stop();
+                        return Ok(Ended::Stopped);
+                    }
+                }
+            };
+            let event = match next {
+                None => {
+                    let end = batch_end.take().expect("a batch end");
+                    if !self.flush(&client, std::mem::take(&mut batch), end).await {
+                        client.stop();
+                        return Ok(Ended::Stopped);
+                    }
+                    if switch_at.is_some_and(|at| at <= end) {
+                        let _ = client.shutdown().await;
+                        return Ok(Ended::Switched);
+                    }
+                    continue;
+                }
+                Some(Err(e)) => return Err(e.to_string()),
+                Some(Ok(None)) => return Err("the server ended the replication stream".to_owned()),
+                Some(Ok(Some(event))) => event,
+            };
+            match event {
+                ReplicationEvent::Begin { .. } => {
+                    txn.clear();
+                    txn_switches = false;
+                }
+                ReplicationEvent::Message {
+                    prefix, content, ..
+                } if prefix == self.prefix => {
+                    if content.as_ref() == SWITCH_TO_TABLE.as_bytes() {
+                        txn_switches = true;
+                    } else if let Some(e) = self.decoded(&content) {
+                        txn.push(e);
+                    }
+                }
+                ReplicationEvent::Commit { end_lsn, .. } => {
+                    batch.append(&mut txn);
+                    batch_end = Some(end_lsn);
+                    if txn_switches {
+                        switch_at = Some(end_lsn);
+                        txn_switches = false;
+                    }
+                    if batch.len() >= self.config.batch_size || switch_at.is_some() {
+                        let end = batch_end.take().expect("a batch end");
+                        if !self.flush(&client, std::mem::take(&mut batch), end).await {
+                            client.stop();
+                            return Ok(Ended::Stopped);
+                        }
+                        if switch_at.is_some() {
+                            let _ = client.shutdown().await;
+                            return Ok(Ended::Switched);
+                        }
+                    }
+                }
+                // Nothing of ours is in hand: the slot may move to where the
+                // server has decoded, so it holds no WAL for others.
+                ReplicationEvent::KeepAlive { wal_end, .. }
+                    if batch.is_empty() && txn.is_empty() && batch_end.is_none() =>
+                {
+                    client.update_applied_lsn(wal_end);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The event a message of this schema carries; a message that is not
+    /// one (written by hand with the prefix) is logged and skipped.
+    fn decoded(&mut self, content: &[u8]) -> Option<Event> {
+        let text = match std::str::from_utf8(content) {
+            Ok(text) => text,
+            Err(e) => {
+                tracing::error!(prefix = %self.prefix, error = %e, "skipping a message that is not UTF-8 text: only outbox_emit should write with this prefix");
+                return None;
+            }
+        };
+        let m = match message::decode(text) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::error!(prefix = %self.prefix, error = %e, "skipping a message outbox_emit did not write");
+                return None;
+            }
+        };
+        self.next_seq += 1;
+        // outbox_emit refuses headers that are not an object.
+        let headers = decode::headers(m.headers).unwrap_or_default();
+        Some(Event {
+            id: m.id,
+            seq: self.next_seq,
+            aggregate_type: m.aggregate_type.to_owned(),
+            aggregate_id: m.aggregate_id.to_owned(),
+            event_type: m.event_type.to_owned(),
+            payload: m.payload.to_owned(),
+            headers,
+            topic: m.topic.map(str::to_owned),
+            attempts: 0,
+            created_at: chrono::DateTime::from_timestamp_micros(m.created_at_micros)
+                .unwrap_or_default(),
+            partition: 0,
+        })
+    }
+
+    /// Publishes `batch`, sets its failures aside, then confirms `end`.
+    /// `false` when the relay was told to stop first: nothing is confirmed.
+    async fn flush(&mut self, client: &ReplicationClient, batch: Vec<Event>, end: Lsn) -> bool {
+        if batch.is_empty() {
+            client.update_applied_lsn(end);
+            self.state.confirmed.store(end.0, Ordering::Relaxed);
+            return true;
+        }
+        let started = Instant::now();
+        let claimed = batch.len();
+        let Some((events, behind)) = self.split_behind(batch).await else {
+            return false;
+        };
+        let observer = self.observer.clone();
+        let stats = self.stats.clone();
+        let on_outage = move |error: &str| {
+            stats.add_outage();
+            if let Some(o) = &observer {
+                o.on_outage(OutageKind::Broker, error);
+            }
+        };
+        let mut publishing = Publishing {
+            publisher: &self.publisher,
+            policy: self.config.retry_policy(),
+            timeout: Duration::from_millis(self.config.publish_timeout_ms),
+            outage_backoff_max_ms: self.config.outage_backoff_max_ms,
+            shutdown: &mut self.shutdown,
+            on_outage: &on_outage,
+        };
+        let Some(settled) = publishing.batch(events, behind).await else {
+            return false;
+        };
+        if !self.store_aside(&settled).await {
+            return false;
+        }
+        self.report(claimed, &settled, started);
+        client.update_applied_lsn(end);
+        self.state.confirmed.store(end.0, Ordering::Relaxed);
+        true
+    }
+
+    /// Splits off the events whose aggregate has an event waiting in the
+    /// table. `None` when the relay stops while the database is down.
+    async fn split_behind(&mut self, batch: Vec<Event>) -> Option<(Vec<Event>, Vec<Event>)> {
+        if !self.blocked.is_empty() {
+            let among: Vec<&str> = batch
+                .iter()
+                .map(|e| e.aggregate_id.as_str())
+                .filter(|a| self.blocked.contains(*a))
+                .collect::<HashSet<_>>()
+                .into_iter()
+                .collect();
+            if !among.is_empty() {
+                let mut wait = DoublingDelay::new(100, self.config.outage_backoff_max_ms);
+                let still = loop {
+                    match self.aside.aggregates_pending_among(&among).await {
+                        Ok(still) => break still,
+                        Err(e) => {
+                            if !self.database_down(&e, wait.next_delay()).await {
+                                return None;
+                            }
+                        }
+                    }
+                };
+                for a in among {
+                    if !still.contains(a) {
+                        self.blocked.remove(a);
+                    }
+                }
+            }
+        }
+        if self.blocked.is_empty() {
+            return Some((batch, Vec::new()));
+        }
+        Some(
+            batch
+                .into_iter()
+                .partition(|e| !self.blocked.contains(&e.aggregate_id)),
+        )
+    }
+
+    /// Writes the events set aside; retried while the database is down.
+    async fn store_aside(&mut self, settled: &Settled) -> bool {
+        if settled.aside.is_empty() {
+            return true;
+        }
+        let mut wait = DoublingDelay::new(100, self.config.outage_backoff_max_ms);
+        loop {
+            match self.aside.events_set_aside(&settled.aside).await {
+                Ok(()) => break,
+                Err(e) => {
+                    if !self.database_down(&e, wait.next_delay()).await {
+                        return false;
+                    }
+                }
+            }
+        }
+        for (e, why) in &settled.aside {
+            if let Aside::Dead { error } = why {
+                tracing::warn!(event_id = %e.id, event_type = %e.event_type, aggregate_id = %e.aggregate_id, %error, "event dead-lettered");
+            }
+            self.blocked.insert(e.aggregate_id.clone());
+        }
+        true
+    }
+
+    /// Logs a database failure and waits `wait`; `false` if the relay is
+    /// told to stop meanwhile.
+    async fn database_down(&mut self, e: &Error, wait: Duration) -> bool {
+        let error = e.with_causes().to_string();
+        tracing::warn!(%error, "database unavailable; the slot holds the batch");
+        self.stats.add_outage();
+        if let Some(o) = &self.observer {
+            o.on_outage(OutageKind::Database, &error);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = self.shutdown.changed() => {}
+        }
+        !*self.shutdown.borrow()
+    }
+
+    fn report(&self, claimed: usize, settled: &Settled, started: Instant) {
+        let mut retried = Vec::new();
+        let mut dead = Vec::new();
+        for (e, why) in &settled.aside {
+            match why {
+                Aside::Retry { error, .. } => retried.push((e.clone(), error.clone())),
+                Aside::Dead { error } => dead.push((e.clone(), error.clone())),
+                Aside::Behind => {}
+            }
+        }
+        let report = BatchReport {
+            claimed,
+            delivered: &settled.delivered,
+            retried: &retried,
+            dead_lettered: &dead,
+            outage: None,
+            acked_at: chrono::Utc::now(),
+            duration: started.elapsed(),
+        };
+        self.stats.add(&report);
+        if let Some(o) = &self.observer {
+            o.on_batch(&report);
+        }
+    }
+}
