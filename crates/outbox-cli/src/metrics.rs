@@ -120,6 +120,9 @@ struct Families {
     database_up: Family<SourceLabel, Gauge>,
     publisher_up: Family<SourceLabel, Gauge>,
     paused: Family<SourceLabel, Gauge>,
+    slot_lag_bytes: Family<SourceLabel, Gauge>,
+    slot_retained_bytes: Family<SourceLabel, Gauge>,
+    slot_active: Family<SourceLabel, Gauge>,
     /// The `event_type` values given a series of their own, by any source.
     event_types: Mutex<HashSet<String>>,
 }
@@ -158,6 +161,9 @@ impl Families {
             &self.database_up,
             &self.publisher_up,
             &self.paused,
+            &self.slot_lag_bytes,
+            &self.slot_retained_bytes,
+            &self.slot_active,
         ] {
             family.remove(&label);
         }
@@ -224,6 +230,9 @@ impl Metrics {
             database_up: Family::default(),
             publisher_up: Family::default(),
             paused: Family::default(),
+            slot_lag_bytes: Family::default(),
+            slot_retained_bytes: Family::default(),
+            slot_active: Family::default(),
             event_types: Mutex::new(HashSet::new()),
         };
         let relay_info = Family::<RelayInfo, Gauge>::default();
@@ -252,6 +261,9 @@ impl Metrics {
             (database_up, "outbox_database_up", "1 when the last database check (the one /readyz shows) could query the outbox tables, else 0"),
             (publisher_up, "outbox_publisher_up", "0 while the broker is down (the last publish found it unavailable), else 1"),
             (paused, "outbox_paused", "Pauses in force (outbox_pauses: the whole outbox, or one aggregate type each); 0 when delivery runs for everything (from the database)"),
+            (slot_lag_bytes, "outbox_slot_lag_bytes", "WAL mode: bytes of WAL from the slot's confirmed position to the server's, what the relay has still to read and confirm; 0 in the table mode (from the database)"),
+            (slot_retained_bytes, "outbox_slot_retained_bytes", "WAL mode: bytes of WAL the slot keeps the server from removing; 0 in the table mode (from the database)"),
+            (slot_active, "outbox_slot_active", "WAL mode: 1 while a relay reads the slot, 0 while none does (or in the table mode) (from the database)"),
         );
         registry.register(
             "outbox_relay_info",

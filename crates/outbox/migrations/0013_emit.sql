@@ -23,12 +23,16 @@ CREATE OR REPLACE FUNCTION {schema}.outbox_uuid7() RETURNS uuid
 -- the relay has read the slot to the switch: the range of seq values kept
 -- for the events the relay sets aside meanwhile (`switch_seq_next` up to
 -- `switch_seq_end`), below every row written after the switch, so none of
--- those overtakes an earlier event of its aggregate.
+-- those overtakes an earlier event of its aggregate. `confirmed_lsn`: where
+-- the relay last confirmed the slot, saved ten times a second; a session
+-- starts there, since PostgreSQL before 17 does not save a slot's confirmed
+-- position at shutdown and would send every event since its last save again.
 CREATE TABLE IF NOT EXISTS {schema}.outbox_wal (
     one             BOOLEAN     PRIMARY KEY DEFAULT true CHECK (one),
     slot_name       TEXT        NOT NULL,
     publication     TEXT        NOT NULL,
     created_at      TIMESTAMPTZ NOT NULL DEFAULT now(),
     switch_seq_next BIGINT,
-    switch_seq_end  BIGINT
+    switch_seq_end  BIGINT,
+    confirmed_lsn   PG_LSN
 );

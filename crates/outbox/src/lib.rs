@@ -48,7 +48,7 @@ pub use relay::{
     RelayStats, Retention, StatsSnapshot,
 };
 pub use schema::Schema;
-pub use status::{PartitionOwner, Status};
+pub use status::{PartitionOwner, SlotStatus, Status};
 pub use wakeup::Wakeup;
 pub use wal::DeliveryMode;
 

@@ -20,6 +20,28 @@ pub struct PartitionOwner {
     pub lease_ms_left: Option<i64>,
 }
 
+/// The WAL mode's replication slot, as the server sees it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SlotStatus {
+    /// The slot's name.
+    pub name: String,
+    /// Whether the slot exists on the server (dropped by hand, or lost in
+    /// a failover, it does not).
+    pub exists: bool,
+    /// Whether a session (a relay) reads it now.
+    pub active: bool,
+    /// Bytes of WAL from the slot's confirmed position to the server's
+    /// current one: what the relay has still to read and confirm.
+    pub lag_bytes: Option<i64>,
+    /// Bytes of WAL the slot keeps the server from removing.
+    pub retained_bytes: Option<i64>,
+    /// The lag its walsender reports, in seconds (while read, and behind).
+    pub lag_seconds: Option<f64>,
+    /// Whether a switch back to the table mode waits for the relay to read
+    /// the slot to it.
+    pub switching_to_table: bool,
+}
+
 /// Counters and owners of one outbox schema.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Status {
@@ -35,6 +57,11 @@ pub struct Status {
     pub oldest_pending_age_seconds: Option<f64>,
     /// Partition owners.
     pub partitions: Vec<PartitionOwner>,
+    /// The delivery mode: `table` or `wal`.
+    pub mode: String,
+    /// The WAL mode's slot, while the schema has one (in the WAL mode, or
+    /// switched back and not yet read to the switch).
+    pub slot: Option<SlotStatus>,
 }
 
 impl Status {
@@ -58,7 +85,23 @@ impl Status {
                 lease_ms_left: r.get(3),
             })
             .collect();
+        let mode = crate::migrate::installed_delivery(conn, schema).await?;
+        let slot = sqlx::query(&schema.render(q::STATUS_SLOT))
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(Error::db("reading the replication slot"))?
+            .map(|r| SlotStatus {
+                name: r.get(0),
+                exists: r.get(1),
+                active: r.get(2),
+                lag_bytes: r.get(3),
+                retained_bytes: r.get(4),
+                lag_seconds: r.get(5),
+                switching_to_table: r.get(6),
+            });
         Ok(Status {
+            mode: mode.name().to_owned(),
+            slot,
             schema: schema.name().to_owned(),
             pending: row.get(0),
             retrying: row.get(1),

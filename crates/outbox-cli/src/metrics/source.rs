@@ -46,6 +46,9 @@ struct Series {
     database_up: Gauge,
     publisher_up: Gauge,
     paused: Gauge,
+    slot_lag_bytes: Gauge,
+    slot_retained_bytes: Gauge,
+    slot_active: Gauge,
     /// The event types this source's failures were counted under (the
     /// series to remove when it is forgotten); `None` once it is, so a
     /// late failure does not bring a series back.
@@ -85,6 +88,9 @@ impl SourceMetrics {
             database_up: f.database_up.get_or_create_owned(&label),
             publisher_up: f.publisher_up.get_or_create_owned(&label),
             paused: f.paused.get_or_create_owned(&label),
+            slot_lag_bytes: f.slot_lag_bytes.get_or_create_owned(&label),
+            slot_retained_bytes: f.slot_retained_bytes.get_or_create_owned(&label),
+            slot_active: f.slot_active.get_or_create_owned(&label),
             event_types: Mutex::new(Some(HashSet::new())),
             name: label.source,
             families: families.clone(),
@@ -109,6 +115,12 @@ impl SourceMetrics {
         s.dead_letters.set(status.dead_letters);
         s.oldest_pending_age
             .set(status.oldest_pending_age_seconds.unwrap_or(0.0).max(0.0));
+        let slot = status.slot.as_ref();
+        s.slot_lag_bytes
+            .set(slot.and_then(|s| s.lag_bytes).unwrap_or(0).max(0));
+        s.slot_retained_bytes
+            .set(slot.and_then(|s| s.retained_bytes).unwrap_or(0).max(0));
+        s.slot_active.set(i64::from(slot.is_some_and(|s| s.active)));
     }
 
     /// Sets every gauge read from the database.

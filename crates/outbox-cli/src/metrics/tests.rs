@@ -61,6 +61,8 @@ fn status(pending: i64) -> Status {
         dead_letters: 3,
         oldest_pending_age_seconds: Some(4.5),
         partitions: Vec::new(),
+        mode: "table".into(),
+        slot: None,
     }
 }
 
@@ -517,6 +519,16 @@ fn the_claimable_and_xmin_ages_come_from_the_database_read() {
             dead_letters: 0,
             oldest_pending_age_seconds: Some(90.0),
             partitions: Vec::new(),
+            mode: "wal".into(),
+            slot: Some(outbox::SlotStatus {
+                name: "outbox_public".into(),
+                exists: true,
+                active: true,
+                lag_bytes: Some(4096),
+                retained_bytes: Some(8192),
+                lag_seconds: Some(0.5),
+                switching_to_table: false,
+            }),
         },
         oldest_claimable_age_seconds: 12.5,
         oldest_xmin_age_seconds: 700.0,
@@ -529,4 +541,7 @@ fn the_claimable_and_xmin_ages_come_from_the_database_read() {
     assert_eq!(of("outbox_paused"), 2.0);
     assert_eq!(of("outbox_oldest_claimable_age_seconds"), 12.5);
     assert_eq!(of("outbox_oldest_xmin_age_seconds"), 700.0);
+    assert_eq!(of("outbox_slot_lag_bytes"), 4096.0);
+    assert_eq!(of("outbox_slot_retained_bytes"), 8192.0);
+    assert_eq!(of("outbox_slot_active"), 1.0);
 }

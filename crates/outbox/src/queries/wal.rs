@@ -39,7 +39,20 @@ INSERT INTO {schema}.outbox_wal (slot_name, publication) VALUES ($1, $2)
 ON CONFLICT (one) DO UPDATE SET slot_name = EXCLUDED.slot_name,
                                 publication = EXCLUDED.publication,
                                 created_at = now(),
-                                switch_seq_next = NULL, switch_seq_end = NULL";
+                                switch_seq_next = NULL, switch_seq_end = NULL,
+                                confirmed_lsn = NULL";
+
+/// Saves where the relay has confirmed the slot (`$1`, an LSN as text):
+/// the next session starts there even if the server forgot the slot's own
+/// confirmed position in a restart. Never moves it back. Not flushed: a
+/// lost save only means more events read again.
+pub const WAL_CONFIRMED_SAVE: &str = "
+UPDATE {schema}.outbox_wal SET confirmed_lsn = $1::text::pg_lsn
+WHERE (confirmed_lsn IS NULL OR confirmed_lsn < $1::text::pg_lsn)
+  AND (SELECT set_config('synchronous_commit', 'off', true)) IS NOT NULL";
+
+/// Where the relay last saved its confirmed position, as text.
+pub const WAL_CONFIRMED_SAVED: &str = "SELECT confirmed_lsn::text FROM {schema}.outbox_wal";
 
 /// Whether a switch back to the table mode still waits for the relay to
 /// read the slot to it.

@@ -146,7 +146,8 @@ impl RelayBuilder {
                 ))
             }
             (Some((slot, publication)), Some(target)) => {
-                Some(wal::reader::first_session(target, slot, publication).await?)
+                let position = wal::position::Position::new(self.pool.clone(), &self.schema);
+                Some(wal::reader::first_session(target, slot, publication, &position).await?)
             }
         };
         let store = Store::new(
@@ -195,6 +196,7 @@ impl RelayBuilder {
                     prefix: crate::wal::message_prefix(&self.schema),
                     aside: wal::set_aside::SetAside::new(self.pool.clone(), &self.schema),
                     switch: wal::switch::Switch::new(self.pool.clone(), &self.schema),
+                    position: wal::position::Position::new(self.pool.clone(), &self.schema),
                     slot,
                     publication,
                     publisher: self.publisher.clone(),

@@ -85,6 +85,11 @@ pub async fn run(ctx: &Ctx, args: RelayArgs) -> Result<ExitCode> {
     let mut builder = Relay::builder(pool.clone(), publisher.clone())
         .schema(schema.clone())
         .config(c.relay.clone());
+    // Used only when the schema is in the WAL mode: the slot is read over a
+    // replication connection to the same server.
+    if let Ok(target) = outbox::ReplicationTarget::from_url(&url) {
+        builder = builder.replication(target);
+    }
     if listener.is_some() {
         builder = builder.observer(Arc::new(source.clone()));
     }

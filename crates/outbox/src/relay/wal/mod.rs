@@ -9,8 +9,10 @@
 //! | the stream: messages into batches at transaction ends, confirming the slot | [`reader`] |
 //! | one batch published in waves; outages waited out | [`settle`] |
 //! | the slow path: events set aside in the table | [`set_aside`] |
+//! | the confirmed position, saved beside the slot | [`position`] |
 //! | the switch back to the table mode, ended by the reader | [`switch`] |
 
+pub(crate) mod position;
 pub(crate) mod reader;
 pub(crate) mod session;
 pub(crate) mod set_aside;

@@ -14,6 +14,7 @@ use futures::FutureExt;
 use pgwire_replication::{Lsn, ReplicationClient, ReplicationEvent};
 use tokio::sync::watch;
 
+use super::position::Position;
 use super::session::{self, NotStarted};
 use super::set_aside::{Aside, SetAside};
 use super::settle::{Publishing, Settled};
@@ -62,6 +63,7 @@ pub(crate) struct Reader {
     pub prefix: String,
     pub aside: SetAside,
     pub switch: switch::Switch,
+    pub position: Position,
     pub publisher: Arc<dyn Publisher>,
     pub config: RelayConfig,
     pub stats: Arc<RelayStats>,
@@ -91,8 +93,10 @@ pub(crate) async fn first_session(
     target: &ReplicationTarget,
     slot: &str,
     publication: &str,
+    position: &Position,
 ) -> Result<Option<ReplicationClient>> {
-    match session::open(target, slot, publication, STATUS_INTERVAL).await {
+    let start = position.saved().await?;
+    match session::open(target, slot, publication, STATUS_INTERVAL, start).await {
         Ok(client) => Ok(Some(client)),
         Err(NotStarted::SlotBusy(message)) => {
             tracing::info!(slot, "{message}");
@@ -104,10 +108,11 @@ pub(crate) async fn first_session(
     }
 }
 
-/// How often the slot's confirmed position is reported to the server,
-/// whatever the relay is doing (also during a broker outage, so the server
-/// never times the session out).
-const STATUS_INTERVAL: Duration = Duration::from_secs(1);
+/// How soon a confirmed position is reported to the server (at most this
+/// often): what a relay killed right after confirming may read again. The
+/// session reports on its own task, also while a broker outage holds the
+/// stream, so the server never times it out.
+const STATUS_INTERVAL: Duration = Duration::from_millis(10);
 
 impl Reader {
     /// Reads the slot until the relay stops, the schema has switched back
@@ -123,10 +128,19 @@ impl Reader {
             }
             let opened = match first.take() {
                 Some(client) => Ok(client),
-                None => {
-                    session::open(&self.target, &self.slot, &self.publication, STATUS_INTERVAL)
+                None => match self.position.saved().await {
+                    Ok(start) => {
+                        session::open(
+                            &self.target,
+                            &self.slot,
+                            &self.publication,
+                            STATUS_INTERVAL,
+                            start,
+                        )
                         .await
-                }
+                    }
+                    Err(e) => Err(NotStarted::Failed(e.with_causes().to_string())),
+                },
             };
             let wait = match opened {
                 Ok(client) => {
@@ -335,6 +349,7 @@ impl Reader {
         self.report(claimed, &settled, started);
         client.update_applied_lsn(end);
         self.state.confirmed.store(end.0, Ordering::Relaxed);
+        self.position.confirmed(end);
         true
     }
 

@@ -6,9 +6,12 @@
 
 use std::time::Duration;
 
-use pgwire_replication::{PgWireError, ReplicationClient, ReplicationConfig};
+use pgwire_replication::{Lsn, PgWireError, ReplicationClient, ReplicationConfig};
 
 use super::ReplicationTarget;
+
+/// How often an idle session reports its position.
+const IDLE_STATUS: Duration = Duration::from_secs(10);
 
 /// Why a session did not start.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +42,7 @@ pub(crate) async fn open(
     slot: &str,
     publication: &str,
     status_interval: Duration,
+    start: Option<Lsn>,
 ) -> Result<ReplicationClient, NotStarted> {
     let config = ReplicationConfig::new(
         target.host.clone(),
@@ -50,8 +54,15 @@ pub(crate) async fn open(
     )
     .with_port(target.port)
     .with_status_interval(status_interval)
-    .with_wakeup_interval(status_interval)
+    // An idle session reports its position this often (the server's
+    // keepalives come every wal_sender_timeout / 2 besides); a confirmed
+    // batch is reported within `status_interval`.
+    .with_wakeup_interval(IDLE_STATUS)
     .with_application_name("outbox-relay");
+    let config = match start {
+        Some(lsn) => config.with_start_lsn(lsn),
+        None => config,
+    };
     let mut client = ReplicationClient::connect(config)
         .await
         .map_err(|e| classify(&e, target, slot))?;
