@@ -91,6 +91,10 @@ impl Server {
         let cluster = tokio::task::spawn_blocking(move || {
             PgCluster::start_with(PgOptions {
                 fsync,
+                // The WAL mode's benchmarks read a logical slot; every
+                // variant of a run shares the server, so ratios compare
+                // like with like.
+                extra_conf: vec![("wal_level".into(), "logical".into())],
                 ..PgOptions::default()
             })
         })

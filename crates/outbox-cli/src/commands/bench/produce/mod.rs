@@ -108,6 +108,13 @@ async fn run_variant(
     })
 }
 
+/// The server's `wal_level`.
+async fn wal_level(pool: &PgPool) -> Result<String> {
+    Ok(sqlx::query_scalar("SELECT current_setting('wal_level')")
+        .fetch_one(pool)
+        .await?)
+}
+
 /// The server's WAL position, in bytes.
 async fn wal_lsn(pool: &PgPool) -> Result<i64> {
     Ok(
@@ -117,18 +124,38 @@ async fn wal_lsn(pool: &PgPool) -> Result<i64> {
     )
 }
 
-/// Events of `schema` not yet delivered.
-async fn pending(pool: &PgPool, schema: &Schema) -> Result<i64> {
-    event_rows(pool, schema).await
+/// Events of `schema` not yet delivered: its rows, or in the WAL mode the
+/// bytes of WAL its slot has not confirmed (up to `target`, the server's
+/// position when the run ended).
+async fn pending(pool: &PgPool, schema: &Schema, target: Option<i64>) -> Result<i64> {
+    match target {
+        None => event_rows(pool, schema).await,
+        Some(target) => {
+            let confirmed: Option<i64> = sqlx::query_scalar(&format!(
+                "SELECT pg_wal_lsn_diff(s.confirmed_flush_lsn, '0/0')::bigint
+                 FROM pg_replication_slots s JOIN {}.outbox_wal w ON w.slot_name = s.slot_name",
+                schema.name()
+            ))
+            .fetch_optional(pool)
+            .await?
+            .flatten();
+            Ok((target - confirmed.unwrap_or(0)).max(0))
+        }
+    }
 }
 
 /// Waits until the relay has delivered everything of `schema` and is idle
 /// again, so the next run starts from the same state.
-async fn catch_up(relay: &mut ChildRelay, pool: &PgPool, schema: &Schema) -> Result<()> {
+async fn catch_up(
+    relay: &mut ChildRelay,
+    pool: &PgPool,
+    schema: &Schema,
+    target: Option<i64>,
+) -> Result<()> {
     let deadline = Instant::now() + CATCH_UP;
     loop {
         relay.check_running()?;
-        if pending(pool, schema).await? == 0 {
+        if pending(pool, schema, target).await? == 0 {
             break;
         }
         if Instant::now() > deadline {
@@ -151,9 +178,14 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: ProduceArgs) -> Result<serde_json
     let most = args.producers.iter().copied().max().unwrap_or(1);
     let server = Server::start(ctx, fsync).await?;
     let pool = server.pool(most + 4).await?;
+    let logical = wal_level(&pool).await? == "logical";
+    if !logical {
+        eprintln!("bench produce: the server runs with wal_level other than logical: the WAL mode's variants (w, x) are left out");
+    }
     let variants: Vec<Variant> = VARIANTS
         .into_iter()
         .filter(|&v| v != Variant::PlainRelay || args.relay_reference)
+        .filter(|&v| !v.wal() || logical)
         .collect();
     let mut schemas: Vec<Option<Schema>> = vec![None; VARIANTS.len()];
     let mut relays: Vec<Option<ChildRelay>> = VARIANTS.iter().map(|_| None).collect();
@@ -187,10 +219,15 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: ProduceArgs) -> Result<serde_json
                 let mut note = String::new();
                 if let Some(relay) = relays[i].as_mut() {
                     relay.check_running()?;
-                    let left = pending(&pool, schema).await?;
+                    let target = match v.wal() {
+                        true => Some(wal_lsn(&pool).await?),
+                        false => None,
+                    };
+                    let left = pending(&pool, schema, target).await?;
                     at.backlog_max[i] = at.backlog_max[i].max(left);
-                    note = format!(" (relay {left} events behind at the end)");
-                    catch_up(relay, &pool, schema).await?;
+                    let unit = if v.wal() { "WAL bytes" } else { "events" };
+                    note = format!(" (relay {left} {unit} behind at the end)");
+                    catch_up(relay, &pool, schema, target).await?;
                 }
                 eprintln!(
                     "bench produce: {producers} producers, round {} ({}) {}: {:.0} tx/s, {:.0} WAL bytes/tx{note}",

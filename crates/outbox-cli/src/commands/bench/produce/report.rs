@@ -79,6 +79,10 @@ pub fn print(counts: &[AtCount], ran: &[Variant]) -> Vec<Value> {
         );
     }
     header += &format!(" {:>5} {:>5} {:>5}", "d/s", "d/m", "d/b");
+    let wal = ran.contains(&Variant::Emit);
+    if wal {
+        header += &format!(" {:>5} {:>5} {:>5} {:>5}", "w/s", "w/m", "x/s", "x/m");
+    }
     println!("{header}");
     let mut rows = Vec::new();
     for at in counts {
@@ -116,6 +120,18 @@ pub fn print(counts: &[AtCount], ran: &[Variant]) -> Vec<Value> {
             cell(d_m, 5, 2),
             cell(d_b, 5, 2)
         );
+        if wal {
+            let (s, m) = (at.tps(Variant::Seed), at.tps(Variant::Message));
+            for (name, x) in [
+                ("w", at.tps(Variant::Emit)),
+                ("x", at.tps(Variant::EmitRelay)),
+            ] {
+                let (over_s, over_m) = (ratio(x, s), ratio(x, m));
+                line += &format!(" {} {}", cell(over_s, 5, 2), cell(over_m, 5, 2));
+                row.insert(format!("{name}_over_s"), json!(over_s));
+                row.insert(format!("{name}_over_m"), json!(over_m));
+            }
+        }
         println!("{line}");
         row.insert("d_over_s".into(), json!(d_s));
         row.insert("d_over_m".into(), json!(d_m));

@@ -31,10 +31,15 @@ pub enum Variant {
     /// (e), with `--relay-reference`: as (b), with `outbox relay` running
     /// as in (d).
     PlainRelay,
+    /// (w) `outbox_emit(...)` in a schema migrated with `--mode wal`: the
+    /// WAL mode's producer, no relay reading the slot.
+    Emit,
+    /// (x) as (w), with `outbox relay` reading the slot.
+    EmitRelay,
 }
 
 /// In the order of the first run; reversed every other run.
-pub const VARIANTS: [Variant; 8] = [
+pub const VARIANTS: [Variant; 10] = [
     Variant::Orders,
     Variant::Seed,
     Variant::Message,
@@ -43,6 +48,8 @@ pub const VARIANTS: [Variant; 8] = [
     Variant::Trigger,
     Variant::IdleRelay,
     Variant::PlainRelay,
+    Variant::Emit,
+    Variant::EmitRelay,
 ];
 
 /// The seed's table, with the identity `seq` that ordering needs and the
@@ -76,6 +83,8 @@ impl Variant {
             Variant::Trigger => "bench_trigger",
             Variant::IdleRelay => "bench_idle",
             Variant::PlainRelay => "bench_plain_relay",
+            Variant::Emit => "bench_emit",
+            Variant::EmitRelay => "bench_emit_relay",
         }
     }
 
@@ -90,6 +99,8 @@ impl Variant {
             Variant::Trigger => "trigger",
             Variant::IdleRelay => "idle_relay",
             Variant::PlainRelay => "plain_relay",
+            Variant::Emit => "emit",
+            Variant::EmitRelay => "emit_relay",
         }
     }
 
@@ -104,6 +115,8 @@ impl Variant {
             Variant::Trigger => "c",
             Variant::IdleRelay => "d",
             Variant::PlainRelay => "e",
+            Variant::Emit => "w",
+            Variant::EmitRelay => "x",
         }
     }
 
@@ -122,12 +135,23 @@ impl Variant {
                 "+ plain INSERT, default migrate (idle wake-up trigger), `outbox relay` running"
             }
             Variant::PlainRelay => "+ plain INSERT, no trigger, `outbox relay` running",
+            Variant::Emit => "+ outbox_emit(...), WAL mode, no relay reading the slot",
+            Variant::EmitRelay => "+ outbox_emit(...), WAL mode, `outbox relay` reading the slot",
         }
     }
 
     /// Whether `outbox relay` runs while the producers write.
     pub fn relay(self) -> bool {
-        matches!(self, Variant::IdleRelay | Variant::PlainRelay)
+        matches!(
+            self,
+            Variant::IdleRelay | Variant::PlainRelay | Variant::EmitRelay
+        )
+    }
+
+    /// Whether the variant writes in the WAL mode (its events are read from
+    /// a replication slot, not rows).
+    pub fn wal(self) -> bool {
+        matches!(self, Variant::Emit | Variant::EmitRelay)
     }
 
     /// Whether the variant has an outbox table to empty between runs.
@@ -161,6 +185,26 @@ impl Variant {
                 }
                 schema
             }
+            Variant::Emit | Variant::EmitRelay => {
+                let schema = fresh_schema(pool, self.schema(), self.wakeup()).await?;
+                let mut conn = pool.acquire().await?;
+                // A slot left by an earlier bench goes first: its name is
+                // the schema's, and it would hold WAL for nothing.
+                sqlx::query("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active")
+                    .bind(format!("outbox_{}", schema.name()))
+                    .execute(&mut *conn)
+                    .await?;
+                outbox::migrate(
+                    &mut conn,
+                    &schema,
+                    &outbox::MigrateOptions {
+                        mode: Some(outbox::DeliveryMode::Wal),
+                        ..Default::default()
+                    },
+                )
+                .await?;
+                schema
+            }
             _ => fresh_schema(pool, self.schema(), self.wakeup()).await?,
         };
         create_orders(pool, &schema).await?;
@@ -192,6 +236,10 @@ impl Writer {
     pub fn new(variant: Variant, schema: &Schema, outbox: Outbox) -> Writer {
         let event_sql = match variant {
             Variant::Message => EMIT_MESSAGE.to_owned(),
+            Variant::Emit | Variant::EmitRelay => format!(
+                "SELECT {}.outbox_emit('order', $1, 'order.created', $2)",
+                schema.name()
+            ),
             _ => format!(
                 "INSERT INTO {}.outbox_events (aggregate_type, aggregate_id, event_type, payload) VALUES ($1, $2, $3, $4)",
                 schema.name()
@@ -210,6 +258,13 @@ impl Writer {
             Variant::Orders => {}
             Variant::Message => {
                 sqlx::query(&self.event_sql)
+                    .bind(sqlx::types::Json(payload))
+                    .execute(conn)
+                    .await?;
+            }
+            Variant::Emit | Variant::EmitRelay => {
+                sqlx::query(&self.event_sql)
+                    .bind(id.to_string())
                     .bind(sqlx::types::Json(payload))
                     .execute(conn)
                     .await?;
