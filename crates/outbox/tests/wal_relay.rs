@@ -394,3 +394,32 @@ async fn switching_table_to_wal_and_back_delivers_every_pending_event_once_in_or
     assert!(!relay.is_finished(), "the table relay goes on");
     relay.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_transaction_larger_than_a_batch_is_published_in_batches_in_order() {
+    let db = wal_db().await;
+    let publisher = TestPublisher::new();
+    let relay = start(&db, &publisher, config("r1")).await;
+    // 2 aggregates x 130 events in one transaction: 260 events, batch 100.
+    let events: Vec<NewEvent> = (1..=130)
+        .flat_map(|n| [event("a", n), event("b", n)])
+        .collect();
+    let expected: Vec<Uuid> = events.iter().map(|e| e.id).collect();
+    let mut tx = db.pool.begin().await.unwrap();
+    db.outbox.enqueue_many(&mut *tx, &events).await.unwrap();
+    tx.commit().await.unwrap();
+    wait_until("the whole transaction delivered", LONG, || async {
+        publisher.delivered_count() >= expected.len()
+    })
+    .await;
+    assert_eq!(check("", &expected, &publisher), 0);
+    assert!(
+        publisher.max_batch_seen() <= 100,
+        "batches of at most batch_size"
+    );
+    wait_until("the slot confirmed past it", LONG, || async {
+        slot_lag(&db.pool).await < 1_000
+    })
+    .await;
+    relay.shutdown().await.unwrap();
+}

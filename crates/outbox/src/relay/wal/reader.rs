@@ -215,12 +215,12 @@ impl Reader {
             };
             let event = match next {
                 None => {
-                    let end = batch_end.take().expect("a batch end");
+                    let end = batch_end.take();
                     if !self.flush(&client, std::mem::take(&mut batch), end).await {
                         client.stop();
                         return Ok(Ended::Stopped);
                     }
-                    if switch_at.is_some_and(|at| at <= end) {
+                    if switch_at.is_some_and(|at| end.is_some_and(|end| at <= end)) {
                         let _ = client.shutdown().await;
                         return Ok(Ended::Switched);
                     }
@@ -243,6 +243,18 @@ impl Reader {
                     } else if let Some(e) = self.decoded(&content) {
                         txn.push(e);
                     }
+                    // A transaction larger than a batch is published in
+                    // batches as it streams (it has committed: pgoutput
+                    // sends only committed transactions); the slot moves
+                    // past it at its end.
+                    if batch.len() + txn.len() >= self.config.batch_size {
+                        batch.append(&mut txn);
+                        let end = batch_end.take();
+                        if !self.flush(&client, std::mem::take(&mut batch), end).await {
+                            client.stop();
+                            return Ok(Ended::Stopped);
+                        }
+                    }
                 }
                 ReplicationEvent::Commit { end_lsn, .. } => {
                     batch.append(&mut txn);
@@ -252,7 +264,7 @@ impl Reader {
                         txn_switches = false;
                     }
                     if batch.len() >= self.config.batch_size || switch_at.is_some() {
-                        let end = batch_end.take().expect("a batch end");
+                        let end = batch_end.take();
                         if !self.flush(&client, std::mem::take(&mut batch), end).await {
                             client.stop();
                             return Ok(Ended::Stopped);
@@ -311,12 +323,20 @@ impl Reader {
         })
     }
 
-    /// Publishes `batch`, sets its failures aside, then confirms `end`.
-    /// `false` when the relay was told to stop first: nothing is confirmed.
-    async fn flush(&mut self, client: &ReplicationClient, batch: Vec<Event>, end: Lsn) -> bool {
+    /// Publishes `batch`, sets its failures aside, then confirms `end` (the
+    /// end of the last whole transaction in it; `None` for a batch cut out
+    /// of a transaction still streaming). `false` when the relay was told
+    /// to stop first: nothing is confirmed.
+    async fn flush(
+        &mut self,
+        client: &ReplicationClient,
+        batch: Vec<Event>,
+        end: Option<Lsn>,
+    ) -> bool {
         if batch.is_empty() {
-            client.update_applied_lsn(end);
-            self.state.confirmed.store(end.0, Ordering::Relaxed);
+            if let Some(end) = end {
+                self.confirm(client, end);
+            }
             return true;
         }
         let started = Instant::now();
@@ -347,10 +367,17 @@ impl Reader {
             return false;
         }
         self.report(claimed, &settled, started);
+        if let Some(end) = end {
+            self.confirm(client, end);
+            self.position.confirmed(end);
+        }
+        true
+    }
+
+    /// Lets the slot move to `end`.
+    fn confirm(&self, client: &ReplicationClient, end: Lsn) {
         client.update_applied_lsn(end);
         self.state.confirmed.store(end.0, Ordering::Relaxed);
-        self.position.confirmed(end);
-        true
     }
 
     /// Splits off the events whose aggregate has an event waiting in the
