@@ -35,17 +35,12 @@ pub struct MigrateArgs {
     /// `wal_level = logical`, a free slot and WAL sender, and a role with
     /// REPLICATION; refused, with nothing changed, otherwise). Left out, the
     /// schema keeps its mode.
-    #[arg(long, value_name = "MODE", value_parser = parse_mode)]
+    #[arg(long, value_name = "MODE")]
     pub mode: Option<outbox::DeliveryMode>,
     /// The WAL mode's replication slot and publication (default
     /// `outbox_<schema>`); read with `--mode wal`.
     #[arg(long, value_name = "NAME", requires = "mode")]
     pub slot: Option<String>,
-}
-
-/// `--mode`: table or wal.
-fn parse_mode(s: &str) -> Result<outbox::DeliveryMode, String> {
-    outbox::DeliveryMode::parse(s).map_err(|e| e.to_string())
 }
 
 /// `--wakeup-trigger`: idle, every-insert or off.

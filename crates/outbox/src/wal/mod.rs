@@ -61,6 +61,14 @@ impl DeliveryMode {
     }
 }
 
+impl std::str::FromStr for DeliveryMode {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        DeliveryMode::parse(s)
+    }
+}
+
 /// The prefix of the schema's logical messages: the relay decodes only
 /// messages that carry it, so schemas sharing a database never read each
 /// other's events.

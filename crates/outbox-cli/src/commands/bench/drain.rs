@@ -48,6 +48,16 @@ pub struct DrainArgs {
     /// destinations made by `Event::destination`'s plain replacing.
     #[arg(long, value_name = "TEMPLATE", value_parser = parse_destination)]
     pub destination: Option<Template>,
+    /// `wal`: the WAL mode's relay as its own process, reading its slot,
+    /// against `pg_recvlogical` on an identical slot and the table mode's
+    /// relay (`bench drain --mode wal`; needs `wal_level = logical`, which
+    /// the throwaway server has). Left out: the table mode, as above.
+    #[arg(long, value_name = "MODE")]
+    pub mode: Option<outbox::DeliveryMode>,
+    /// With `--mode wal`: events per producer transaction in the backlog,
+    /// 1 to 100000.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub per_transaction: u64,
 }
 
 fn parse_format(s: &str) -> Result<Format, String> {
@@ -235,6 +245,9 @@ async fn build_only(
 }
 
 pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::Value> {
+    if args.mode == Some(outbox::DeliveryMode::Wal) {
+        return super::drain_wal::run(ctx, fsync, args).await;
+    }
     // The preloaded events carry no headers: a template that needs one
     // would reject every event, and the relay would never drain.
     if let Some(template) = &args.destination {

@@ -61,7 +61,10 @@ pub(super) fn cpu_seconds(pid: u32) -> Option<f64> {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
     let mut ns = 0u64;
     for task in tasks.flatten() {
-        let stat = std::fs::read_to_string(task.path().join("schedstat")).ok()?;
+        // A thread that ended since the listing is skipped, not the sample.
+        let Ok(stat) = std::fs::read_to_string(task.path().join("schedstat")) else {
+            continue;
+        };
         ns += stat.split_whitespace().next()?.parse::<u64>().ok()?;
     }
     Some(ns as f64 / 1e9)

@@ -5,6 +5,7 @@
 mod child_relay;
 mod console;
 mod drain;
+mod drain_wal;
 mod e2e;
 mod held_snapshot;
 mod latency;

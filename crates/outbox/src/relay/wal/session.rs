@@ -58,7 +58,11 @@ pub(crate) async fn open(
     // keepalives come every wal_sender_timeout / 2 besides); a confirmed
     // batch is reported within `status_interval`.
     .with_wakeup_interval(IDLE_STATUS)
-    .with_application_name("outbox-relay");
+    // As libpq does: PGAPPNAME names the session when set, so the
+    // walsender can be told apart with the relay's other sessions.
+    .with_application_name(
+        std::env::var("PGAPPNAME").unwrap_or_else(|_| "outbox-relay".to_owned()),
+    );
     let config = match start {
         Some(lsn) => config.with_start_lsn(lsn),
         None => config,

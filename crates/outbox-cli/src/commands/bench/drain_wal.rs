@@ -1,0 +1,332 @@
+//! `bench drain --mode wal`: how fast `outbox relay`, as its own process,
+//! reads a backlog of the WAL mode's messages from its slot and publishes
+//! them (to stdout, sent to /dev/null), against `pg_recvlogical` (PostgreSQL's own
+//! client) reading the same messages from an identical slot to /dev/null —
+//! the limit of decoding on this server — and against the table mode's
+//! relay draining the same events as rows, all in one run. CPU is the
+//! relay's process plus its walsender (and its other sessions).
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use outbox::{DeliveryMode, Schema, WakeupTrigger};
+use serde_json::json;
+use sqlx::PgPool;
+
+use super::child_relay::child_command;
+use super::drain::{preload, DrainArgs};
+use super::held_snapshot::cpu_seconds;
+use super::{event_rows, fresh_schema, Server};
+use crate::ctx::Ctx;
+
+/// The reference's slot, made beside the relay's before the backlog.
+const REFERENCE_SLOT: &str = "bench_drain_recvlogical";
+
+/// Emits `n` events like [`preload`]'s through `outbox_emit`, `per_tx` to a
+/// transaction; returns the WAL position after the last commit.
+async fn emit_backlog(
+    pool: &PgPool,
+    schema: &Schema,
+    n: u64,
+    aggregates: u64,
+    per_tx: u64,
+) -> Result<String> {
+    let sql = format!(
+        "SELECT {}.outbox_emit('order', 'order-' || (i % $3), 'order.created',
+                jsonb_build_object('order_id', i, 'customer_id', i % 977,
+                    'total_cents', (i * 7919) % 100000, 'currency', 'EUR',
+                    'lines', jsonb_build_array(jsonb_build_object('sku', 'SKU-' || (i % 50), 'qty', 1 + i % 3)),
+                    'note', repeat('x', 60)))
+         FROM generate_series($1, $2) AS i",
+        schema.name()
+    );
+    let mut from = 1u64;
+    let mut last = Instant::now();
+    while from <= n {
+        let to = (from + per_tx - 1).min(n);
+        sqlx::query(&sql)
+            .bind(from as i64)
+            .bind(to as i64)
+            .bind(aggregates as i64)
+            .execute(pool)
+            .await?;
+        from = to + 1;
+        if last.elapsed() > Duration::from_secs(5) {
+            eprintln!("bench drain: emitted {} / {n}", from - 1);
+            last = Instant::now();
+        }
+    }
+    Ok(sqlx::query_scalar("SELECT pg_current_wal_lsn()::text")
+        .fetch_one(pool)
+        .await?)
+}
+
+/// CPU seconds so far of the walsender streaming `slot`, if one does.
+async fn walsender_cpu(pool: &PgPool, slot: &str) -> Result<Option<(u32, f64)>> {
+    let pid: Option<Option<i32>> =
+        sqlx::query_scalar("SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1")
+            .bind(slot)
+            .fetch_optional(pool)
+            .await?;
+    Ok(pid
+        .flatten()
+        .and_then(|pid| cpu_seconds(pid as u32).map(|s| (pid as u32, s))))
+}
+
+/// Whether `slot` has confirmed `lsn`.
+async fn confirmed(pool: &PgPool, slot: &str, lsn: &str) -> Result<bool> {
+    Ok(sqlx::query_scalar(
+        "SELECT coalesce(confirmed_flush_lsn >= $2::pg_lsn, false) FROM pg_replication_slots WHERE slot_name = $1",
+    )
+    .bind(slot)
+    .bind(lsn)
+    .fetch_one(pool)
+    .await?)
+}
+
+/// What one reader of the backlog took.
+struct Read {
+    secs: f64,
+    /// Its process and its walsender, CPU seconds.
+    process_cpu: f64,
+    walsender_cpu: f64,
+    peak_rss_kib: Option<u64>,
+}
+
+/// Peak RSS of `pid` (`VmHWM`), while it runs.
+fn peak_rss(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Runs `cmd` until `slot` has confirmed `end` (or, for a `--drain` relay,
+/// until it exits), sampling its walsender's CPU.
+async fn read_backlog(
+    mut cmd: Command,
+    pool: &PgPool,
+    slot: &str,
+    end: &str,
+    exits: bool,
+) -> Result<Read> {
+    cmd.stdout(Stdio::null()).stderr(Stdio::inherit());
+    let started = Instant::now();
+    let mut child = cmd.spawn().context("cannot start the reader")?;
+    let pid = child.id();
+    let mut walsender: Option<(u32, f64)> = None;
+    let mut walsender_last = 0.0;
+    let mut process_last = 0.0;
+    let mut rss = None;
+    let deadline = Instant::now() + Duration::from_secs(1_800);
+    loop {
+        if let Some((wpid, start)) = walsender {
+            if let Some(now) = cpu_seconds(wpid) {
+                walsender_last = now - start;
+            }
+        } else if let Some((wpid, _)) = walsender_cpu(pool, slot).await? {
+            // From its start: the walsender began with the session.
+            walsender = Some((wpid, 0.0));
+        }
+        if let Some(cpu) = cpu_seconds(pid) {
+            process_last = cpu;
+        }
+        rss = peak_rss(pid).or(rss);
+        let done = if exits {
+            child.try_wait()?.is_some()
+        } else {
+            confirmed(pool, slot, end).await?
+        };
+        if done {
+            break;
+        }
+        if let Some(status) = child.try_wait()? {
+            bail!("the reader ended early with {status}");
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the reader did not finish within 30 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let _ = child.kill();
+    let _ = child.wait();
+    Ok(Read {
+        secs,
+        process_cpu: process_last,
+        walsender_cpu: walsender_last,
+        peak_rss_kib: rss,
+    })
+}
+
+fn pg_recvlogical(url: &str, end: &str) -> Result<Command> {
+    let bin = outbox_embedded_pg::find_bin_dir()
+        .context("pg_recvlogical is needed for the reference")?
+        .join("pg_recvlogical");
+    let mut cmd = Command::new(bin);
+    cmd.args([
+        "-d",
+        url,
+        "--slot",
+        REFERENCE_SLOT,
+        "--start",
+        "--no-loop",
+        "-f",
+        "/dev/null",
+    ])
+    .args(["--endpos", end, "-F", "0", "-s", "1"])
+    .args(["-o", "proto_version=1", "-o", "messages=true"]);
+    Ok(cmd)
+}
+
+pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::Value> {
+    let server = Server::start(ctx, fsync).await?;
+    let pool = server.pool(8).await?;
+    let level: String = sqlx::query_scalar("SELECT current_setting('wal_level')")
+        .fetch_one(&pool)
+        .await?;
+    ensure!(
+        level == "logical",
+        "bench drain --mode wal needs wal_level = logical (the server runs with {level})"
+    );
+    let n = args.events;
+
+    // The WAL mode's schema and its slot, and the reference's slot on the
+    // same publication, both made before the backlog: both hold it whole.
+    let schema = fresh_schema(&pool, "bench_drain_wal", WakeupTrigger::default()).await?;
+    let slot = format!("outbox_{}", schema.name());
+    for s in [slot.as_str(), REFERENCE_SLOT] {
+        sqlx::query("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active")
+            .bind(s)
+            .execute(&pool)
+            .await?;
+    }
+    {
+        let mut conn = pool.acquire().await?;
+        outbox::migrate(
+            &mut conn,
+            &schema,
+            &outbox::MigrateOptions {
+                mode: Some(DeliveryMode::Wal),
+                ..Default::default()
+            },
+        )
+        .await?;
+    }
+    sqlx::query("SELECT pg_create_logical_replication_slot($1, 'pgoutput')")
+        .bind(REFERENCE_SLOT)
+        .execute(&pool)
+        .await?;
+    eprintln!(
+        "bench drain: emitting {n} events, {} per transaction",
+        args.per_transaction
+    );
+    let end = emit_backlog(&pool, &schema, n, args.aggregates, args.per_transaction).await?;
+
+    eprintln!("bench drain: pg_recvlogical reads the reference slot");
+    let mut reference = pg_recvlogical(&server.url, &end)?;
+    // The publication is the relay's: pgoutput needs one to start.
+    reference.args(["-o", &format!("publication_names={slot}")]);
+    let reference = read_backlog(reference, &pool, REFERENCE_SLOT, &end, true).await?;
+
+    eprintln!("bench drain: outbox relay reads its slot");
+    let mut relay = child_command(
+        None,
+        &[
+            "--publisher",
+            "stdout",
+            "--schema",
+            schema.name(),
+            "--batch-size",
+            &args.batch_size.to_string(),
+        ],
+        "bench-drain-wal",
+    )?;
+    relay.env("DATABASE_URL", &server.url);
+    let wal = read_backlog(relay, &pool, &slot, &end, false).await?;
+
+    eprintln!("bench drain: the table mode's outbox relay --drain, the same events as rows");
+    let table_schema = fresh_schema(&pool, "bench_drain_table", WakeupTrigger::default()).await?;
+    preload(&pool, &table_schema, n, args.aggregates).await?;
+    let mut table = child_command(
+        None,
+        &[
+            "--publisher",
+            "stdout",
+            "--schema",
+            table_schema.name(),
+            "--batch-size",
+            &args.batch_size.to_string(),
+            "--drain",
+        ],
+        "bench-drain-table",
+    )?;
+    table.env("DATABASE_URL", &server.url);
+    let table = read_backlog(table, &pool, "-", "", true).await?;
+    let left = event_rows(&pool, &table_schema).await?;
+    ensure!(left == 0, "the table relay left {left} rows");
+
+    let rate = |r: &Read| n as f64 / r.secs;
+    let us = |cpu: f64| cpu * 1e6 / n as f64;
+    println!(
+        "drain --mode wal: {n} events, {} aggregates, {} per transaction",
+        args.aggregates, args.per_transaction
+    );
+    println!(
+        "  pg_recvlogical to /dev/null:         {:>9.0} events/s ({:.2} s), its process {:.2} µs + walsender {:.2} µs per event",
+        rate(&reference), reference.secs, us(reference.process_cpu), us(reference.walsender_cpu)
+    );
+    println!(
+        "  outbox relay, WAL mode (stdout):         {:>9.0} events/s ({:.2} s), its process {:.2} µs + walsender {:.2} µs per event, peak RSS {}",
+        rate(&wal), wal.secs, us(wal.process_cpu), us(wal.walsender_cpu),
+        wal.peak_rss_kib.map_or("-".into(), |k| format!("{:.1} MiB", k as f64 / 1024.0))
+    );
+    println!(
+        "  outbox relay --drain, table mode:     {:>9.0} events/s ({:.2} s), its process {:.2} µs per event, peak RSS {}",
+        rate(&table), table.secs, us(table.process_cpu),
+        table.peak_rss_kib.map_or("-".into(), |k| format!("{:.1} MiB", k as f64 / 1024.0))
+    );
+    println!(
+        "  ratios: WAL relay / pg_recvlogical {:.2}, WAL relay / table relay {:.2}",
+        rate(&wal) / rate(&reference),
+        rate(&wal) / rate(&table)
+    );
+    for s in [&schema, &table_schema] {
+        sqlx::raw_sql(&format!("DROP SCHEMA {} CASCADE", s.name()))
+            .execute(&pool)
+            .await?;
+    }
+    for s in [slot.as_str(), REFERENCE_SLOT] {
+        sqlx::query("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active")
+            .bind(s)
+            .execute(&pool)
+            .await?;
+    }
+    sqlx::raw_sql(&format!("DROP PUBLICATION IF EXISTS {slot}"))
+        .execute(&pool)
+        .await?;
+    Ok(json!({
+        "scenario": "drain_wal",
+        "events": n,
+        "aggregates": args.aggregates,
+        "per_transaction": args.per_transaction,
+        "recvlogical_events_per_sec": rate(&reference),
+        "recvlogical_us_per_event": us(reference.process_cpu),
+        "recvlogical_walsender_us_per_event": us(reference.walsender_cpu),
+        "wal_relay_events_per_sec": rate(&wal),
+        "wal_relay_process_us_per_event": us(wal.process_cpu),
+        "wal_relay_walsender_us_per_event": us(wal.walsender_cpu),
+        "wal_relay_peak_rss_mib": wal.peak_rss_kib.map(|k| k as f64 / 1024.0),
+        "table_relay_events_per_sec": rate(&table),
+        "table_relay_process_us_per_event": us(table.process_cpu),
+        "table_relay_peak_rss_mib": table.peak_rss_kib.map(|k| k as f64 / 1024.0),
+        "ratio_to_recvlogical": rate(&wal) / rate(&reference),
+        "ratio_to_table": rate(&wal) / rate(&table),
+    }))
+}
