@@ -5,7 +5,10 @@
 //! with a file publisher. Every committed event must arrive once, in its
 //! order's order, with the payload's values exact (non-ASCII text, an
 //! integer past 2^53, a nested object), the caller's `traceparent` in its
-//! headers, and nothing from the transaction each program rolls back.
+//! headers, and nothing from the transaction each program rolls back —
+//! in the table mode, and again with the program's one switch set for the
+//! WAL mode (`OUTBOX_MODE=wal`: `outbox_emit(...)` instead of an INSERT)
+//! on a schema migrated with `outbox migrate --mode wal`.
 //!
 //! A language whose toolchain is missing is skipped with the reason;
 //! `scripts/test` installs them all and sets
@@ -224,9 +227,74 @@ async fn producer_events_arrive_once_in_order_and_exact(lang: Lang) {
             return;
         }
     };
+    // The same program in both delivery modes, behind its one switch.
     let (db, pool, _files, file) = common::db_and_events_file().await;
-    sqlx::query(ORDERS).execute(&pool).await.unwrap();
-    let mut relay = common::spawn_relay(&db.url, &file, "producers", &[]);
+    program.env_remove("OUTBOX_MODE");
+    deliveries_once_in_order_and_exact(lang, &mut program, &db.url, &pool, &file).await;
+    let (url, pool, _files, file) = wal_database().await;
+    program.env("OUTBOX_MODE", "wal");
+    deliveries_once_in_order_and_exact(lang, &mut program, &url, &pool, &file).await;
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_events")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 0, "the WAL mode stored no row");
+}
+
+/// One cluster with `wal_level = logical` for the WAL mode's runs.
+static LOGICAL: std::sync::OnceLock<outbox_testkit::postgres::PgCluster> =
+    std::sync::OnceLock::new();
+
+/// A database on the logical cluster, migrated with `outbox migrate --mode
+/// wal` (its slot named after it: slot names are server-wide), and a file
+/// for the relay.
+async fn wal_database() -> (String, sqlx::PgPool, tempfile::TempDir, PathBuf) {
+    if LOGICAL.get().is_none() {
+        let cluster = tokio::task::spawn_blocking(|| {
+            outbox_testkit::postgres::PgCluster::start_with(outbox_testkit::postgres::PgOptions {
+                extra_conf: vec![("wal_level".into(), "logical".into())],
+                ..Default::default()
+            })
+            .expect("a cluster with wal_level = logical")
+        })
+        .await
+        .unwrap();
+        let _ = LOGICAL.set(cluster);
+    }
+    let cluster = LOGICAL.get().unwrap();
+    let name = format!("p_{:016x}", rand::random::<u64>());
+    let admin = sqlx::PgPool::connect(&cluster.url()).await.unwrap();
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&admin)
+        .await
+        .unwrap();
+    let url = cluster.url_for(&name);
+    let out = common::run(
+        &[
+            "migrate",
+            "--mode",
+            "wal",
+            "--slot",
+            &format!("outbox_{name}"),
+        ],
+        Some(&url),
+    );
+    assert!(out.status.success(), "{}", common::text(&out.stderr));
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("events.jsonl");
+    (url, pool, dir, file)
+}
+
+async fn deliveries_once_in_order_and_exact(
+    lang: Lang,
+    program: &mut Command,
+    url: &str,
+    pool: &sqlx::PgPool,
+    file: &Path,
+) {
+    sqlx::query(ORDERS).execute(pool).await.unwrap();
+    let mut relay = common::spawn_relay(url, file, "producers", &[]);
 
     // Two orders, written by two processes at once.
     let orders: Vec<String> = (1..=2).map(|n| format!("{}-{n}", lang.name())).collect();
@@ -234,8 +302,8 @@ async fn producer_events_arrive_once_in_order_and_exact(lang: Lang) {
         .iter()
         .map(|order| {
             program
-                .env("DATABASE_URL", &db.url)
-                .env("JDBC_URL", jdbc_url(&db.url))
+                .env("DATABASE_URL", url)
+                .env("JDBC_URL", jdbc_url(url))
                 .env("ORDER_ID", order)
                 .env("TRACEPARENT", traceparent(order))
                 .stdout(std::process::Stdio::piped())
@@ -260,11 +328,11 @@ async fn producer_events_arrive_once_in_order_and_exact(lang: Lang) {
 
     let want = orders.len() * COMMITTED.len();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while delivered(&file).len() < want {
+    while delivered(file).len() < want {
         assert!(
             Instant::now() < deadline,
             "the relay delivered {} of {want} events in 30 s",
-            delivered(&file).len()
+            delivered(file).len()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -273,7 +341,7 @@ async fn producer_events_arrive_once_in_order_and_exact(lang: Lang) {
     relay.kill().ok();
     relay.wait().ok();
 
-    let lines = delivered(&file);
+    let lines = delivered(file);
     assert_eq!(lines.len(), want, "each committed event once: {lines:#?}");
     let mut ids: Vec<&str> = lines.iter().map(|l| l["id"].as_str().unwrap()).collect();
     ids.sort_unstable();
@@ -308,13 +376,13 @@ async fn producer_events_arrive_once_in_order_and_exact(lang: Lang) {
         }
     }
     let statuses: Vec<String> = sqlx::query_scalar("SELECT status FROM orders ORDER BY id")
-        .fetch_all(&pool)
+        .fetch_all(pool)
         .await
         .unwrap();
     assert_eq!(statuses, ["paid", "paid"], "the cancellations rolled back");
     let pending: i64 =
         sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE processed_at IS NULL")
-            .fetch_one(&pool)
+            .fetch_one(pool)
             .await
             .unwrap();
     assert_eq!(pending, 0, "nothing left behind");

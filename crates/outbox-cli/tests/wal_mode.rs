@@ -249,3 +249,49 @@ async fn a_relay_whose_role_may_not_replicate_exits_in_one_line_naming_alter_rol
     let line = one_line_error(&out);
     assert!(line.contains("ALTER ROLE app REPLICATION"), "{line}");
 }
+
+/// The WAL mode's benchmarks run end to end at a small size on a server
+/// with `wal_level = logical`; speed is not asserted (shared machines are
+/// noisy), the figures must be present and sane.
+#[tokio::test]
+async fn the_wal_modes_benchmarks_report_every_figure() {
+    let cluster = tokio::task::spawn_blocking(|| logical_cluster(&[]))
+        .await
+        .unwrap();
+    let url = cluster.url();
+    let (v, _) = common::bench_json(&url, "drain --mode wal --events 3000 --aggregates 100");
+    for k in [
+        "recvlogical_events_per_sec",
+        "wal_relay_events_per_sec",
+        "table_relay_events_per_sec",
+        "ratio_to_recvlogical",
+        "ratio_to_table",
+        "wal_relay_peak_rss_mib",
+        "wal_relay_process_us_per_event",
+    ] {
+        let x = v[k].as_f64().unwrap_or(f64::NAN);
+        assert!(x.is_finite() && x > 0.0, "{k} in {v}");
+    }
+    let (v, _) = common::bench_json(
+        &url,
+        "latency --mode wal --producer sql --rate 50 --seconds 2",
+    );
+    assert_eq!(v["mode"], "wal", "{v}");
+    assert_eq!(v["delivered"], 100, "{v}");
+    let (v, _) = common::bench_json(&url, "produce --producers 1 --seconds 1");
+    let row = &v["by_producers"][0];
+    for k in [
+        "emit_tps",
+        "emit_relay_tps",
+        "w_over_s",
+        "w_over_m",
+        "x_over_s",
+        "x_over_m",
+    ] {
+        let x = row[k].as_f64().unwrap_or(f64::NAN);
+        assert!(x.is_finite() && x > 0.0, "{k} in {row}");
+    }
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    assert_eq!(slots(&url).await, 0, "the benchmarks leave no slot behind");
+    drop(pool);
+}

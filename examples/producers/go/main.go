@@ -35,12 +35,20 @@ func enqueue(ctx context.Context, tx pgx.Tx, orderID, eventType string, payload 
 	if err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx,
-		`INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, headers)
-		 VALUES ('order', $1, $2, $3::jsonb, $4::jsonb)`,
-		orderID, eventType, string(body), string(head))
+	_, err = tx.Exec(ctx, writeEvent, orderID, eventType, string(body), string(head))
 	return err
 }
+
+// writeEvent is the one switch between the delivery modes: OUTBOX_MODE=wal
+// writes for a schema migrated with `outbox migrate --mode wal` (a logical
+// message through outbox_emit instead of a row).
+var writeEvent = func() string {
+	if os.Getenv("OUTBOX_MODE") == "wal" {
+		return `SELECT outbox_emit('order', $1, $2, $3::jsonb, $4::jsonb)`
+	}
+	return `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, headers)
+		 VALUES ('order', $1, $2, $3::jsonb, $4::jsonb)`
+}()
 
 func main() {
 	ctx := context.Background()

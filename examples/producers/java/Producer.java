@@ -43,18 +43,25 @@ public class Producer {
         }
     }
 
+    /**
+     * The one switch between the delivery modes: OUTBOX_MODE=wal writes for a schema migrated with
+     * {@code outbox migrate --mode wal} (a logical message through outbox_emit instead of a row).
+     */
+    static final String WRITE_EVENT = "wal".equals(System.getenv("OUTBOX_MODE"))
+            ? "SELECT outbox_emit('order', ?, ?, ?::jsonb, ?::jsonb)"
+            : "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, headers)"
+                    + " VALUES ('order', ?, ?, ?::jsonb, ?::jsonb)";
+
     /** Writes one event inside the caller's transaction; traceparent is the caller's W3C trace context. */
     static void enqueue(Connection conn, String orderId, String eventType, Object payload, String traceparent)
             throws Exception {
         Map<String, String> headers = traceparent == null ? Map.of() : Map.of("traceparent", traceparent);
-        try (PreparedStatement st = conn.prepareStatement(
-                "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, headers)"
-                        + " VALUES ('order', ?, ?, ?::jsonb, ?::jsonb)")) {
+        try (PreparedStatement st = conn.prepareStatement(WRITE_EVENT)) {
             st.setString(1, orderId);
             st.setString(2, eventType);
             st.setString(3, JSON.writeValueAsString(payload));
             st.setString(4, JSON.writeValueAsString(headers));
-            st.executeUpdate();
+            st.execute();
         }
     }
 

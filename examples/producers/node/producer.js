@@ -25,15 +25,19 @@ function toJson(value) {
   return text.replace(/"\\u0000big(\d+)"/g, (_m, i) => bigs[Number(i)]);
 }
 
+// The one switch between the delivery modes: OUTBOX_MODE=wal writes for a
+// schema migrated with `outbox migrate --mode wal` (a logical message
+// through outbox_emit instead of a row).
+const WRITE_EVENT = process.env.OUTBOX_MODE === 'wal'
+  ? `SELECT outbox_emit('order', $1, $2, $3::jsonb, $4::jsonb)`
+  : `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, headers)
+     VALUES ('order', $1, $2, $3::jsonb, $4::jsonb)`;
+
 // Writes one event inside the caller's transaction. traceparent is the
 // caller's W3C trace context; the relay carries it to the broker.
 async function enqueue(client, orderId, eventType, payload, traceparent) {
   const headers = traceparent ? { traceparent } : {};
-  await client.query(
-    `INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, headers)
-     VALUES ('order', $1, $2, $3::jsonb, $4::jsonb)`,
-    [orderId, eventType, toJson(payload), JSON.stringify(headers)],
-  );
+  await client.query(WRITE_EVENT, [orderId, eventType, toJson(payload), JSON.stringify(headers)]);
 }
 
 async function inTransaction(client, work) {

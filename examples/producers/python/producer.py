@@ -3,6 +3,10 @@ event that tells other services about it are written in one transaction, so
 both commit or neither does. `outbox relay` publishes the events afterwards.
 
     DATABASE_URL=postgres://... ORDER_ID=o-1 TRACEPARENT=00-... python3 producer.py
+
+OUTBOX_MODE=wal writes for a schema migrated with `outbox migrate --mode
+wal`: the same event through `outbox_emit(...)`, a logical message instead
+of a row.
 """
 
 import os
@@ -16,15 +20,19 @@ class Refused(Exception):
     and the event with it."""
 
 
+# The one switch between the delivery modes: a row, or a WAL message.
+if os.environ.get("OUTBOX_MODE") == "wal":
+    WRITE_EVENT = "SELECT outbox_emit('order', %s, %s, %s, %s)"
+else:
+    WRITE_EVENT = ("INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, headers)"
+                   " VALUES ('order', %s, %s, %s, %s)")
+
+
 def enqueue(conn, order_id, event_type, payload, traceparent):
     """Writes one event inside the caller's transaction. `traceparent` is
     the caller's W3C trace context; the relay carries it to the broker."""
     headers = {"traceparent": traceparent} if traceparent else {}
-    conn.execute(
-        "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, headers)"
-        " VALUES ('order', %s, %s, %s, %s)",
-        (order_id, event_type, Jsonb(payload), Jsonb(headers)),
-    )
+    conn.execute(WRITE_EVENT, (order_id, event_type, Jsonb(payload), Jsonb(headers)))
 
 
 def main():

@@ -17,11 +17,20 @@ use sqlx::PgPool;
 use super::child_relay::child_command;
 use super::drain::{preload, DrainArgs};
 use super::held_snapshot::cpu_seconds;
-use super::{event_rows, fresh_schema, Server};
+use super::{drop_slot, event_rows, fresh_schema, Server};
 use crate::ctx::Ctx;
 
 /// The reference's slot, made beside the relay's before the backlog.
 const REFERENCE_SLOT: &str = "bench_drain_recvlogical";
+
+/// Drops the reference's slot, if it is left from an earlier run.
+async fn drop_reference(pool: &PgPool) -> Result<()> {
+    sqlx::query("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active")
+        .bind(REFERENCE_SLOT)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
 
 /// Emits `n` events like [`preload`]'s through `outbox_emit`, `per_tx` to a
 /// transaction; returns the WAL position after the last commit.
@@ -201,12 +210,8 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::
     // same publication, both made before the backlog: both hold it whole.
     let schema = fresh_schema(&pool, "bench_drain_wal", WakeupTrigger::default()).await?;
     let slot = format!("outbox_{}", schema.name());
-    for s in [slot.as_str(), REFERENCE_SLOT] {
-        sqlx::query("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active")
-            .bind(s)
-            .execute(&pool)
-            .await?;
-    }
+    drop_slot(&pool, &schema).await?;
+    drop_reference(&pool).await?;
     {
         let mut conn = pool.acquire().await?;
         outbox::migrate(
@@ -302,15 +307,8 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::
             .execute(&pool)
             .await?;
     }
-    for s in [slot.as_str(), REFERENCE_SLOT] {
-        sqlx::query("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active")
-            .bind(s)
-            .execute(&pool)
-            .await?;
-    }
-    sqlx::raw_sql(&format!("DROP PUBLICATION IF EXISTS {slot}"))
-        .execute(&pool)
-        .await?;
+    drop_slot(&pool, &schema).await?;
+    drop_reference(&pool).await?;
     Ok(json!({
         "scenario": "drain_wal",
         "events": n,

@@ -68,6 +68,11 @@ pub struct LatencyArgs {
     /// Producer connections (enough that the schedule is kept), 1 to 500.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=500))]
     pub connections: u32,
+    /// `wal`: the schema in the WAL mode; with `--producer sql` producers
+    /// call `outbox_emit(...)` and the child relay reads the slot (its CPU
+    /// includes its walsender). Left out: the table mode.
+    #[arg(long, value_name = "MODE")]
+    pub mode: Option<outbox::DeliveryMode>,
     /// `library`: `enqueue` + `wake()` and an embedded relay. `sql`: plain
     /// SQL on connections of their own, no wake-up call, and `outbox relay
     /// --publisher stdout` as a child process (latency = the line read from
@@ -323,10 +328,13 @@ async fn sql(
     let s = schema.name();
     let orders = order_insert(schema);
     // Every other column of the event has a default, as for any producer.
-    let event: Arc<str> = format!(
-        "INSERT INTO {s}.outbox_events (aggregate_type, aggregate_id, event_type, payload)
-         VALUES ($1, $2, $3, $4) RETURNING id"
-    )
+    let event: Arc<str> = match args.mode {
+        Some(outbox::DeliveryMode::Wal) => format!("SELECT {s}.outbox_emit($1, $2, $3, $4)"),
+        _ => format!(
+            "INSERT INTO {s}.outbox_events (aggregate_type, aggregate_id, event_type, payload)
+             VALUES ($1, $2, $3, $4) RETURNING id"
+        ),
+    }
     .into();
     let schedule = open_loop(args.rate, total, |id| {
         let (pool, orders, event) = (producers.clone(), orders.clone(), event.clone());
@@ -397,6 +405,23 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: LatencyArgs) -> Result<serde_json
     let wakeup = args.wakeup();
     let schema = fresh_schema(&pool, "bench_latency", wakeup).await?;
     create_orders(&pool, &schema).await?;
+    if args.mode == Some(outbox::DeliveryMode::Wal) {
+        ensure!(
+            args.producer == Producer::Sql,
+            "--mode wal needs --producer sql (the relay runs as its own process)"
+        );
+        super::drop_slot(&pool, &schema).await?;
+        let mut conn = pool.acquire().await?;
+        outbox::migrate(
+            &mut conn,
+            &schema,
+            &outbox::MigrateOptions {
+                mode: Some(outbox::DeliveryMode::Wal),
+                ..Default::default()
+            },
+        )
+        .await?;
+    }
 
     let observed = match args.producer {
         Producer::Library => library(&pool, &schema, &args, total).await?,
@@ -487,8 +512,10 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: LatencyArgs) -> Result<serde_json
     sqlx::raw_sql("DROP SCHEMA bench_latency CASCADE")
         .execute(&pool)
         .await?;
+    super::drop_slot(&pool, &schema).await?;
     Ok(json!({
         "scenario": "latency",
+        "mode": args.mode.unwrap_or_default().name(),
         "producer": match args.producer { Producer::Library => "library", Producer::Sql => "sql" },
         "wakeup_trigger": wakeup.name(),
         "idle_secs": (args.producer == Producer::Sql).then_some(args.idle_secs),

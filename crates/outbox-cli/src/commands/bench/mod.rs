@@ -152,6 +152,21 @@ impl Server {
     }
 }
 
+/// Drops the WAL mode's slot and publication of `schema` (named as
+/// `outbox migrate --mode wal` names them by default), if no one reads the
+/// slot: what a benchmark leaves behind would otherwise hold WAL.
+pub async fn drop_slot(pool: &PgPool, schema: &Schema) -> Result<()> {
+    let name = format!("outbox_{}", schema.name());
+    sqlx::query("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active")
+        .bind(&name)
+        .execute(pool)
+        .await?;
+    sqlx::raw_sql(&format!("DROP PUBLICATION IF EXISTS {name}"))
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
 /// Drops and re-creates `schema` and migrates it with the wake-up trigger
 /// `wakeup`.
 pub async fn fresh_schema(

@@ -44,6 +44,7 @@ pub async fn relay_with_and_without(
         producer: Producer::Sql,
         wakeup_trigger: None,
         idle_secs: 2,
+        mode: None,
         latency_budget_ms: None,
     };
     let mut without = Vec::new();

@@ -258,6 +258,7 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: ProduceArgs) -> Result<serde_json
         sqlx::raw_sql(&format!("DROP SCHEMA {} CASCADE", s.name()))
             .execute(&pool)
             .await?;
+        super::drop_slot(&pool, s).await?;
     }
     Ok(json!({
         "scenario": "produce",

@@ -187,13 +187,10 @@ impl Variant {
             }
             Variant::Emit | Variant::EmitRelay => {
                 let schema = fresh_schema(pool, self.schema(), self.wakeup()).await?;
-                let mut conn = pool.acquire().await?;
                 // A slot left by an earlier bench goes first: its name is
                 // the schema's, and it would hold WAL for nothing.
-                sqlx::query("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active")
-                    .bind(format!("outbox_{}", schema.name()))
-                    .execute(&mut *conn)
-                    .await?;
+                super::super::drop_slot(pool, &schema).await?;
+                let mut conn = pool.acquire().await?;
                 outbox::migrate(
                     &mut conn,
                     &schema,
