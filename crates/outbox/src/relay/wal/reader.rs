@@ -369,15 +369,15 @@ impl Reader {
         self.report(claimed, &settled, started);
         if let Some(end) = end {
             self.confirm(client, end);
-            self.position.confirmed(end);
         }
         true
     }
 
-    /// Lets the slot move to `end`.
-    fn confirm(&self, client: &ReplicationClient, end: Lsn) {
+    /// Lets the slot move to `end`, and saves it beside the slot.
+    fn confirm(&mut self, client: &ReplicationClient, end: Lsn) {
         client.update_applied_lsn(end);
         self.state.confirmed.store(end.0, Ordering::Relaxed);
+        self.position.confirmed(end);
     }
 
     /// Splits off the events whose aggregate has an event waiting in the
