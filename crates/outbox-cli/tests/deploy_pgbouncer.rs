@@ -187,3 +187,52 @@ async fn in_transaction_pooling_the_relay_says_it_needs_a_session_pool() {
     );
     eprintln!("{}", stderr.trim_end());
 }
+
+/// A WAL-mode schema's relay behind PgBouncer: its replication connection
+/// cannot be pooled, so it exits at once, in one line naming PgBouncer and
+/// the fix, while producers may still write through the pooler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_wal_mode_the_relay_refuses_a_pooler_naming_the_fix() {
+    let Some(pgbouncer) = tool("pgbouncer", &["/usr/sbin"]) else {
+        eprintln!("skipped: pgbouncer is not installed");
+        return;
+    };
+    let cluster = tokio::task::spawn_blocking(|| {
+        outbox_testkit::postgres::PgCluster::start_with(outbox_testkit::postgres::PgOptions {
+            extra_conf: vec![("wal_level".into(), "logical".into())],
+            ..Default::default()
+        })
+        .unwrap()
+    })
+    .await
+    .unwrap();
+    let direct = cluster.url();
+    let out = common::run(&["migrate", "--mode", "wal"], Some(&direct));
+    assert!(out.status.success(), "{}", common::text(&out.stderr));
+    let bouncer = Bouncer::start(&pgbouncer, &direct, "session");
+    let pooled = bouncer.url(&direct);
+    // Producers may go through the pooler: outbox_emit is a function call.
+    {
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(&pooled).await.unwrap();
+        sqlx::raw_sql("SELECT outbox_emit('order', '1', 'order.created', '{}')")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = common::bin()
+        .env("DATABASE_URL", &pooled)
+        .args(["relay", "--publisher"])
+        .arg(format!("file:{}", dir.path().join("e.jsonl").display()))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = common::text(&out.stderr);
+    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error")).collect();
+    assert_eq!(errors.len(), 1, "one error line: {err}");
+    assert!(
+        errors[0].contains("PgBouncer") && errors[0].contains("server's own address"),
+        "{err}"
+    );
+}

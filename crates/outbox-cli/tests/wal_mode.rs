@@ -295,3 +295,80 @@ async fn the_wal_modes_benchmarks_report_every_figure() {
     assert_eq!(slots(&url).await, 0, "the benchmarks leave no slot behind");
     drop(pool);
 }
+
+/// The hostile payloads and headers of the publishers' conformance suite,
+/// and a 5 MB payload, emitted through `outbox_emit` by plain SQL: `outbox
+/// relay` delivers every payload byte for byte as PostgreSQL prints it,
+/// and every header.
+#[tokio::test]
+async fn hostile_payloads_and_headers_arrive_as_stored_through_outbox_emit() {
+    use outbox_testkit::conformance::{HOSTILE_HEADERS, HOSTILE_PAYLOADS};
+    let cluster = tokio::task::spawn_blocking(|| logical_cluster(&[]))
+        .await
+        .unwrap();
+    let url = cluster.url();
+    let out = migrate_wal(&url);
+    assert!(out.status.success(), "{}", common::text(&out.stderr));
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let mut cases: Vec<(String, String, String)> = Vec::new();
+    for (i, (_, payload)) in HOSTILE_PAYLOADS.iter().enumerate() {
+        cases.push((format!("p{i}"), payload.to_string(), "'{}'".into()));
+    }
+    for (i, (_, headers)) in HOSTILE_HEADERS.iter().enumerate() {
+        cases.push((format!("h{i}"), r#"'{"n": 1}'"#.into(), headers.to_string()));
+    }
+    cases.push((
+        "big".into(),
+        "jsonb_build_object('blob', repeat('y', 5000000))".into(),
+        "'{}'".into(),
+    ));
+    let mut expected = Vec::new();
+    for (aggregate, payload, headers) in &cases {
+        let (id, text, heads): (uuid::Uuid, String, i64) = sqlx::query_as(&format!(
+            "SELECT outbox_emit('order', '{aggregate}', 'odd', {payload}, {headers}),
+                    ({payload})::jsonb::text, (SELECT count(*) FROM jsonb_object_keys({headers}))"
+        ))
+        .fetch_one(&pool)
+        .await
+        .unwrap_or_else(|e| panic!("{aggregate}: {e}"));
+        expected.push((id, text, heads));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("out.jsonl");
+    let mut relay = spawn(&url, &file, "hostile");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let lines = loop {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        let complete: Vec<String> = text
+            .split_inclusive('\n')
+            .filter(|l| l.ends_with('\n'))
+            .map(str::to_owned)
+            .collect();
+        if complete.len() >= expected.len() || Instant::now() > deadline {
+            break complete;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let _ = relay.kill();
+    let _ = relay.wait();
+    #[derive(serde::Deserialize)]
+    struct Line<'a> {
+        id: uuid::Uuid,
+        #[serde(borrow)]
+        payload: &'a serde_json::value::RawValue,
+        headers: std::collections::BTreeMap<String, String>,
+    }
+    let parsed: Vec<Line> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(parsed.len(), expected.len(), "one line per event");
+    for (id, payload, headers) in &expected {
+        let line = parsed
+            .iter()
+            .find(|l| l.id == *id)
+            .expect("a line per event");
+        assert_eq!(line.payload.get(), payload, "payload byte for byte");
+        assert_eq!(line.headers.len() as i64, *headers, "no header dropped");
+    }
+}
