@@ -9,6 +9,7 @@ mod console;
 mod ctx;
 mod db;
 mod db_probe;
+mod delivery;
 mod http;
 mod listen;
 mod metrics;

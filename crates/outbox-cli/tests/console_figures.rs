@@ -143,3 +143,35 @@ async fn the_delivery_rate_comes_from_deleted_rows_in_the_default_mode() {
         "{shown}"
     );
 }
+
+/// The overview says how events travel: the table mode, or the WAL mode
+/// with its slot (read or not, how far behind).
+#[tokio::test]
+async fn the_overview_names_the_delivery_mode_and_the_wal_modes_slot() {
+    let (db, _pool) = migrated_test_db().await;
+    let console = start(&db.url, &[], &[]);
+    let c = client();
+    assert_eq!(figures(&c, &console).await["delivery"], "table");
+    drop(console);
+
+    let cluster = tokio::task::spawn_blocking(|| {
+        outbox_testkit::postgres::PgCluster::start_with(outbox_testkit::postgres::PgOptions {
+            extra_conf: vec![("wal_level".into(), "logical".into())],
+            ..Default::default()
+        })
+        .unwrap()
+    })
+    .await
+    .unwrap();
+    let out = common::run(&["migrate", "--mode", "wal"], Some(&cluster.url()));
+    assert!(out.status.success(), "{}", common::text(&out.stderr));
+    let console = start(&cluster.url(), &[], &[]);
+    let shown = figures(&c, &console).await["delivery"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        shown.starts_with("wal — slot outbox_public") && shown.contains("NOT READ"),
+        "{shown}"
+    );
+}

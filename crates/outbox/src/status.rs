@@ -6,6 +6,7 @@ use sqlx::{PgConnection, Row};
 use crate::error::{Error, Result};
 use crate::queries as q;
 use crate::schema::Schema;
+use crate::wal::DeliveryMode;
 
 /// Who holds one partition.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -85,6 +86,25 @@ impl Status {
                 lease_ms_left: r.get(3),
             })
             .collect();
+        let (mode, slot) = Status::delivery(conn, schema).await?;
+        Ok(Status {
+            mode: mode.name().to_owned(),
+            slot,
+            schema: schema.name().to_owned(),
+            pending: row.get(0),
+            retrying: row.get(1),
+            dead_letters: row.get(2),
+            oldest_pending_age_seconds: row.get(3),
+            partitions,
+        })
+    }
+
+    /// The schema's delivery mode and, while it has one, its replication
+    /// slot as the server sees it.
+    pub async fn delivery(
+        conn: &mut PgConnection,
+        schema: &Schema,
+    ) -> Result<(DeliveryMode, Option<SlotStatus>)> {
         let mode = crate::migrate::installed_delivery(conn, schema).await?;
         let slot = sqlx::query(&schema.render(q::STATUS_SLOT))
             .fetch_optional(&mut *conn)
@@ -99,16 +119,7 @@ impl Status {
                 lag_seconds: r.get(5),
                 switching_to_table: r.get(6),
             });
-        Ok(Status {
-            mode: mode.name().to_owned(),
-            slot,
-            schema: schema.name().to_owned(),
-            pending: row.get(0),
-            retrying: row.get(1),
-            dead_letters: row.get(2),
-            oldest_pending_age_seconds: row.get(3),
-            partitions,
-        })
+        Ok((mode, slot))
     }
 
     /// Live events left to deliver (pending, not dead-lettered).

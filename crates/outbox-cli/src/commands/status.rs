@@ -40,7 +40,7 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> Result<ExitCode> {
     println!("schema:         {}", status.schema);
     println!("delivery:       {}", status.mode);
     if let Some(slot) = &status.slot {
-        println!("slot:           {}", slot_line(slot));
+        println!("slot:           {}", crate::delivery::slot_line(slot));
     }
     println!("pending:        {}", status.pending);
     println!("  retrying:     {}", status.retrying);
@@ -61,37 +61,6 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> Result<ExitCode> {
         println!("  {owner}: {} partitions", parts.len());
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The slot on one line: its name, whether a relay reads it, how far
-/// behind it is and what it retains.
-fn slot_line(slot: &outbox::SlotStatus) -> String {
-    if !slot.exists {
-        return format!(
-            "{} MISSING: the server has no such slot (dropped, or lost in a failover): run `outbox migrate --mode wal` to create it again; events emitted meanwhile were not captured",
-            slot.name
-        );
-    }
-    let bytes = |b: Option<i64>| b.map(|b| format!("{b} B")).unwrap_or_else(|| "-".into());
-    format!(
-        "{} ({}), lag {}{}, retained WAL {}{}",
-        slot.name,
-        if slot.active {
-            "read by a relay"
-        } else {
-            "NOT READ: no relay is connected"
-        },
-        bytes(slot.lag_bytes),
-        slot.lag_seconds
-            .map(|s| format!(" / {s:.3} s"))
-            .unwrap_or_default(),
-        bytes(slot.retained_bytes),
-        if slot.switching_to_table {
-            "; switching to the table mode: the table's rows wait until the relay has read the slot to the switch"
-        } else {
-            ""
-        }
-    )
 }
 
 fn oldest(status: &Status) -> String {

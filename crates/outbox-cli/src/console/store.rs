@@ -46,6 +46,8 @@ pub struct Overview {
     /// Partitions without a live lease, with their last owner.
     pub unowned: Vec<(i32, Option<String>)>,
     pub pauses: Vec<Pause>,
+    /// The delivery mode, and the WAL mode's slot on one line.
+    pub delivery: String,
 }
 
 /// A relay instance and what it holds.
@@ -169,6 +171,7 @@ fn page(mut items: Vec<EventRow>, size: usize) -> Page<EventRow> {
 #[derive(Clone)]
 pub struct Store {
     pool: PgPool,
+    schema: Schema,
     pub dead: DeadLetters,
     counts: String,
     estimates: String,
@@ -194,6 +197,7 @@ impl Store {
         let r = |sql: &str| sql.replace("{schema}", schema.name());
         Store {
             pool,
+            schema: schema.clone(),
             dead: DeadLetters::new(schema),
             counts: r(q::OVERVIEW_COUNTS),
             estimates: r(q::OVERVIEW_ESTIMATES),
@@ -268,7 +272,11 @@ impl Store {
             .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
             .collect::<Result<Vec<_>>>()?;
         let pauses = self.pause_list_in(&mut tx).await?;
+        let (mode, slot) = outbox::Status::delivery(&mut tx, &self.schema)
+            .await
+            .context("reading the delivery mode")?;
         Ok(Overview {
+            delivery: crate::delivery::shown(mode, slot.as_ref()),
             pending,
             retrying,
             dead_letters,

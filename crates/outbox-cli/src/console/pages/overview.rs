@@ -18,6 +18,7 @@ pub fn figures(o: &Overview) -> Vec<(&'static str, String)> {
         (false, n) => format!("{n} aggregate type{}", if n == 1 { "" } else { "s" }),
     };
     vec![
+        ("delivery", o.delivery.clone()),
         ("pending", o.pending.shown()),
         ("oldest_claimable", age(o.oldest_claimable_s)),
         (
@@ -41,7 +42,8 @@ pub fn figures(o: &Overview) -> Vec<(&'static str, String)> {
     ]
 }
 
-const LABELS: [(&str, &str); 10] = [
+const LABELS: [(&str, &str); 11] = [
+    ("delivery", "Delivery"),
     ("pending", "Pending"),
     ("oldest_claimable", "Oldest claimable pending"),
     ("delivered", "Delivered per second"),
