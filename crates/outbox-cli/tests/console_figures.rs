@@ -154,15 +154,9 @@ async fn the_overview_names_the_delivery_mode_and_the_wal_modes_slot() {
     assert_eq!(figures(&c, &console).await["delivery"], "table");
     drop(console);
 
-    let cluster = tokio::task::spawn_blocking(|| {
-        outbox_testkit::postgres::PgCluster::start_with(outbox_testkit::postgres::PgOptions {
-            extra_conf: vec![("wal_level".into(), "logical".into())],
-            ..Default::default()
-        })
-        .unwrap()
-    })
-    .await
-    .unwrap();
+    let cluster = tokio::task::spawn_blocking(|| outbox_testkit::postgres::logical_cluster(&[]))
+        .await
+        .unwrap();
     let out = common::run(&["migrate", "--mode", "wal"], Some(&cluster.url()));
     assert!(out.status.success(), "{}", common::text(&out.stderr));
     let console = start(&cluster.url(), &[], &[]);

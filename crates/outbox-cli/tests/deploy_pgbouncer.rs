@@ -197,15 +197,9 @@ async fn in_wal_mode_the_relay_refuses_a_pooler_naming_the_fix() {
         eprintln!("skipped: pgbouncer is not installed");
         return;
     };
-    let cluster = tokio::task::spawn_blocking(|| {
-        outbox_testkit::postgres::PgCluster::start_with(outbox_testkit::postgres::PgOptions {
-            extra_conf: vec![("wal_level".into(), "logical".into())],
-            ..Default::default()
-        })
-        .unwrap()
-    })
-    .await
-    .unwrap();
+    let cluster = tokio::task::spawn_blocking(|| outbox_testkit::postgres::logical_cluster(&[]))
+        .await
+        .unwrap();
     let direct = cluster.url();
     let out = common::run(&["migrate", "--mode", "wal"], Some(&direct));
     assert!(out.status.success(), "{}", common::text(&out.stderr));

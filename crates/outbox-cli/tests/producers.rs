@@ -250,15 +250,10 @@ static LOGICAL: std::sync::OnceLock<outbox_testkit::postgres::PgCluster> =
 /// for the relay.
 async fn wal_database() -> (String, sqlx::PgPool, tempfile::TempDir, PathBuf) {
     if LOGICAL.get().is_none() {
-        let cluster = tokio::task::spawn_blocking(|| {
-            outbox_testkit::postgres::PgCluster::start_with(outbox_testkit::postgres::PgOptions {
-                extra_conf: vec![("wal_level".into(), "logical".into())],
-                ..Default::default()
-            })
-            .expect("a cluster with wal_level = logical")
-        })
-        .await
-        .unwrap();
+        let cluster =
+            tokio::task::spawn_blocking(|| outbox_testkit::postgres::logical_cluster(&[]))
+                .await
+                .unwrap();
         let _ = LOGICAL.set(cluster);
     }
     let cluster = LOGICAL.get().unwrap();

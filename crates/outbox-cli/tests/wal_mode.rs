@@ -17,17 +17,7 @@ use sqlx::PgPool;
 
 /// A cluster of its own (the tests restart it), with `wal_level = logical`.
 fn logical_cluster(extra: &[(&str, &str)]) -> PgCluster {
-    let mut conf = vec![
-        ("wal_level".to_owned(), "logical".to_owned()),
-        // Commits flushed at once: a restart loses no acknowledged commit.
-        ("synchronous_commit".to_owned(), "on".to_owned()),
-    ];
-    conf.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    PgCluster::start_with(PgOptions {
-        extra_conf: conf,
-        ..PgOptions::default()
-    })
-    .expect("a cluster with wal_level = logical")
+    outbox_testkit::postgres::logical_cluster(extra)
 }
 
 fn migrate_wal(url: &str) -> std::process::Output {

@@ -58,17 +58,7 @@ async fn wal_db() -> Wal {
 }
 
 fn config(instance: &str) -> RelayConfig {
-    RelayConfig {
-        instance_id: Some(instance.to_owned()),
-        batch_size: 100,
-        poll_min_ms: 2,
-        poll_max_ms: 50,
-        lease_ms: 1_500,
-        backoff_base_ms: 20,
-        backoff_max_ms: 200,
-        outage_backoff_max_ms: 100,
-        ..RelayConfig::default()
-    }
+    common::fast_config(instance)
 }
 
 async fn start(db: &Wal, publisher: &TestPublisher, config: RelayConfig) -> RelayHandle {

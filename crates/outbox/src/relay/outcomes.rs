@@ -22,6 +22,18 @@ pub(crate) struct RetryPolicy {
     pub backoff_max_ms: u64,
 }
 
+impl RetryPolicy {
+    /// After a failure of an event that had failed `attempts` times: the
+    /// wait before its next attempt (the backoff, or the broker's `hint` if
+    /// longer, up to `backoff_max_ms`), and whether it is out of attempts.
+    pub fn next_attempt(&self, attempts: i32, hint: Duration) -> (Duration, bool) {
+        let attempts = attempts.max(0) as u32 + 1;
+        let backoff = retry_delay(attempts, self.backoff_base_ms, self.backoff_max_ms);
+        let delay = backoff.max(hint.min(Duration::from_millis(self.backoff_max_ms)));
+        (delay, attempts >= self.max_attempts)
+    }
+}
+
 /// What one batch came to, wave by wave.
 #[derive(Debug, Default)]
 pub(crate) struct Settlement {
@@ -106,10 +118,7 @@ impl Settlement {
     /// Counts an attempt and schedules the next one after the backoff, or
     /// after the broker's `hint` if that is longer (up to `backoff_max_ms`).
     fn retry(&mut self, event: Event, error: String, hint: Duration, policy: &RetryPolicy) {
-        let attempts = event.attempts.max(0) as u32 + 1;
-        let give_up = attempts >= policy.max_attempts;
-        let backoff = retry_delay(attempts, policy.backoff_base_ms, policy.backoff_max_ms);
-        let delay = backoff.max(hint.min(Duration::from_millis(policy.backoff_max_ms)));
+        let (delay, give_up) = policy.next_attempt(event.attempts, hint);
         self.failures.push(Failure {
             id: event.id,
             error: error.clone(),

@@ -3,7 +3,7 @@
 
 use std::sync::OnceLock;
 
-use outbox_testkit::postgres::{PgCluster, PgOptions};
+use outbox_testkit::postgres::PgCluster;
 use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 use sqlx::{Connection, Executor};
 
@@ -14,23 +14,9 @@ pub async fn logical_cluster() -> &'static PgCluster {
     if let Some(c) = LOGICAL.get() {
         return c;
     }
-    let started = tokio::task::spawn_blocking(|| {
-        PgCluster::start_with(PgOptions {
-            extra_conf: vec![
-                ("wal_level".into(), "logical".into()),
-                // Decoding reads only flushed WAL: with commits flushed at
-                // once, a message is readable as soon as its commit returns.
-                ("synchronous_commit".into(), "on".into()),
-                // Each test makes a slot or two.
-                ("max_replication_slots".into(), "64".into()),
-                ("max_wal_senders".into(), "64".into()),
-            ],
-            ..PgOptions::default()
-        })
-    })
-    .await
-    .unwrap()
-    .expect("a cluster with wal_level = logical");
+    let started = tokio::task::spawn_blocking(|| outbox_testkit::postgres::logical_cluster(&[]))
+        .await
+        .unwrap();
     let _ = LOGICAL.set(started);
     LOGICAL.get().unwrap()
 }

@@ -10,14 +10,15 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use outbox::{DeliveryMode, Schema, WakeupTrigger};
+use outbox::{Schema, WakeupTrigger};
 use serde_json::json;
 use sqlx::PgPool;
 
 use super::child_relay::child_command;
 use super::drain::{preload, DrainArgs};
 use super::held_snapshot::cpu_seconds;
-use super::{drop_slot, event_rows, fresh_schema, Server};
+use super::stats::peak_rss_kib_of;
+use super::{drop_slot, event_rows, fresh_schema, fresh_wal_schema, Server};
 use crate::ctx::Ctx;
 
 /// The reference's slot, made beside the relay's before the backlog.
@@ -103,18 +104,6 @@ struct Read {
     peak_rss_kib: Option<u64>,
 }
 
-/// Peak RSS of `pid` (`VmHWM`), while it runs.
-fn peak_rss(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
 /// Runs `cmd` until `slot` has confirmed `end` (or, for a `--drain` relay,
 /// until it exits), sampling its walsender's CPU.
 async fn read_backlog(
@@ -145,7 +134,7 @@ async fn read_backlog(
         if let Some(cpu) = cpu_seconds(pid) {
             process_last = cpu;
         }
-        rss = peak_rss(pid).or(rss);
+        rss = peak_rss_kib_of(&pid.to_string()).or(rss);
         let done = if exits {
             child.try_wait()?.is_some()
         } else {
@@ -208,22 +197,9 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::
 
     // The WAL mode's schema and its slot, and the reference's slot on the
     // same publication, both made before the backlog: both hold it whole.
-    let schema = fresh_schema(&pool, "bench_drain_wal", WakeupTrigger::default()).await?;
-    let slot = format!("outbox_{}", schema.name());
-    drop_slot(&pool, &schema).await?;
     drop_reference(&pool).await?;
-    {
-        let mut conn = pool.acquire().await?;
-        outbox::migrate(
-            &mut conn,
-            &schema,
-            &outbox::MigrateOptions {
-                mode: Some(DeliveryMode::Wal),
-                ..Default::default()
-            },
-        )
-        .await?;
-    }
+    let schema = fresh_wal_schema(&pool, "bench_drain_wal", WakeupTrigger::default()).await?;
+    let slot = format!("outbox_{}", schema.name());
     sqlx::query("SELECT pg_create_logical_replication_slot($1, 'pgoutput')")
         .bind(REFERENCE_SLOT)
         .execute(&pool)

@@ -36,7 +36,8 @@ use super::child_relay::{ChildRelay, Output};
 use super::relay_cpu::{core_share, cpu_report, Cpu};
 use super::stats::{ms, quantile};
 use super::{
-    create_orders, fresh_schema, insert_order, order_insert, parse_wakeup_trigger, warm_up, Server,
+    create_orders, fresh_schema, fresh_wal_schema, insert_order, order_insert,
+    parse_wakeup_trigger, warm_up, Server,
 };
 use crate::ctx::Ctx;
 
@@ -403,25 +404,17 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: LatencyArgs) -> Result<serde_json
     let server = Server::start(ctx, fsync).await?;
     let pool = server.pool(args.connections + 6).await?;
     let wakeup = args.wakeup();
-    let schema = fresh_schema(&pool, "bench_latency", wakeup).await?;
-    create_orders(&pool, &schema).await?;
     if args.mode == Some(outbox::DeliveryMode::Wal) {
         ensure!(
             args.producer == Producer::Sql,
             "--mode wal needs --producer sql (the relay runs as its own process)"
         );
-        super::drop_slot(&pool, &schema).await?;
-        let mut conn = pool.acquire().await?;
-        outbox::migrate(
-            &mut conn,
-            &schema,
-            &outbox::MigrateOptions {
-                mode: Some(outbox::DeliveryMode::Wal),
-                ..Default::default()
-            },
-        )
-        .await?;
     }
+    let schema = match args.mode {
+        Some(outbox::DeliveryMode::Wal) => fresh_wal_schema(&pool, "bench_latency", wakeup).await?,
+        _ => fresh_schema(&pool, "bench_latency", wakeup).await?,
+    };
+    create_orders(&pool, &schema).await?;
 
     let observed = match args.producer {
         Producer::Library => library(&pool, &schema, &args, total).await?,

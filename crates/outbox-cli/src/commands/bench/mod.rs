@@ -167,6 +167,28 @@ pub async fn drop_slot(pool: &PgPool, schema: &Schema) -> Result<()> {
     Ok(())
 }
 
+/// [`fresh_schema`] in the WAL mode: a slot left by an earlier run goes
+/// first (its name is the schema's, and it would hold WAL for nothing).
+pub async fn fresh_wal_schema(
+    pool: &PgPool,
+    name: &str,
+    wakeup: outbox::WakeupTrigger,
+) -> Result<Schema> {
+    let schema = fresh_schema(pool, name, wakeup).await?;
+    drop_slot(pool, &schema).await?;
+    let mut conn = pool.acquire().await?;
+    outbox::migrate(
+        &mut conn,
+        &schema,
+        &outbox::MigrateOptions {
+            mode: Some(outbox::DeliveryMode::Wal),
+            ..Default::default()
+        },
+    )
+    .await?;
+    Ok(schema)
+}
+
 /// Drops and re-creates `schema` and migrates it with the wake-up trigger
 /// `wakeup`.
 pub async fn fresh_schema(

@@ -38,7 +38,12 @@ pub fn reset_peak_rss() -> bool {
 
 /// Peak resident memory of this process (`VmHWM`), KiB.
 pub fn peak_rss_kib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    peak_rss_kib_of("self")
+}
+
+/// Peak resident memory of process `pid` (a number, or `self`), KiB.
+pub fn peak_rss_kib_of(pid: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
         .find(|l| l.starts_with("VmHWM:"))?

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use super::set_aside::Aside;
 use crate::event::Event;
 use crate::publisher::{Outcome, Publisher};
-use crate::relay::backoff::{retry_delay, DoublingDelay};
+use crate::relay::backoff::DoublingDelay;
 use crate::relay::outcomes::RetryPolicy;
 use crate::relay::waves::into_waves;
 
@@ -42,14 +42,9 @@ pub(crate) enum Decision {
 /// The relay's decision for one event's outcome (the table mode's rules:
 /// `crate::relay::outcomes`).
 pub(crate) fn decide(event: &Event, outcome: Outcome, policy: &RetryPolicy) -> Decision {
-    let retry = |error: String, hint: Duration| {
-        let attempts = event.attempts.max(0) as u32 + 1;
-        if attempts >= policy.max_attempts {
-            return Decision::Aside(Aside::Dead { error });
-        }
-        let backoff = retry_delay(attempts, policy.backoff_base_ms, policy.backoff_max_ms);
-        let delay = backoff.max(hint.min(Duration::from_millis(policy.backoff_max_ms)));
-        Decision::Aside(Aside::Retry { error, delay })
+    let retry = |error: String, hint: Duration| match policy.next_attempt(event.attempts, hint) {
+        (_, true) => Decision::Aside(Aside::Dead { error }),
+        (delay, false) => Decision::Aside(Aside::Retry { error, delay }),
     };
     match outcome {
         Outcome::Delivered => Decision::Delivered,

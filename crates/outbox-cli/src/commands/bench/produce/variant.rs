@@ -6,7 +6,7 @@ use outbox::{NewEvent, Outbox, Schema, WakeupTrigger};
 use serde_json::Value;
 use sqlx::{PgConnection, PgPool};
 
-use super::super::{create_orders, fresh_schema};
+use super::super::{create_orders, fresh_schema, fresh_wal_schema};
 
 /// One way of writing the event (or none).
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -186,21 +186,7 @@ impl Variant {
                 schema
             }
             Variant::Emit | Variant::EmitRelay => {
-                let schema = fresh_schema(pool, self.schema(), self.wakeup()).await?;
-                // A slot left by an earlier bench goes first: its name is
-                // the schema's, and it would hold WAL for nothing.
-                super::super::drop_slot(pool, &schema).await?;
-                let mut conn = pool.acquire().await?;
-                outbox::migrate(
-                    &mut conn,
-                    &schema,
-                    &outbox::MigrateOptions {
-                        mode: Some(outbox::DeliveryMode::Wal),
-                        ..Default::default()
-                    },
-                )
-                .await?;
-                schema
+                fresh_wal_schema(pool, self.schema(), self.wakeup()).await?
             }
             _ => fresh_schema(pool, self.schema(), self.wakeup()).await?,
         };
