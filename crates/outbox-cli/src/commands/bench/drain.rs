@@ -245,9 +245,6 @@ async fn build_only(
 }
 
 pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::Value> {
-    if args.mode == Some(outbox::DeliveryMode::Wal) {
-        return super::drain_wal::run(ctx, fsync, args).await;
-    }
     // The preloaded events carry no headers: a template that needs one
     // would reject every event, and the relay would never drain.
     if let Some(template) = &args.destination {

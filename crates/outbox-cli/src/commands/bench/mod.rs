@@ -280,6 +280,9 @@ pub async fn run(ctx: &Ctx, args: BenchArgs) -> Result<ExitCode> {
     let fsync = !args.no_fsync;
     let scenario = async {
         match args.scenario {
+            Scenario::Drain(a) if a.mode == Some(outbox::DeliveryMode::Wal) => {
+                drain_wal::run(ctx, fsync, a).await
+            }
             Scenario::Drain(a) => drain::run(ctx, fsync, a).await,
             Scenario::Latency(a) => latency::run(ctx, fsync, a).await,
             Scenario::Produce(a) => produce::run(ctx, fsync, a).await,

@@ -16,10 +16,7 @@ use outbox_testkit::brokers::{nats::Nats, rabbitmq::RabbitMq, redis::Redis, Addr
 
 use super::webhook::Receiver;
 
-/// The relay's events' aggregate type.
-pub const AGGREGATE_TYPE: &str = "bench";
-/// The relay's events' event type.
-pub const EVENT_TYPE: &str = "e2e";
+pub use super::shape::{AGGREGATE_TYPE, EVENT_TYPE};
 
 /// The relay's destination on each broker (with the default templates).
 const REDIS_RELAY_STREAM: &str = "outbox:bench";

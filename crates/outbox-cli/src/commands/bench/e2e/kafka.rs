@@ -21,7 +21,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use tokio::task::JoinHandle;
 
 use super::check::Arrivals;
-use super::reference::{identity, Message as RunMessage, WINDOW};
+use super::shape::{identity, Message as RunMessage, WINDOW};
 
 /// The relay's topic: the default template `outbox.event.{aggregate_type}`.
 pub const RELAY_TOPIC: &str = "outbox.event.bench";

@@ -19,6 +19,7 @@ mod consumer;
 mod cpu;
 mod kafka;
 mod reference;
+mod shape;
 mod webhook;
 
 use std::sync::Arc;

@@ -24,24 +24,9 @@ use super::broker::{AGGREGATE_TYPE, EVENT_TYPE, WEBHOOK_SECRET};
 use super::check::body;
 use outbox_publishers::http::{sign, SigningKey};
 
-/// Messages in flight (the relay's default batch size).
-pub const WINDOW: u64 = 500;
+pub use super::shape::{identity, Message, WINDOW};
 /// Requests in flight to the webhook (the publisher's default concurrency).
 pub const HTTP_IN_FLIGHT: usize = 16;
-
-/// One reference message: the event id, its aggregate, its body.
-pub type Message = (Uuid, u64, String);
-
-/// The identity headers the relay's messages carry (`outbox-*`, as
-/// `Event::message_headers` names them) for an event `id` of aggregate `a`.
-pub fn identity(id: Uuid, a: u64) -> [(&'static str, String); 4] {
-    [
-        ("outbox-event-id", id.to_string()),
-        ("outbox-event-type", EVENT_TYPE.to_owned()),
-        ("outbox-aggregate-type", AGGREGATE_TYPE.to_owned()),
-        ("outbox-aggregate-id", a.to_string()),
-    ]
-}
 
 /// Publishes events `0..events` of a run over `aggregates` aggregates to the
 /// reference destination of `broker`.
