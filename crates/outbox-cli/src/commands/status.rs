@@ -38,10 +38,6 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     println!("schema:         {}", status.schema);
-    println!("delivery:       {}", status.mode);
-    if let Some(slot) = &status.slot {
-        println!("slot:           {}", crate::delivery::slot_line(slot));
-    }
     println!("pending:        {}", status.pending);
     println!("  retrying:     {}", status.retrying);
     println!("oldest pending: {}", oldest(&status));
@@ -59,6 +55,10 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> Result<ExitCode> {
     println!("partitions:     {}", status.partitions.len());
     for (owner, parts) in owners {
         println!("  {owner}: {} partitions", parts.len());
+    }
+    println!("delivery:       {}", status.mode);
+    if let Some(slot) = &status.slot {
+        println!("slot:           {}", crate::delivery::slot_line(slot));
     }
     Ok(ExitCode::SUCCESS)
 }
