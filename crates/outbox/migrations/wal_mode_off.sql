@@ -2,6 +2,8 @@
 -- row (the table's checks refuse what they refuse), and a plain INSERT is
 -- stored as it always was. Installed after migration 13 and by `outbox
 -- migrate --mode table`; undoes migrations/wal_mode_on.sql.
+-- The signature repeats wal_mode_on.sql's on purpose: CREATE OR REPLACE
+-- keeps a function only under the same one, and producers call it by it.
 DROP TRIGGER IF EXISTS outbox_events_to_wal ON {schema}.outbox_events;
 
 CREATE OR REPLACE FUNCTION {schema}.outbox_emit(
