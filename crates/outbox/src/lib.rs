@@ -36,8 +36,8 @@ pub use maintenance::{
     DEFAULT_CLEANUP_BATCH_SIZE, DEFAULT_LIST_LIMIT, MAX_CLEANUP_BATCH_SIZE, MAX_LIST_LIMIT,
 };
 pub use migrate::{
-    ensure_migrated, installed_delivery, migrate, MigrateOptions, MigrationReport, WakeupTrigger,
-    DEFAULT_PARTITIONS, MAX_PARTITIONS,
+    ensure_migrated, migrate, MigrateOptions, MigrationReport, WakeupTrigger, DEFAULT_PARTITIONS,
+    MAX_PARTITIONS,
 };
 pub use outbox::Outbox;
 pub use publisher::{Outcome, Publisher, Unavailable};

@@ -326,7 +326,9 @@ pub async fn migrate(
         None => false,
     };
     let mode = installed_delivery(conn, schema).await?;
-    let slot = recorded_slot(conn, schema).await?;
+    let slot = wal::recorded_slot(&mut *conn, schema)
+        .await?
+        .map(|(slot, _)| slot);
     Ok(MigrationReport {
         applied,
         partitions: partitions as u32,
@@ -398,7 +400,10 @@ async fn refuse_during_switch(conn: &mut PgConnection, schema: &Schema) -> Resul
 }
 
 /// The delivery mode `schema` is in: the WAL mode's capture trigger tells.
-pub async fn installed_delivery(conn: &mut PgConnection, schema: &Schema) -> Result<DeliveryMode> {
+pub(crate) async fn installed_delivery(
+    conn: &mut PgConnection,
+    schema: &Schema,
+) -> Result<DeliveryMode> {
     let wal: bool = sqlx::query_scalar(q::WAL_MODE_INSTALLED)
         .bind(schema.name())
         .fetch_one(&mut *conn)
@@ -409,15 +414,6 @@ pub async fn installed_delivery(conn: &mut PgConnection, schema: &Schema) -> Res
     } else {
         DeliveryMode::Table
     })
-}
-
-/// The slot recorded for `schema`'s WAL mode, if any.
-async fn recorded_slot(conn: &mut PgConnection, schema: &Schema) -> Result<Option<String>> {
-    let row: Option<(String, String)> = sqlx::query_as(&schema.render(q::WAL_SLOT_RECORDED))
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(Error::db("reading the recorded slot"))?;
-    Ok(row.map(|(slot, _)| slot))
 }
 
 /// The wake-up mode `schema`'s triggers implement.

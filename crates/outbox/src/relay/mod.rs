@@ -136,7 +136,7 @@ impl RelayBuilder {
             let mut conn = self.pool.acquire().await.map_err(Error::db("connecting"))?;
             crate::migrate::ensure_migrated(&mut conn, &self.schema).await?;
         }
-        let slot = wal::recorded_slot(&self.pool, &self.schema).await?;
+        let slot = crate::wal::recorded_slot(&self.pool, &self.schema).await?;
         let first_session = match (&slot, &self.replication) {
             (None, _) => None,
             (Some((slot, _)), None) => {

@@ -12,6 +12,7 @@ pub mod message;
 pub(crate) mod setup;
 
 use crate::error::{Error, Result};
+use crate::queries as q;
 use crate::schema::Schema;
 
 /// Longest replication slot name PostgreSQL keeps (`NAMEDATALEN - 1`).
@@ -67,6 +68,19 @@ impl std::str::FromStr for DeliveryMode {
     fn from_str(s: &str) -> Result<Self> {
         DeliveryMode::parse(s)
     }
+}
+
+/// The slot and publication recorded for `schema` by `outbox migrate
+/// --mode wal`, while the relay still has to read them (in the WAL mode, or
+/// switched back to the table with the slot not yet read to the switch).
+pub(crate) async fn recorded_slot<'c>(
+    conn: impl sqlx::PgExecutor<'c>,
+    schema: &Schema,
+) -> Result<Option<(String, String)>> {
+    sqlx::query_as(&schema.render(q::WAL_SLOT_RECORDED))
+        .fetch_optional(conn)
+        .await
+        .map_err(Error::db("reading the schema's replication slot"))
 }
 
 /// The prefix of the schema's logical messages: the relay decodes only

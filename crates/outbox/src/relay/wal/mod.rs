@@ -21,24 +21,7 @@ pub(crate) mod switch;
 
 pub use reader::SlotState;
 
-use sqlx::PgPool;
-
 use crate::error::{Error, Result};
-use crate::queries as q;
-use crate::schema::Schema;
-
-/// The slot and publication recorded for `schema` by `outbox migrate
-/// --mode wal`, while the relay still has to read them (in the WAL mode, or
-/// switched back to the table with the slot not yet read to the switch).
-pub(crate) async fn recorded_slot(
-    pool: &PgPool,
-    schema: &Schema,
-) -> Result<Option<(String, String)>> {
-    sqlx::query_as(&schema.render(q::WAL_SLOT_RECORDED))
-        .fetch_optional(pool)
-        .await
-        .map_err(Error::db("reading the schema's replication slot"))
-}
 
 /// Where the relay opens its replication connection: the server itself
 /// (a replication connection cannot pass through PgBouncer).

@@ -6,7 +6,7 @@
 //! again: at least once, never skipped.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,7 +34,6 @@ use crate::wal::message;
 pub struct SlotState {
     active: AtomicBool,
     switched: AtomicBool,
-    confirmed: AtomicU64,
 }
 
 impl SlotState {
@@ -47,11 +46,6 @@ impl SlotState {
     /// mode and the slot was read to the switch.
     pub fn finished_cleanly(&self) -> bool {
         self.switched.load(Ordering::Relaxed)
-    }
-
-    /// The last position this relay confirmed (0 before the first).
-    pub fn confirmed_lsn(&self) -> u64 {
-        self.confirmed.load(Ordering::Relaxed)
     }
 }
 
@@ -376,7 +370,6 @@ impl Reader {
     /// Lets the slot move to `end`, and saves it beside the slot.
     fn confirm(&mut self, client: &ReplicationClient, end: Lsn) {
         client.update_applied_lsn(end);
-        self.state.confirmed.store(end.0, Ordering::Relaxed);
         self.position.confirmed(end);
     }
 
