@@ -268,6 +268,21 @@ async fn the_wal_modes_benchmarks_report_every_figure() {
     );
     assert_eq!(v["mode"], "wal", "{v}");
     assert_eq!(v["delivered"], 100, "{v}");
+    // pg_recvlogical ran the same schedule as the reference.
+    for k in ["process_us_per_event", "walsender_us_per_event"] {
+        let x = v["reference"][k].as_f64().unwrap_or(f64::NAN);
+        assert!(x.is_finite() && x > 0.0, "reference {k} in {v}");
+    }
+    // Through a webhook receiver, read back: every event, in order.
+    let (v, _) = common::bench_json(
+        &url,
+        "e2e --mode wal --publisher http --events 2000 --aggregates 50 --rate 200 --seconds 2 --idle-secs 1",
+    );
+    assert_eq!(v["mode"], "wal", "{v}");
+    assert_eq!(v["drain"]["delivered"], 2000, "{v}");
+    assert_eq!(v["drain"]["out_of_order"], 0, "{v}");
+    let run = &v["latency"][0];
+    assert_eq!((&run["delivered"], &run["out_of_order"]), (&serde_json::json!(400), &serde_json::json!(0)), "{run}");
     let (v, _) = common::bench_json(&url, "produce --producers 1 --seconds 1");
     let row = &v["by_producers"][0];
     for k in [

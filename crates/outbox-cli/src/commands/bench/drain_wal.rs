@@ -17,21 +17,10 @@ use sqlx::PgPool;
 use super::child_relay::child_command;
 use super::drain::{preload, DrainArgs};
 use super::held_snapshot::cpu_seconds;
+use super::recvlogical;
 use super::stats::peak_rss_kib_of;
 use super::{drop_slot, event_rows, fresh_schema, fresh_wal_schema, Server};
 use crate::ctx::Ctx;
-
-/// The reference's slot, made beside the relay's before the backlog.
-const REFERENCE_SLOT: &str = "bench_drain_recvlogical";
-
-/// Drops the reference's slot, if it is left from an earlier run.
-async fn drop_reference(pool: &PgPool) -> Result<()> {
-    sqlx::query("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active")
-        .bind(REFERENCE_SLOT)
-        .execute(pool)
-        .await?;
-    Ok(())
-}
 
 /// Emits `n` events like [`preload`]'s through `outbox_emit`, `per_tx` to a
 /// transaction; returns the WAL position after the last commit.
@@ -72,29 +61,6 @@ async fn emit_backlog(
         .await?)
 }
 
-/// CPU seconds so far of the walsender streaming `slot`, if one does.
-async fn walsender_cpu(pool: &PgPool, slot: &str) -> Result<Option<(u32, f64)>> {
-    let pid: Option<Option<i32>> =
-        sqlx::query_scalar("SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1")
-            .bind(slot)
-            .fetch_optional(pool)
-            .await?;
-    Ok(pid
-        .flatten()
-        .and_then(|pid| cpu_seconds(pid as u32).map(|s| (pid as u32, s))))
-}
-
-/// Whether `slot` has confirmed `lsn`.
-async fn confirmed(pool: &PgPool, slot: &str, lsn: &str) -> Result<bool> {
-    Ok(sqlx::query_scalar(
-        "SELECT coalesce(confirmed_flush_lsn >= $2::pg_lsn, false) FROM pg_replication_slots WHERE slot_name = $1",
-    )
-    .bind(slot)
-    .bind(lsn)
-    .fetch_one(pool)
-    .await?)
-}
-
 /// What one reader of the backlog took.
 struct Read {
     secs: f64,
@@ -127,7 +93,7 @@ async fn read_backlog(
             if let Some(now) = cpu_seconds(wpid) {
                 walsender_last = now - start;
             }
-        } else if let Some((wpid, _)) = walsender_cpu(pool, slot).await? {
+        } else if let Some((wpid, _)) = recvlogical::walsender_cpu(pool, slot).await? {
             // From its start: the walsender began with the session.
             walsender = Some((wpid, 0.0));
         }
@@ -138,7 +104,7 @@ async fn read_backlog(
         let done = if exits {
             child.try_wait()?.is_some()
         } else {
-            confirmed(pool, slot, end).await?
+            recvlogical::confirmed(pool, slot, end).await?
         };
         if done {
             break;
@@ -163,26 +129,6 @@ async fn read_backlog(
     })
 }
 
-fn pg_recvlogical(url: &str, end: &str) -> Result<Command> {
-    let bin = outbox_embedded_pg::find_bin_dir()
-        .context("pg_recvlogical is needed for the reference")?
-        .join("pg_recvlogical");
-    let mut cmd = Command::new(bin);
-    cmd.args([
-        "-d",
-        url,
-        "--slot",
-        REFERENCE_SLOT,
-        "--start",
-        "--no-loop",
-        "-f",
-        "/dev/null",
-    ])
-    .args(["--endpos", end, "-F", "0", "-s", "1"])
-    .args(["-o", "proto_version=1", "-o", "messages=true"]);
-    Ok(cmd)
-}
-
 pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::Value> {
     let server = Server::start(ctx, fsync).await?;
     let pool = server.pool(8).await?;
@@ -197,13 +143,9 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::
 
     // The WAL mode's schema and its slot, and the reference's slot on the
     // same publication, both made before the backlog: both hold it whole.
-    drop_reference(&pool).await?;
     let schema = fresh_wal_schema(&pool, "bench_drain_wal", WakeupTrigger::default()).await?;
     let slot = format!("outbox_{}", schema.name());
-    sqlx::query("SELECT pg_create_logical_replication_slot($1, 'pgoutput')")
-        .bind(REFERENCE_SLOT)
-        .execute(&pool)
-        .await?;
+    recvlogical::create_slot(&pool).await?;
     eprintln!(
         "bench drain: emitting {n} events, {} per transaction",
         args.per_transaction
@@ -211,10 +153,9 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::
     let end = emit_backlog(&pool, &schema, n, args.aggregates, args.per_transaction).await?;
 
     eprintln!("bench drain: pg_recvlogical reads the reference slot");
-    let mut reference = pg_recvlogical(&server.url, &end)?;
     // The publication is the relay's: pgoutput needs one to start.
-    reference.args(["-o", &format!("publication_names={slot}")]);
-    let reference = read_backlog(reference, &pool, REFERENCE_SLOT, &end, true).await?;
+    let reference = recvlogical::command(&server.url, &slot, Some(&end), 1)?;
+    let reference = read_backlog(reference, &pool, recvlogical::SLOT, &end, true).await?;
 
     eprintln!("bench drain: outbox relay reads its slot");
     let mut relay = child_command(
@@ -287,7 +228,7 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::
             .await?;
     }
     drop_slot(&pool, &schema).await?;
-    drop_reference(&pool).await?;
+    recvlogical::drop_slot(&pool).await?;
     Ok(json!({
         "scenario": "drain_wal",
         "events": n,

@@ -33,6 +33,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::child_relay::{ChildRelay, Output};
+use super::recvlogical;
 use super::relay_cpu::{core_share, cpu_report, Cpu};
 use super::stats::{ms, quantile};
 use super::{
@@ -155,6 +156,9 @@ struct RelayCpu {
     /// Per event and as a share of a core, from the schedule's start to the
     /// last delivery.
     busy: serde_json::Value,
+    /// The WAL mode's reference (`pg_recvlogical` and its walsender) at the
+    /// same rate.
+    reference: Option<recvlogical::AtRate>,
 }
 
 impl Observed {
@@ -337,7 +341,7 @@ async fn sql(
         ),
     }
     .into();
-    let schedule = open_loop(args.rate, total, |id| {
+    let commit = |id: i64| {
         let (pool, orders, event) = (producers.clone(), orders.clone(), event.clone());
         async move {
             let mut tx = pool.begin().await?;
@@ -353,8 +357,8 @@ async fn sql(
             tx.commit().await?;
             Ok((event_id, Instant::now(), began))
         }
-    })
-    .await?;
+    };
+    let schedule = open_loop(args.rate, total, commit).await?;
     let lines = relay.lines().expect("timed output").clone();
     let deadline = Instant::now() + DELIVERY_DEADLINE;
     while lines.distinct.load(std::sync::atomic::Ordering::Relaxed) < total
@@ -379,11 +383,35 @@ async fn sql(
         "the relay printed {unparsed} lines that are not an event's JSON"
     );
     let delivered = std::mem::take(&mut *lines.first_seen.lock().expect("lock"));
+    // The WAL mode's reference at the same rate: pg_recvlogical on a slot
+    // of its own, the same schedule (the next order ids).
+    let reference = if args.mode == Some(outbox::DeliveryMode::Wal) {
+        eprintln!("bench latency: the same schedule read by pg_recvlogical (the reference)");
+        let offset = total as i64;
+        let schedule = async {
+            open_loop(args.rate, total, |id| commit(id + offset)).await?;
+            Ok(())
+        };
+        Some(
+            recvlogical::at_rate(
+                &server.url,
+                pool,
+                &format!("outbox_{}", schema.name()),
+                Duration::from_secs(args.idle_secs),
+                total,
+                schedule,
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
     producers.close().await;
     let duplicates = lines.duplicates.load(std::sync::atomic::Ordering::Relaxed);
     let cpu = RelayCpu {
         idle_core_share,
         busy,
+        reference,
     };
     Ok(Observed::new(
         schedule,
@@ -498,6 +526,15 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: LatencyArgs) -> Result<serde_json
             f("relay_core_share") * 100.0,
             cpu.idle_core_share * 100.0
         );
+        if let Some(r) = &cpu.reference {
+            println!(
+                "  pg_recvlogical at the same rate (the reference): {:.1} us/event ({:.1} process + {:.1} walsender); idle before: {:.2} % of a core",
+                r.process_us_per_event + r.walsender_us_per_event,
+                r.process_us_per_event,
+                r.walsender_us_per_event,
+                r.idle_core_share * 100.0
+            );
+        }
     }
     if early > 0 {
         println!("  ({early} events were delivered before their commit returned to the client; counted as 0)");
@@ -528,5 +565,12 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: LatencyArgs) -> Result<serde_json
         "max_ms": ms(max),
         "cpu": observed.cpu.as_ref().map(|c| c.busy.clone()),
         "idle_core_share": observed.cpu.as_ref().map(|c| c.idle_core_share),
+        "reference": observed.cpu.as_ref().and_then(|c| c.reference).map(|r| json!({
+            "client": "pg_recvlogical",
+            "process_us_per_event": r.process_us_per_event,
+            "walsender_us_per_event": r.walsender_us_per_event,
+            "us_per_event": r.process_us_per_event + r.walsender_us_per_event,
+            "idle_core_share": r.idle_core_share,
+        })),
     }))
 }

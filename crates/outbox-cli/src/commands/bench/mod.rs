@@ -10,6 +10,7 @@ mod e2e;
 mod held_snapshot;
 mod latency;
 mod produce;
+mod recvlogical;
 mod relay_cpu;
 mod sources;
 mod stats;

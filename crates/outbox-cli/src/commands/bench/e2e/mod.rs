@@ -43,7 +43,7 @@ use super::relay_cpu::{cpu_report, Cpu};
 /// The relay's `--instance-id`.
 const RELAY_INSTANCE: &str = "bench-e2e-relay";
 use super::stats::{ms, quantile};
-use super::{fresh_schema, warm_up, Server};
+use super::{drop_slot, fresh_schema, fresh_wal_schema, warm_up, Server};
 use crate::ctx::Ctx;
 
 /// How long the consumer may go without a new event before the run fails.
@@ -76,6 +76,17 @@ pub struct E2eArgs {
     /// is kept).
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub connections: u32,
+    /// `wal`: the schema in the WAL mode; producers call `outbox_emit(...)`
+    /// and the relay reads the slot (its CPU includes its walsender). Left
+    /// out: the table mode.
+    #[arg(long, value_name = "MODE")]
+    pub mode: Option<outbox::DeliveryMode>,
+}
+
+impl E2eArgs {
+    fn wal(&self) -> bool {
+        self.mode == Some(outbox::DeliveryMode::Wal)
+    }
 }
 
 /// Waits until `arrivals` has all `events`, failing loudly if the consumer
@@ -132,18 +143,48 @@ fn first_arrival(times: &[Option<Instant>], start: Instant) -> f64 {
         .map_or(0.0, |t| t.saturating_duration_since(start).as_secs_f64())
 }
 
+/// The events of a preload (`$1` aggregate type, `$2` event type, `$4`
+/// aggregates, `$5` body length, `i` the event's number), as select-list
+/// items.
+const PRELOAD_COLUMNS: &str = "$1, (i % $4)::text, $2,
+    jsonb_build_object('a', i % $4, 'i', i, 'n', i / $4, 'pad', repeat('x', $5 - length(
+        format('{\"a\": %s, \"i\": %s, \"n\": %s, \"pad\": \"', i % $4, i, i / $4))))";
+
+/// Events of one preload transaction in the WAL mode: a producer's
+/// transaction commits a few events, not tens of thousands (the table
+/// mode's preload is not read until it is all there, so its size does not
+/// matter there).
+const WAL_PRELOAD_PER_TX: u64 = 100;
+
 /// Writes events `0..events` of a run over `aggregates` aggregates into
-/// `schema` by plain SQL, in order.
-async fn preload(pool: &PgPool, schema: &Schema, events: u64, aggregates: u32) -> Result<()> {
-    let sql = format!(
-        "INSERT INTO {}.outbox_events (aggregate_type, aggregate_id, event_type, payload)
-         SELECT $1, (i % $4)::text, $2,
-                jsonb_build_object('a', i % $4, 'i', i, 'n', i / $4, 'pad', repeat('x', $5 - length(
-                    format('{{\"a\": %s, \"i\": %s, \"n\": %s, \"pad\": \"', i % $4, i, i / $4))))
-         FROM generate_series($3::bigint, $6::bigint) AS i ORDER BY i",
-        schema.name()
-    );
-    let chunk = 50_000u64;
+/// `schema` by plain SQL, in order: rows in the table mode, `outbox_emit`
+/// in the WAL mode.
+async fn preload(
+    pool: &PgPool,
+    schema: &Schema,
+    events: u64,
+    aggregates: u32,
+    wal: bool,
+) -> Result<()> {
+    let s = schema.name();
+    let (sql, chunk) = if wal {
+        (
+            format!(
+                "SELECT count({s}.outbox_emit({PRELOAD_COLUMNS}))
+                 FROM generate_series($3::bigint, $6::bigint) AS i"
+            ),
+            WAL_PRELOAD_PER_TX,
+        )
+    } else {
+        (
+            format!(
+                "INSERT INTO {s}.outbox_events (aggregate_type, aggregate_id, event_type, payload)
+                 SELECT {PRELOAD_COLUMNS}
+                 FROM generate_series($3::bigint, $6::bigint) AS i ORDER BY i"
+            ),
+            50_000,
+        )
+    };
     for start in (0..events).step_by(chunk as usize) {
         sqlx::query(&sql)
             .bind(AGGREGATE_TYPE)
@@ -163,20 +204,25 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: E2eArgs) -> Result<Value> {
     broker.prepare().await?;
     let server = Server::start(ctx, fsync).await?;
     let pool = server.pool(4).await?;
-    let schema = fresh_schema(&pool, "bench_e2e", WakeupTrigger::Idle).await?;
+    let schema = if args.wal() {
+        fresh_wal_schema(&pool, "bench_e2e", WakeupTrigger::Idle).await?
+    } else {
+        fresh_schema(&pool, "bench_e2e", WakeupTrigger::Idle).await?
+    };
     let (n, aggs) = (args.events, args.aggregates);
     println!(
-        "e2e: {} ({}), {n} events over {aggs} aggregates, then {:?} events/s for {} s each",
+        "e2e: {} ({}), {} mode, {n} events over {aggs} aggregates, then {:?} events/s for {} s each",
         broker.name(),
         if broker.started {
             "started by the bench"
         } else {
             "running"
         },
+        args.mode.unwrap_or_default().name(),
         args.rate,
         args.seconds
     );
-    preload(&pool, &schema, n, aggs).await?;
+    preload(&pool, &schema, n, aggs, args.wal()).await?;
 
     // Drain: the relay starts with the backlog waiting.
     let arrivals = Arrivals::new(n, aggs);
@@ -264,9 +310,13 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: E2eArgs) -> Result<Value> {
         "the child `outbox relay` ended with {stopped}"
     );
     producers.close().await;
+    if args.wal() {
+        drop_slot(&pool, &schema).await?;
+    }
 
     Ok(json!({
         "scenario": "e2e",
+        "mode": args.mode.unwrap_or_default().name(),
         "broker": broker.name(),
         "broker_started": broker.started,
         "events": n,
@@ -310,11 +360,15 @@ async fn at_rate(
     let aggs = rate.max(1);
     let arrivals = Arrivals::new(total, aggs);
     let mut consumer = Consumer::start(broker, Side::Relay, arrivals.clone()).await?;
-    let insert: Arc<str> = format!(
-        "INSERT INTO {}.outbox_events (aggregate_type, aggregate_id, event_type, payload)
-         VALUES ($1, $2, $3, $4::jsonb) RETURNING id",
-        schema.name()
-    )
+    let s = schema.name();
+    let insert: Arc<str> = if args.wal() {
+        format!("SELECT {s}.outbox_emit($1, $2, $3, $4::jsonb)")
+    } else {
+        format!(
+            "INSERT INTO {s}.outbox_events (aggregate_type, aggregate_id, event_type, payload)
+             VALUES ($1, $2, $3, $4::jsonb) RETURNING id"
+        )
+    }
     .into();
     let start = Instant::now();
     let cpu_before = cpu.now(pool, relay).await?;
