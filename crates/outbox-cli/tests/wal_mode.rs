@@ -282,7 +282,11 @@ async fn the_wal_modes_benchmarks_report_every_figure() {
     assert_eq!(v["drain"]["delivered"], 2000, "{v}");
     assert_eq!(v["drain"]["out_of_order"], 0, "{v}");
     let run = &v["latency"][0];
-    assert_eq!((&run["delivered"], &run["out_of_order"]), (&serde_json::json!(400), &serde_json::json!(0)), "{run}");
+    assert_eq!(
+        (&run["delivered"], &run["out_of_order"]),
+        (&serde_json::json!(400), &serde_json::json!(0)),
+        "{run}"
+    );
     let (v, _) = common::bench_json(&url, "produce --producers 1 --seconds 1");
     let row = &v["by_producers"][0];
     for k in [

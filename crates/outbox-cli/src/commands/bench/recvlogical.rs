@@ -41,7 +41,12 @@ pub async fn drop_slot(pool: &PgPool) -> Result<()> {
 /// `publication` to /dev/null, reporting its position every
 /// `status_secs` and never syncing /dev/null; up to `end` when given
 /// (then it exits there), else until it is killed.
-pub fn command(url: &str, publication: &str, end: Option<&str>, status_secs: u32) -> Result<Command> {
+pub fn command(
+    url: &str,
+    publication: &str,
+    end: Option<&str>,
+    status_secs: u32,
+) -> Result<Command> {
     let bin = outbox_embedded_pg::find_bin_dir()
         .context("pg_recvlogical is needed for the reference")?
         .join("pg_recvlogical");
