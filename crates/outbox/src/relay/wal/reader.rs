@@ -27,6 +27,7 @@ use crate::relay::backoff::DoublingDelay;
 use crate::relay::config::RelayConfig;
 use crate::relay::decode;
 use crate::relay::observe::{BatchReport, OutageKind, RelayObserver, RelayStats};
+use crate::wakeup::Wakeup;
 use crate::wal::message;
 
 /// What the relay's owner can read of the reader while it runs.
@@ -69,6 +70,8 @@ pub(crate) struct Reader {
     pub blocked: HashSet<String>,
     /// Stream order of the events read, for the waves and the table's seq.
     pub next_seq: i64,
+    /// This relay's table worker, woken when events are set aside.
+    pub wakeup: Arc<Wakeup>,
 }
 
 /// How a session ended without an error.
@@ -361,6 +364,9 @@ impl Reader {
             return false;
         }
         self.report(claimed, &settled, started);
+        // Counted here: a batch cut out of a transaction is confirmed
+        // with the transaction's end, in a later call.
+        self.position.published(claimed as u64);
         if let Some(end) = end {
             self.confirm(client, end);
         }
@@ -429,6 +435,7 @@ impl Reader {
                 }
             }
         }
+        self.wakeup.wake_local();
         for (e, why) in &settled.aside {
             if let Aside::Dead { error } = why {
                 tracing::warn!(event_id = %e.id, event_type = %e.event_type, aggregate_id = %e.aggregate_id, %error, "event dead-lettered");
