@@ -39,6 +39,10 @@ use listen::listen_loop;
 use ownership::Ownership;
 use store::Store;
 
+/// The longest idle poll of the table in the WAL mode (or `poll_max_ms`, if
+/// longer): there the table holds only the events the reader set aside.
+const WAL_MODE_TABLE_POLL_MAX_MS: u64 = 5_000;
+
 /// Entry point: `Relay::builder(pool, publisher)…spawn()`.
 #[derive(Debug)]
 pub struct Relay;
@@ -209,16 +213,25 @@ impl RelayBuilder {
                         .aggregates_pending()
                         .await?,
                     next_seq: 0,
+                    wakeup: wakeup.clone(),
                 };
                 Some(tokio::spawn(reader.run(first)))
             }
             _ => None,
         };
+        let mut worker_config = self.config;
+        if reader.is_some() {
+            // The table holds only what the reader sets aside, and the
+            // reader wakes this worker when it does (another instance's
+            // reader through the idle announcement's NOTIFY): the poll is
+            // only the fallback for a lost notification.
+            worker_config.poll_max_ms = worker_config.poll_max_ms.max(WAL_MODE_TABLE_POLL_MAX_MS);
+        }
         let worker = worker::Worker::new(worker::Deps {
             store: Arc::new(store),
             ownership: ownership.clone(),
             publisher: self.publisher,
-            config: self.config,
+            config: worker_config,
             wakeup,
             shutdown: shutdown_rx,
             stats: stats.clone(),
