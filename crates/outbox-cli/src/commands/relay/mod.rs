@@ -30,8 +30,11 @@ use crate::progress::Progress;
 use crate::telemetry::Export;
 use crate::{db, publisher};
 
-/// How often the loop checks the relay (and, with `--drain`, the backlog).
-const TICK: Duration = Duration::from_millis(100);
+/// How often the loop checks whether the relay stopped by itself (and the
+/// partitions it holds, for `/readyz`): an idle relay's own wake-ups.
+const TICK: Duration = Duration::from_secs(1);
+/// How often it checks, with `--drain`, the backlog (and shows progress).
+const DRAIN_TICK: Duration = Duration::from_millis(100);
 
 /// Extra time past `shutdown_timeout_secs` before the process exits no
 /// matter what (a publisher stuck in a system call cannot be cancelled).
@@ -262,7 +265,7 @@ async fn watch_relay(
 ) -> StopReason {
     let drain = loaded.config.drain;
     let mut progress = Progress::stderr("relay", drain);
-    let mut tick = tokio::time::interval(TICK);
+    let mut tick = tokio::time::interval(if drain { DRAIN_TICK } else { TICK });
     let reason = loop {
         tokio::select! {
             sig = signals.next() => break sig,
