@@ -2,7 +2,7 @@
 //! publisher's health check passes, and the relay is running (holding
 //! partitions, or waiting for a lease while others hold them all).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,8 +22,6 @@ pub struct RelayState {
     pub running: AtomicBool,
     /// A shutdown signal arrived.
     pub stopping: AtomicBool,
-    /// Partitions held right now.
-    pub held: AtomicUsize,
 }
 
 /// The readiness checks.
@@ -65,8 +63,8 @@ impl Readiness {
     /// Runs every check: (ready, JSON body).
     pub async fn check(&self) -> (bool, Value) {
         let (db, publisher) = tokio::join!(self.database(), self.publisher());
-        let held = self.state.held.load(Ordering::Relaxed);
-        let (_, total) = self.metrics.partitions();
+        // As of the relay's last lease round, told to the metrics.
+        let (held, total) = self.metrics.partitions();
         let (relay_ok, relay_state, relay_error) = if self.state.stopping.load(Ordering::Relaxed) {
             (false, "stopping", Some("shutting down".to_owned()))
         } else if !self.state.running.load(Ordering::Relaxed) {

@@ -30,8 +30,8 @@ use crate::progress::Progress;
 use crate::telemetry::Export;
 use crate::{db, publisher};
 
-/// How often the loop checks whether the relay stopped by itself (and the
-/// partitions it holds, for `/readyz`): an idle relay's own wake-ups.
+/// How often the loop checks whether the relay stopped by itself: an idle
+/// relay's own wake-ups.
 const TICK: Duration = Duration::from_secs(1);
 /// How often it checks, with `--drain`, the backlog (and shows progress).
 const DRAIN_TICK: Duration = Duration::from_millis(100);
@@ -176,7 +176,7 @@ pub async fn run(ctx: &Ctx, args: RelayArgs) -> Result<ExitCode> {
         "relay running"
     );
 
-    let reason = watch_relay(&relay, &pool, schema, loaded, &state, &mut signals).await;
+    let reason = watch_relay(&relay, &pool, schema, loaded, &mut signals).await;
     state.stopping.store(true, Ordering::Relaxed);
     let deadline = Duration::from_secs(c.shutdown_timeout_secs);
     tracing::info!(
@@ -260,7 +260,6 @@ async fn watch_relay(
     pool: &PgPool,
     schema: &Schema,
     loaded: &Loaded,
-    state: &RelayState,
     signals: &mut Signals,
 ) -> StopReason {
     let drain = loaded.config.drain;
@@ -270,7 +269,6 @@ async fn watch_relay(
         tokio::select! {
             sig = signals.next() => break sig,
             _ = tick.tick() => {
-                state.held.store(relay.held_partitions(), Ordering::Relaxed);
                 if relay.is_finished() {
                     break StopReason::RelayStopped;
                 }
