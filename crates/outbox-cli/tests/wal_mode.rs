@@ -469,3 +469,114 @@ async fn a_ten_second_broker_outage_holds_the_stream_and_shows_the_slots_lag() {
         got.iter().map(|(i, a, n)| (*i, a.as_str(), *n)).collect();
     outbox_testkit::assert_delivered_once_in_order("after the outage: ", &expected, &view);
 }
+
+/// An event larger than the broker accepts (Redis, `max_message_bytes`) is
+/// dead-lettered with the reason, and never stops the stream: every other
+/// event reaches the Redis stream, each aggregate's in order, including
+/// the later events of the oversized one's aggregate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_larger_than_the_broker_accepts_is_dead_lettered_and_the_stream_goes_on() {
+    use outbox_testkit::brokers::redis::{self, Redis};
+    let Some(server) = Redis::start_or_skip_blocking().await else {
+        return;
+    };
+    let cluster = tokio::task::spawn_blocking(|| logical_cluster(&[]))
+        .await
+        .unwrap();
+    let url = cluster.url();
+    let out = migrate_wal(&url);
+    assert!(out.status.success(), "{}", common::text(&out.stderr));
+    let pool = PgPool::connect(&url).await.unwrap();
+    // a-1, a-2 (8 kB: over the limit), a-3, then b-1..b-3, each committed
+    // on its own.
+    let mut ids = Vec::new();
+    for (aggregate, n, pad) in [
+        ("a", 1, 10),
+        ("a", 2, 8_000),
+        ("a", 3, 10),
+        ("b", 1, 10),
+        ("b", 2, 10),
+        ("b", 3, 10),
+    ] {
+        let id: uuid::Uuid = sqlx::query_scalar(
+            "SELECT outbox_emit('order', $1, 'order.updated', jsonb_build_object('n', $2::int, 'pad', repeat('x', $3)))",
+        )
+        .bind(aggregate)
+        .bind(n)
+        .bind(pad)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        ids.push((aggregate, n, id));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("outbox.toml");
+    std::fs::write(
+        &config,
+        "[publisher.redis]\nstream = \"events\"\nmax_message_bytes = 4096\n",
+    )
+    .unwrap();
+    let mut relay = common::bin()
+        .env("DATABASE_URL", &url)
+        .arg("--config")
+        .arg(&config)
+        .args(["relay", "--publisher", &server.url()])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+
+    let mut conn = redis::client::connect(&server.url()).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let got = loop {
+        let got: Vec<(String, String)> = redis::client::read_stream(&mut conn, "events")
+            .await
+            .into_iter()
+            .map(|e| (e.text("aggregate_id").unwrap(), e.text("id").unwrap()))
+            .collect();
+        if got.len() >= 5 || Instant::now() > deadline {
+            break got;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let reason = loop {
+        let reason: Option<String> = sqlx::query_scalar(
+            "SELECT last_error FROM outbox_events WHERE id = $1 AND dead_lettered_at IS NOT NULL",
+        )
+        .bind(ids[1].2)
+        .fetch_optional(&pool)
+        .await
+        .unwrap();
+        if reason.is_some() || Instant::now() > deadline {
+            break reason;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let _ = relay.kill();
+    let _ = relay.wait();
+    let reason = reason.expect("the oversized event is dead-lettered");
+    assert!(reason.contains("max_message_bytes"), "{reason}");
+    let want: Vec<(String, String)> = ids
+        .iter()
+        .filter(|(a, n, _)| !(*a == "a" && *n == 2))
+        .map(|(a, _, id)| (a.to_string(), id.to_string()))
+        .collect();
+    for aggregate in ["a", "b"] {
+        let of = |v: &[(String, String)]| -> Vec<String> {
+            v.iter()
+                .filter(|(a, _)| a == aggregate)
+                .map(|(_, id)| id.clone())
+                .collect()
+        };
+        assert_eq!(
+            of(&got),
+            of(&want),
+            "aggregate {aggregate}'s events, in order"
+        );
+    }
+    let dead: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_dead_letters")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(dead, 1);
+}
