@@ -144,7 +144,7 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::
     // The WAL mode's schema and its slot, and the reference's slot on the
     // same publication, both made before the backlog: both hold it whole.
     let schema = fresh_wal_schema(&pool, "bench_drain_wal", WakeupTrigger::default()).await?;
-    let slot = format!("outbox_{}", schema.name());
+    let slot = outbox::default_slot_name(&schema)?;
     recvlogical::create_slot(&pool).await?;
     eprintln!(
         "bench drain: emitting {n} events, {} per transaction",
@@ -210,9 +210,10 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::
         wal.peak_rss_kib.map_or("-".into(), |k| format!("{:.1} MiB", k as f64 / 1024.0))
     );
     println!(
-        "  outbox relay --drain, table mode:     {:>9.0} events/s ({:.2} s), peak RSS {}",
+        "  outbox relay --drain, table mode:     {:>9.0} events/s ({:.2} s), its process {:.2} µs per event, peak RSS {}",
         rate(&table),
         table.secs,
+        us(table.process_cpu),
         table
             .peak_rss_kib
             .map_or("-".into(), |k| format!("{:.1} MiB", k as f64 / 1024.0))
@@ -242,6 +243,7 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::
         "wal_relay_walsender_us_per_event": us(wal.walsender_cpu),
         "wal_relay_peak_rss_mib": wal.peak_rss_kib.map(|k| k as f64 / 1024.0),
         "table_relay_events_per_sec": rate(&table),
+        "table_relay_process_us_per_event": us(table.process_cpu),
         "table_relay_peak_rss_mib": table.peak_rss_kib.map(|k| k as f64 / 1024.0),
         "ratio_to_recvlogical": rate(&wal) / rate(&reference),
         "ratio_to_table": rate(&wal) / rate(&table),

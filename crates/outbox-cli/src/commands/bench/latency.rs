@@ -396,7 +396,7 @@ async fn sql(
             recvlogical::at_rate(
                 &server.url,
                 pool,
-                &format!("outbox_{}", schema.name()),
+                &outbox::default_slot_name(schema)?,
                 Duration::from_secs(args.idle_secs),
                 total,
                 schedule,

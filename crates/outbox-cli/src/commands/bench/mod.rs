@@ -157,7 +157,7 @@ impl Server {
 /// `outbox migrate --mode wal` names them by default), if no one reads the
 /// slot: what a benchmark leaves behind would otherwise hold WAL.
 pub async fn drop_slot(pool: &PgPool, schema: &Schema) -> Result<()> {
-    let name = format!("outbox_{}", schema.name());
+    let name = outbox::default_slot_name(schema)?;
     sqlx::query("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active")
         .bind(&name)
         .execute(pool)

@@ -13,6 +13,7 @@ use anyhow::{bail, ensure, Context, Result};
 use sqlx::PgPool;
 
 use super::held_snapshot::cpu_seconds;
+use super::relay_cpu::core_share;
 
 /// The reference's slot, made beside the relay's.
 pub const SLOT: &str = "bench_recvlogical";
@@ -132,20 +133,13 @@ where
     Fut: Future<Output = Result<()>>,
 {
     let pid = child.id();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let walsender = loop {
-        if let Some((wpid, _)) = walsender_cpu(pool, SLOT).await? {
-            break wpid;
-        }
-        if let Some(status) = child.try_wait()? {
-            bail!("pg_recvlogical ended with {status} before it streamed");
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "pg_recvlogical did not start streaming within 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let walsender = wait_while_running(
+        child,
+        "start streaming",
+        Duration::from_secs(30),
+        || async { Ok(walsender_cpu(pool, SLOT).await?.map(|(wpid, _)| wpid)) },
+    )
+    .await?;
     let read = || -> Result<(f64, f64)> {
         Ok((
             cpu_seconds(pid).context("pg_recvlogical is gone")?,
@@ -155,23 +149,18 @@ where
     let idle_from = (read()?, Instant::now());
     tokio::time::sleep(idle).await;
     let busy_from = read()?;
-    let idle_core_share = (busy_from.0 - idle_from.0 .0 + busy_from.1 - idle_from.0 .1)
-        / idle_from.1.elapsed().as_secs_f64();
+    let idle_core_share = core_share(idle_from.0, busy_from, idle_from.1.elapsed().as_secs_f64());
     schedule.await?;
     let end: String = sqlx::query_scalar("SELECT pg_current_wal_lsn()::text")
         .fetch_one(pool)
         .await?;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !confirmed(pool, SLOT, &end).await? {
-        if let Some(status) = child.try_wait()? {
-            bail!("pg_recvlogical ended with {status}");
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "pg_recvlogical did not confirm {end} within 60 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_while_running(
+        child,
+        &format!("confirm {end}"),
+        Duration::from_secs(60),
+        || async { Ok(confirmed(pool, SLOT, &end).await?.then_some(())) },
+    )
+    .await?;
     let after = read()?;
     let per = |s: f64| s / events.max(1) as f64 * 1e6;
     Ok(AtRate {
@@ -179,4 +168,33 @@ where
         process_us_per_event: per(after.0 - busy_from.0),
         walsender_us_per_event: per(after.1 - busy_from.1),
     })
+}
+
+/// Waits until `done` gives a value, failing if `child` (pg_recvlogical)
+/// ends or `limit` passes first; `what` is what it waits for it to do.
+async fn wait_while_running<T, F, Fut>(
+    child: &mut Child,
+    what: &str,
+    limit: Duration,
+    mut done: F,
+) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(value) = done().await? {
+            return Ok(value);
+        }
+        if let Some(status) = child.try_wait()? {
+            bail!("pg_recvlogical ended with {status} before it could {what}");
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "pg_recvlogical did not {what} within {} s",
+            limit.as_secs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
