@@ -114,33 +114,16 @@ async fn relay_to_a_file_keeps_every_payload_and_outlives_unreadable_rows() {
     let out = common::run(&args, Some(&db.url));
     assert_ok(&args, &out);
 
-    #[derive(serde::Deserialize)]
-    struct Line<'a> {
-        id: uuid::Uuid,
-        #[serde(borrow)]
-        payload: &'a serde_json::value::RawValue,
-        headers: std::collections::BTreeMap<String, String>,
-    }
     let written = std::fs::read_to_string(&file).unwrap();
-    let lines: Vec<Line> = written
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+    let expected: Vec<(uuid::Uuid, String, usize)> = expected
+        .into_iter()
+        .map(|(id, payload, headers)| {
+            let stored: std::collections::BTreeMap<String, Box<serde_json::value::RawValue>> =
+                serde_json::from_str(&headers).unwrap();
+            (id, payload, stored.len())
+        })
         .collect();
-    assert_eq!(lines.len(), expected.len(), "one line per readable event");
-    for (id, payload, headers) in &expected {
-        let line = lines
-            .iter()
-            .find(|l| l.id == *id)
-            .expect("a line per event");
-        assert_eq!(line.payload.get(), payload, "payload byte for byte");
-        let stored: std::collections::BTreeMap<String, Box<serde_json::value::RawValue>> =
-            serde_json::from_str(headers).unwrap();
-        assert_eq!(
-            line.headers.len(),
-            stored.len(),
-            "no header dropped: {headers}"
-        );
-    }
+    common::assert_lines_as_stored(written.lines(), &expected, "readable event");
     let dead: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_dead_letters")
         .fetch_one(&pool)
         .await

@@ -240,6 +240,14 @@ async fn a_relay_whose_role_may_not_replicate_exits_in_one_line_naming_alter_rol
     assert!(line.contains("ALTER ROLE app REPLICATION"), "{line}");
 }
 
+/// Every figure `keys` names in `v` is a finite number above zero.
+fn assert_positive(v: &serde_json::Value, keys: &[&str]) {
+    for k in keys {
+        let x = v[k].as_f64().unwrap_or(f64::NAN);
+        assert!(x.is_finite() && x > 0.0, "{k} in {v}");
+    }
+}
+
 /// The WAL mode's benchmarks run end to end at a small size on a server
 /// with `wal_level = logical`; speed is not asserted (shared machines are
 /// noisy), the figures must be present and sane.
@@ -250,18 +258,19 @@ async fn the_wal_modes_benchmarks_report_every_figure() {
         .unwrap();
     let url = cluster.url();
     let (v, _) = common::bench_json(&url, "drain --mode wal --events 3000 --aggregates 100");
-    for k in [
-        "recvlogical_events_per_sec",
-        "wal_relay_events_per_sec",
-        "table_relay_events_per_sec",
-        "ratio_to_recvlogical",
-        "ratio_to_table",
-        "wal_relay_peak_rss_mib",
-        "wal_relay_process_us_per_event",
-    ] {
-        let x = v[k].as_f64().unwrap_or(f64::NAN);
-        assert!(x.is_finite() && x > 0.0, "{k} in {v}");
-    }
+    assert_positive(
+        &v,
+        &[
+            "recvlogical_events_per_sec",
+            "wal_relay_events_per_sec",
+            "table_relay_events_per_sec",
+            "ratio_to_recvlogical",
+            "ratio_to_table",
+            "wal_relay_peak_rss_mib",
+            "wal_relay_process_us_per_event",
+            "table_relay_process_us_per_event",
+        ],
+    );
     let (v, _) = common::bench_json(
         &url,
         "latency --mode wal --producer sql --rate 50 --seconds 2",
@@ -269,10 +278,10 @@ async fn the_wal_modes_benchmarks_report_every_figure() {
     assert_eq!(v["mode"], "wal", "{v}");
     assert_eq!(v["delivered"], 100, "{v}");
     // pg_recvlogical ran the same schedule as the reference.
-    for k in ["process_us_per_event", "walsender_us_per_event"] {
-        let x = v["reference"][k].as_f64().unwrap_or(f64::NAN);
-        assert!(x.is_finite() && x > 0.0, "reference {k} in {v}");
-    }
+    assert_positive(
+        &v["reference"],
+        &["process_us_per_event", "walsender_us_per_event"],
+    );
     // Through a webhook receiver, read back: every event, in order.
     let (v, _) = common::bench_json(
         &url,
@@ -289,17 +298,17 @@ async fn the_wal_modes_benchmarks_report_every_figure() {
     );
     let (v, _) = common::bench_json(&url, "produce --producers 1 --seconds 1");
     let row = &v["by_producers"][0];
-    for k in [
-        "emit_tps",
-        "emit_relay_tps",
-        "w_over_s",
-        "w_over_m",
-        "x_over_s",
-        "x_over_m",
-    ] {
-        let x = row[k].as_f64().unwrap_or(f64::NAN);
-        assert!(x.is_finite() && x > 0.0, "{k} in {row}");
-    }
+    assert_positive(
+        row,
+        &[
+            "emit_tps",
+            "emit_relay_tps",
+            "w_over_s",
+            "w_over_m",
+            "x_over_s",
+            "x_over_m",
+        ],
+    );
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
     assert_eq!(slots(&url).await, 0, "the benchmarks leave no slot behind");
     drop(pool);
@@ -360,26 +369,11 @@ async fn hostile_payloads_and_headers_arrive_as_stored_through_outbox_emit() {
     };
     let _ = relay.kill();
     let _ = relay.wait();
-    #[derive(serde::Deserialize)]
-    struct Line<'a> {
-        id: uuid::Uuid,
-        #[serde(borrow)]
-        payload: &'a serde_json::value::RawValue,
-        headers: std::collections::BTreeMap<String, String>,
-    }
-    let parsed: Vec<Line> = lines
-        .iter()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+    let expected: Vec<(uuid::Uuid, String, usize)> = expected
+        .into_iter()
+        .map(|(id, payload, headers)| (id, payload, headers as usize))
         .collect();
-    assert_eq!(parsed.len(), expected.len(), "one line per event");
-    for (id, payload, headers) in &expected {
-        let line = parsed
-            .iter()
-            .find(|l| l.id == *id)
-            .expect("a line per event");
-        assert_eq!(line.payload.get(), payload, "payload byte for byte");
-        assert_eq!(line.headers.len() as i64, *headers, "no header dropped");
-    }
+    common::assert_lines_as_stored(lines.iter().map(String::as_str), &expected, "event");
 }
 
 /// A webhook receiver down for 10 s under a WAL-mode relay: the stream is

@@ -536,3 +536,33 @@ pub fn stop_gracefully(
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// The JSON lines a relay wrote, `lines`, against what was stored,
+/// `expected` (each event's id, payload as PostgreSQL prints it, number of
+/// headers): one line per `what`, each payload byte for byte, no header
+/// dropped.
+pub fn assert_lines_as_stored<'a>(
+    lines: impl Iterator<Item = &'a str>,
+    expected: &[(uuid::Uuid, String, usize)],
+    what: &str,
+) {
+    #[derive(serde::Deserialize)]
+    struct Line<'a> {
+        id: uuid::Uuid,
+        #[serde(borrow)]
+        payload: &'a serde_json::value::RawValue,
+        headers: std::collections::BTreeMap<String, String>,
+    }
+    let lines: Vec<Line> = lines
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(lines.len(), expected.len(), "one line per {what}");
+    for (id, payload, headers) in expected {
+        let line = lines
+            .iter()
+            .find(|l| l.id == *id)
+            .expect("a line per event");
+        assert_eq!(line.payload.get(), payload, "payload byte for byte");
+        assert_eq!(line.headers.len(), *headers, "no header dropped: {id}");
+    }
+}
