@@ -3,8 +3,9 @@
 //! flight: `XADD`s pipelined [`WINDOW`] at a time, RabbitMQ persistent
 //! messages with publisher confirms awaited per [`WINDOW`], JetStream
 //! publishes whose acks are awaited per [`WINDOW`], Kafka records whose
-//! delivery reports are awaited per [`WINDOW`], webhook POSTs
-//! [`HTTP_IN_FLIGHT`] at a time, each answered before it counts — the
+//! delivery reports are awaited per [`WINDOW`], webhook POSTs in
+//! [`HTTP_IN_FLIGHT`] lanes by aggregate, each answered before the lane's
+//! next (so each aggregate's arrive in order, as the relay's must) — the
 //! relay's batch size and the webhook publisher's concurrency.
 //!
 //! The messages are the relay's, byte for byte where the broker carries
@@ -16,7 +17,6 @@
 //! with fewer headers would send less and ask less of the broker.
 
 use anyhow::{ensure, Context, Result};
-use futures::StreamExt;
 use uuid::Uuid;
 
 use super::broker::{amqp_channel, nats_connect, Broker, Destination, Side, AMQP_EXCHANGE};
@@ -139,32 +139,47 @@ pub async fn publish(broker: &Broker, events: u64, aggregates: u32) -> Result<()
         Destination::Http { url } => {
             let client = reqwest::Client::builder().tcp_nodelay(true).build()?;
             let key = SigningKey::parse(WEBHOOK_SECRET).map_err(anyhow::Error::msg)?;
-            let mut posts = futures::stream::iter(0..events)
-                .map(|i| {
-                    let (id, a, body) = message(i);
-                    let id_text = id.to_string();
-                    let timestamp = chrono::Utc::now().timestamp();
-                    let signature = sign(&key, &id_text, timestamp, body.as_bytes());
-                    let mut request = client
-                        .post(&url)
-                        .header("content-type", "application/json")
-                        .header("webhook-id", id_text)
-                        .header("webhook-timestamp", timestamp.to_string())
-                        .header("webhook-signature", signature);
-                    for (k, v) in identity(id, a) {
-                        request = request.header(k, v);
+            let post = |i: u64| {
+                let (id, a, body) = message(i);
+                let id_text = id.to_string();
+                let timestamp = chrono::Utc::now().timestamp();
+                let signature = sign(&key, &id_text, timestamp, body.as_bytes());
+                let mut request = client
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .header("webhook-id", id_text)
+                    .header("webhook-timestamp", timestamp.to_string())
+                    .header("webhook-signature", signature);
+                for (k, v) in identity(id, a) {
+                    request = request.header(k, v);
+                }
+                async move {
+                    let answer = request
+                        .body(body)
+                        .send()
+                        .await
+                        .context("reference webhook request")?;
+                    ensure!(
+                        answer.status().is_success(),
+                        "the receiver answered {}",
+                        answer.status()
+                    );
+                    Ok(())
+                }
+            };
+            // Lanes by aggregate, each posting its events one at a time: an
+            // aggregate's events arrive in order, as the relay's do.
+            let lanes = HTTP_IN_FLIGHT as u64;
+            let lane = |lane: u64| {
+                let post = &post;
+                async move {
+                    for i in (0..events).filter(|i| i % u64::from(aggregates) % lanes == lane) {
+                        post(i).await?;
                     }
-                    request.body(body).send()
-                })
-                .buffer_unordered(HTTP_IN_FLIGHT);
-            while let Some(answer) = posts.next().await {
-                let answer = answer.context("reference webhook request")?;
-                ensure!(
-                    answer.status().is_success(),
-                    "the receiver answered {}",
-                    answer.status()
-                );
-            }
+                    Ok::<(), anyhow::Error>(())
+                }
+            };
+            futures::future::try_join_all((0..lanes).map(lane)).await?;
         }
     }
     Ok(())
