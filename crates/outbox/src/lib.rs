@@ -50,6 +50,7 @@ pub use relay::{
 pub use schema::Schema;
 pub use status::{PartitionOwner, SlotStatus, Status};
 pub use wakeup::Wakeup;
+pub use wal::switch_back::DEFAULT_SWITCH_TIMEOUT;
 pub use wal::{default_slot_name, DeliveryMode};
 
 /// Not part of the API: what the crate's own integration tests reach of

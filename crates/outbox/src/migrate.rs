@@ -5,6 +5,7 @@ use sqlx::{Connection, PgConnection};
 use crate::error::{Error, Result};
 use crate::queries as q;
 use crate::schema::Schema;
+use crate::wal::switch_back::{self, SlotHealth};
 use crate::wal::{self, DeliveryMode};
 
 /// Default number of ownership partitions.
@@ -69,6 +70,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         include_str!("../migrations/0012_dead_letter_index.sql"),
     ),
     (13, "emit", include_str!("../migrations/0013_emit.sql")),
+    (
+        14,
+        "wal_switch_mark",
+        include_str!("../migrations/0014_wal_switch_mark.sql"),
+    ),
 ];
 
 const TRIGGER_ON: &str = include_str!("../migrations/notify_trigger_on.sql");
@@ -129,8 +135,20 @@ pub struct MigrateOptions {
     /// finish reading.
     pub mode: Option<DeliveryMode>,
     /// The WAL mode's replication slot (and publication) name; default
-    /// `outbox_<schema>`. Only read when switching to the WAL mode.
+    /// the one the schema already records, else `outbox_<schema>` (or
+    /// `outbox_<database>_<schema>` when another database of the server
+    /// has a slot of that name). Only read when switching to the WAL mode.
     pub slot: Option<String>,
+    /// Takes [`MigrateOptions::slot`] although the outbox did not create
+    /// it: the relay will read it from its confirmed position, confirm past
+    /// every message that is not this schema's, and drop it at a switch
+    /// back to the table mode. Another schema's slot is refused always.
+    pub adopt_slot: bool,
+    /// How long a switch back to the table mode waits for the transactions
+    /// older than it to end (default
+    /// [`DEFAULT_SWITCH_TIMEOUT`](crate::DEFAULT_SWITCH_TIMEOUT)); past it
+    /// the switch stays in progress and running it again resumes the wait.
+    pub switch_timeout: Option<std::time::Duration>,
 }
 
 /// What [`migrate`] did.
@@ -152,6 +170,9 @@ pub struct MigrationReport {
     pub slot: Option<String>,
     /// Whether this call created the slot.
     pub slot_created: bool,
+    /// What the operator must know about this call's switch of mode (a
+    /// slot found gone, say), one sentence each.
+    pub warnings: Vec<String>,
 }
 
 /// Applies the outbox migrations to `schema`, in one transaction, under an
@@ -169,23 +190,25 @@ pub async fn migrate(
             format!("{partitions} is out of range: use 1 to {MAX_PARTITIONS}"),
         ));
     }
+    let mut warnings = Vec::new();
     let slot = match options.mode {
-        Some(DeliveryMode::Wal) => {
-            let slot = match &options.slot {
-                Some(name) => {
-                    wal::validate_slot_name(name)?;
-                    name.clone()
-                }
-                None => wal::default_slot_name(schema)?,
-            };
-            wal::setup::preflight(conn, &slot).await?;
-            refuse_during_switch(conn, schema).await?;
-            Some(slot)
-        }
+        Some(DeliveryMode::Wal) => Some(prepare_wal(conn, schema, options, &mut warnings).await?),
         _ => None,
     };
-    let leaving_wal = options.mode == Some(DeliveryMode::Table)
-        && installed_delivery(conn, schema).await? == DeliveryMode::Wal;
+    let installed = installed_delivery(conn, schema).await?;
+    let leaving_wal = options.mode == Some(DeliveryMode::Table) && installed == DeliveryMode::Wal;
+    // The slot that the switch back would read to its mark, when it can no
+    // longer be read: the switch then ends at once.
+    let gone = match leaving_wal {
+        true => match wal::recorded_slot_if_any(conn, schema).await? {
+            Some((slot, _)) => match switch_back::slot_health(conn, &slot).await? {
+                SlotHealth::Readable => None,
+                health => Some((slot, health)),
+            },
+            None => None,
+        },
+        false => None,
+    };
     let mut tx = conn
         .begin()
         .await
@@ -277,25 +300,12 @@ pub async fn migrate(
         }
     }
     // A schema that has just received migration 13 gets the table mode's
-    // `outbox_emit`; one switched back to the table gets it again.
-    if leaving_wal {
-        // Rows written from now on wait until the relay has read the slot
-        // to this transaction's mark (relay/wal/switch.rs): none overtakes
-        // an event of its aggregate still in the slot.
-        sqlx::query(&schema.render(q::WAL_SWITCH_PAUSE))
-            .execute(&mut *tx)
-            .await
-            .map_err(Error::db("pausing the table until the slot is read"))?;
-        sqlx::query(&schema.render(q::WAL_SWITCH_KEEP_SEQS))
-            .execute(&mut *tx)
-            .await
-            .map_err(Error::db("keeping seq values for the slot's last events"))?;
-        sqlx::query(q::WAL_SWITCH_MARK)
-            .bind(wal::message_prefix(schema))
-            .bind(crate::relay::wal::switch::SWITCH_TO_TABLE)
-            .execute(&mut *tx)
-            .await
-            .map_err(Error::db("marking the switch in the stream"))?;
+    // `outbox_emit`; one switched back to the table gets it again. Rows
+    // written from then on wait until the relay has read the slot to the
+    // switch's mark (wal/switch_back.rs): none overtakes an event of its
+    // aggregate still in the slot.
+    if leaving_wal && gone.is_none() {
+        switch_back::begin(&mut tx, schema).await?;
     }
     if options.mode == Some(DeliveryMode::Table) || applied.iter().any(|m| m.starts_with("0013_")) {
         sqlx::raw_sql(&schema.render(WAL_MODE_OFF))
@@ -321,6 +331,26 @@ pub async fn migrate(
     tx.commit()
         .await
         .map_err(Error::db("committing migration"))?;
+    if let Some((slot, health)) = &gone {
+        switch_back::end(conn, schema, slot).await?;
+        warnings.push(format!(
+            "{}: the switch to the table mode ended at once, without reading it; events emitted into it after its last confirmed position could not be delivered (SELECT confirmed_lsn FROM {}.outbox_wal was its last saved position)",
+            health.describe(slot),
+            schema.name()
+        ));
+    } else if options.mode == Some(DeliveryMode::Table)
+        && switch_back::state(conn, schema).await? == Some(None)
+    {
+        // Just begun, or begun by a call that stopped before its mark.
+        switch_back::wait_for_older(
+            conn,
+            options
+                .switch_timeout
+                .unwrap_or(switch_back::DEFAULT_SWITCH_TIMEOUT),
+        )
+        .await?;
+        switch_back::mark(conn, schema).await?;
+    }
     let slot_created = match &slot {
         Some(slot) => switch_to_wal(conn, schema, slot).await?,
         None => false,
@@ -337,6 +367,7 @@ pub async fn migrate(
         mode,
         slot,
         slot_created,
+        warnings,
     })
 }
 
@@ -345,7 +376,7 @@ pub async fn migrate(
 /// `outbox_emit` and capture trigger in one transaction. Returns whether
 /// the slot was created now.
 async fn switch_to_wal(conn: &mut PgConnection, schema: &Schema, slot: &str) -> Result<bool> {
-    let created = wal::setup::create_slot(conn, slot).await?;
+    let created = wal::setup::create_slot(conn, schema, slot).await?;
     let mut tx = conn
         .begin()
         .await
@@ -374,29 +405,77 @@ async fn switch_to_wal(conn: &mut PgConnection, schema: &Schema, slot: &str) -> 
     Ok(created)
 }
 
-/// Refuses to enter the WAL mode while the relay has not yet read the slot
-/// to the last switch back to the table (the slot's last events are still
-/// on their way).
-async fn refuse_during_switch(conn: &mut PgConnection, schema: &Schema) -> Result<()> {
-    let has_table: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
-        .bind(format!("{}.outbox_wal", schema.name()))
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(Error::db("looking for a switch in progress"))?;
-    if !has_table {
-        return Ok(());
+/// Checks the server and the slot before switching to the WAL mode, and
+/// returns the slot to use. A switch back to the table mode that the relay
+/// has not finished is waited for (refused), unless its slot can no longer
+/// be read: it is ended then, with a warning. A schema already in the WAL
+/// mode keeps its slot: moving to another would strand what waits in it.
+async fn prepare_wal(
+    conn: &mut PgConnection,
+    schema: &Schema,
+    options: &MigrateOptions,
+    warnings: &mut Vec<String>,
+) -> Result<String> {
+    let recorded = wal::recorded_slot_if_any(conn, schema)
+        .await?
+        .map(|(slot, _)| slot);
+    let slot = match (&options.slot, &recorded) {
+        (Some(name), _) => {
+            wal::validate_slot_name(name)?;
+            name.clone()
+        }
+        (None, Some(recorded)) => recorded.clone(),
+        (None, None) => wal::setup::default_slot(conn, schema).await?,
+    };
+    let switch = match &recorded {
+        Some(_) => switch_back::state(conn, schema).await?,
+        None => None,
+    };
+    if let (Some(recorded), Some(switch)) = (&recorded, switch) {
+        match switch_back::slot_health(conn, recorded).await? {
+            SlotHealth::Readable => {
+                return Err(Error::invalid(
+                    "mode",
+                    match switch {
+                        Some(_) => "the last switch back to the table mode is not finished: the relay has not yet read the replication slot to it. Run the relay until it logs 'switched to the table mode', then switch again".to_owned(),
+                        None => "the last switch back to the table mode is still waiting for transactions older than it: run outbox migrate --mode table to finish it (it waits for them), run the relay until it logs 'switched to the table mode', then switch again".to_owned(),
+                    },
+                ));
+            }
+            health => {
+                switch_back::end(conn, schema, recorded).await?;
+                warnings.push(format!(
+                    "{}: the unfinished switch back to the table mode was ended without reading it; events emitted into it after its last confirmed position could not be delivered",
+                    health.describe(recorded)
+                ));
+            }
+        }
+    } else if let Some(recorded) = &recorded {
+        let in_wal = installed_delivery(conn, schema).await? == DeliveryMode::Wal;
+        if *recorded == slot && in_wal {
+            let health = switch_back::slot_health(conn, recorded).await?;
+            if health != SlotHealth::Readable {
+                switch_back::drop_slot(conn, recorded).await?;
+                warnings.push(format!(
+                    "{}: it is created again, and read from now on; events emitted into it after its last confirmed position could not be delivered",
+                    health.describe(recorded)
+                ));
+            }
+        }
+        if *recorded != slot && in_wal {
+            return Err(Error::invalid(
+                "slot",
+                format!(
+                    "schema {} is read through replication slot {recorded}, which may still hold events: to move it to {slot}, run outbox migrate --mode table, run the relay until it logs 'switched to the table mode' (the old slot is then read to the end and dropped), then outbox migrate --mode wal --slot {slot}",
+                    schema.name()
+                ),
+            ));
+        }
     }
-    let pending: bool = sqlx::query_scalar(&schema.render(q::WAL_SWITCH_PENDING))
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(Error::db("looking for a switch in progress"))?;
-    if pending {
-        return Err(Error::invalid(
-            "mode",
-            "the last switch back to the table mode is not finished: the relay has not yet read the replication slot to it. Run the relay until it logs 'switched to the table mode', then switch again",
-        ));
-    }
-    Ok(())
+    wal::setup::preflight(conn, &slot).await?;
+    wal::setup::refuse_foreign_slot(conn, schema, &slot, recorded.as_deref(), options.adopt_slot)
+        .await?;
+    Ok(slot)
 }
 
 /// The delivery mode `schema` is in: the WAL mode's capture trigger tells.

@@ -122,6 +122,32 @@ impl Status {
         Ok((mode, slot))
     }
 
+    /// The server's WAL position now (an LSN, as text): give it to
+    /// [`Status::slot_confirmed_to`] later to learn whether the schema's
+    /// slot has been read past everything written before it.
+    pub async fn wal_end(conn: &mut PgConnection) -> Result<String> {
+        sqlx::query_scalar(q::WAL_END)
+            .fetch_one(conn)
+            .await
+            .map_err(Error::db("reading the server's WAL position"))
+    }
+
+    /// Whether the schema's replication slot is confirmed to `lsn` (from
+    /// [`Status::wal_end`]): every event emitted before it has been
+    /// delivered, or set aside in the table (where [`Status::pending`]
+    /// counts it). True for a schema without a slot.
+    pub async fn slot_confirmed_to(
+        conn: &mut PgConnection,
+        schema: &Schema,
+        lsn: &str,
+    ) -> Result<bool> {
+        sqlx::query_scalar(&schema.render(q::SLOT_CONFIRMED_TO))
+            .bind(lsn)
+            .fetch_one(conn)
+            .await
+            .map_err(Error::db("reading the slot's confirmed position"))
+    }
+
     /// Live events left to deliver (pending, not dead-lettered).
     pub async fn pending(conn: &mut PgConnection, schema: &Schema) -> Result<i64> {
         sqlx::query_scalar(&schema.render(q::PENDING_COUNT))

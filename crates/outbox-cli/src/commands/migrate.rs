@@ -37,10 +37,27 @@ pub struct MigrateArgs {
     /// schema keeps its mode.
     #[arg(long, value_name = "MODE")]
     pub mode: Option<outbox::DeliveryMode>,
-    /// The WAL mode's replication slot and publication (default
-    /// `outbox_<schema>`); read with `--mode wal`.
+    /// The WAL mode's replication slot and publication (default: the one
+    /// the schema already has, else `outbox_<schema>`, or
+    /// `outbox_<database>_<schema>` when another database of the server
+    /// has a slot of that name); read with `--mode wal`. A slot that the
+    /// outbox did not create is refused unless `--adopt-slot` is given; a
+    /// slot of another schema is refused always.
     #[arg(long, value_name = "NAME", requires = "mode")]
     pub slot: Option<String>,
+    /// With `--mode wal --slot NAME`: take an existing slot that the outbox
+    /// did not create. The relay reads it from its confirmed position,
+    /// confirms past every message that is not this schema's, and drops it
+    /// at a switch back to the table mode.
+    #[arg(long, requires = "slot")]
+    pub adopt_slot: bool,
+    /// With `--mode table` (leaving the WAL mode): how long to wait for the
+    /// transactions older than the switch to end, in seconds, saying every
+    /// 5 s which are left. Past it the switch stays in progress (rows
+    /// written meanwhile wait in the table) and running the same command
+    /// again resumes it.
+    #[arg(long, value_name = "SECS", default_value_t = outbox::DEFAULT_SWITCH_TIMEOUT.as_secs())]
+    pub switch_timeout: u64,
 }
 
 /// `--wakeup-trigger`: idle, every-insert or off.
@@ -66,6 +83,8 @@ pub async fn run(ctx: &Ctx, args: MigrateArgs) -> Result<ExitCode> {
             wakeup: args.wakeup_trigger,
             mode: args.mode,
             slot: args.slot,
+            adopt_slot: args.adopt_slot,
+            switch_timeout: Some(std::time::Duration::from_secs(args.switch_timeout)),
         },
     )
     .await?;
@@ -91,9 +110,12 @@ pub async fn run(ctx: &Ctx, args: MigrateArgs) -> Result<ExitCode> {
             schema.name()
         ),
         (outbox::DeliveryMode::Table, Some(slot)) => println!(
-            "replication slot {slot} is kept, with the events emitted before the switch: drop it with SELECT pg_drop_replication_slot('{slot}') once they are read (it holds WAL until then)"
+            "replication slot {slot} holds the events emitted before the switch: the relay reads it to the switch, then lets the rows written since go and drops the slot (it logs 'switched to the table mode'); until then those rows wait"
         ),
         _ => {}
+    }
+    for warning in &report.warnings {
+        eprintln!("warning: {warning}");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -40,3 +40,16 @@ SELECT w.slot_name, s.slot_name IS NOT NULL, coalesce(s.active, false),
 FROM {schema}.outbox_wal w
 LEFT JOIN pg_replication_slots s ON s.slot_name = w.slot_name
 LEFT JOIN pg_stat_replication r ON r.pid = s.active_pid";
+
+/// The server's WAL position now, as text: what `--drain` waits for the
+/// slot to be confirmed to.
+pub const WAL_END: &str = "SELECT pg_current_wal_lsn()::text";
+
+/// Whether the schema's slot is confirmed to `$1` (an LSN as text): every
+/// message written before it is delivered, or set aside in the table. True
+/// for a schema without a slot, or whose slot is gone (nothing more can be
+/// read from it).
+pub const SLOT_CONFIRMED_TO: &str = "
+SELECT coalesce((SELECT s.confirmed_flush_lsn >= $1::text::pg_lsn
+                 FROM {schema}.outbox_wal w
+                 JOIN pg_replication_slots s ON s.slot_name = w.slot_name), true)";

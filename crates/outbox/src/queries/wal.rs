@@ -3,9 +3,11 @@
 
 /// The server settings and the role's rights the WAL mode needs, read
 /// before anything is changed: `wal_level`, `max_replication_slots` and the
-/// slots in use, `max_wal_senders`, and whether the current role may
+/// slots in use, `max_wal_senders`, whether the current role may
 /// replicate (`REPLICATION` or superuser: both creating a slot and the
-/// relay's replication connection need it).
+/// relay's replication connection need it), slot `$1` if it exists, the
+/// database, and its encoding (messages arrive in it; the relay reads
+/// UTF-8).
 pub const WAL_PREFLIGHT: &str = "
 SELECT current_setting('wal_level'),
        current_setting('max_replication_slots')::int,
@@ -15,7 +17,8 @@ SELECT current_setting('wal_level'),
        current_user::text,
        (SELECT slot_type || ' ' || coalesce(plugin, '') || ' ' || coalesce(database, '')
         FROM pg_replication_slots WHERE slot_name = $1),
-       current_database()::text";
+       current_database()::text,
+       current_setting('server_encoding')";
 
 /// Creates the logical slot `$1` with `pgoutput`. Must run in a
 /// transaction that has written nothing (PostgreSQL's rule); waits for the
@@ -23,6 +26,13 @@ SELECT current_setting('wal_level'),
 /// after it returns is in the slot.
 pub const WAL_SLOT_CREATE: &str =
     "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')";
+
+/// Whether a slot named `$1` belongs to another database of the server,
+/// and this database's name.
+pub const WAL_SLOT_IN_OTHER_DATABASE: &str = "
+SELECT EXISTS (SELECT FROM pg_replication_slots
+               WHERE slot_name = $1 AND database IS DISTINCT FROM current_database()),
+       current_database()::text";
 
 /// Whether replication slot `$1` exists.
 pub const WAL_SLOT_EXISTS: &str =
@@ -40,7 +50,7 @@ ON CONFLICT (one) DO UPDATE SET slot_name = EXCLUDED.slot_name,
                                 publication = EXCLUDED.publication,
                                 created_at = now(),
                                 switch_seq_next = NULL, switch_seq_end = NULL,
-                                confirmed_lsn = NULL";
+                                switch_mark_lsn = NULL, confirmed_lsn = NULL";
 
 /// Saves where the relay has confirmed the slot (`$1`, an LSN as text):
 /// the next session starts there even if the server forgot the slot's own
@@ -53,11 +63,6 @@ WHERE (confirmed_lsn IS NULL OR confirmed_lsn < $1::text::pg_lsn)
 
 /// Where the relay last saved its confirmed position, as text.
 pub const WAL_CONFIRMED_SAVED: &str = "SELECT confirmed_lsn::text FROM {schema}.outbox_wal";
-
-/// Whether a switch back to the table mode still waits for the relay to
-/// read the slot to it.
-pub const WAL_SWITCH_PENDING: &str =
-    "SELECT EXISTS (SELECT FROM {schema}.outbox_wal WHERE switch_seq_next IS NOT NULL)";
 
 /// The schema's recorded slot and publication, if it has been in the WAL
 /// mode.
@@ -150,10 +155,76 @@ UPDATE {schema}.outbox_wal SET switch_seq_next = r.first,
     switch_seq_end = setval(pg_get_serial_sequence('{schema}.outbox_events', 'seq'), r.first + 1000000)
 FROM r";
 
-/// The switch's mark in the stream: the relay reading the slot reaches it
-/// after every event emitted before the switch, and only then lets the
-/// table's rows go. `$1` is the schema's prefix, `$2` the mark.
-pub const WAL_SWITCH_MARK: &str = "SELECT pg_logical_emit_message(true, $1, $2)::text";
+/// The switch's mark in the stream, and where it is: written once every
+/// transaction older than the switch has ended, so every event emitted
+/// through the WAL mode's `outbox_emit` is before it. The relay ends the
+/// switch once it has confirmed the slot to `switch_mark_lsn`, and obeys no
+/// other mark. `$1` is the schema's prefix, `$2` the mark. Writes nothing
+/// unless a switch waits for its mark.
+pub const WAL_SWITCH_MARK: &str = "
+UPDATE {schema}.outbox_wal SET switch_mark_lsn = pg_logical_emit_message(true, $1, $2)
+WHERE switch_seq_next IS NOT NULL AND switch_mark_lsn IS NULL
+RETURNING switch_mark_lsn::text";
+
+/// The switch back to the table mode, as `migrate` and the relay see it:
+/// whether one is in progress, and its mark's position once written.
+pub const WAL_SWITCH_STATE: &str = "
+SELECT switch_seq_next IS NOT NULL, switch_mark_lsn::text FROM {schema}.outbox_wal";
+
+/// The pending switch's mark, and whether the slot is already confirmed to
+/// it (by the server, or as the relay saved it): a relay that stopped after
+/// confirming the mark but before ending the switch ends it at its next
+/// start. No row while no mark is pending.
+pub const WAL_SWITCH_MARK_REACHED: &str = "
+SELECT w.switch_mark_lsn::text,
+       coalesce(greatest(s.confirmed_flush_lsn, w.confirmed_lsn) >= w.switch_mark_lsn, false)
+FROM {schema}.outbox_wal w
+LEFT JOIN pg_replication_slots s ON s.slot_name = w.slot_name
+WHERE w.switch_seq_next IS NOT NULL AND w.switch_mark_lsn IS NOT NULL";
+
+/// Every transaction open in this database now, but this session's: the
+/// virtual transaction id of each (every transaction holds its own), and
+/// the prepared transactions (they outlive their session). The switch to
+/// the table mode waits for all of them to end before writing its mark, as
+/// `CREATE INDEX CONCURRENTLY` waits for older snapshots.
+pub const OLDER_TRANSACTIONS: &str = "
+SELECT coalesce(array_agg(l.virtualxid), '{}')::text[],
+       (SELECT coalesce(array_agg(gid), '{}') FROM pg_prepared_xacts
+         WHERE database = current_database())::text[]
+FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'virtualxid' AND l.mode = 'ExclusiveLock' AND l.granted
+  AND l.pid <> pg_backend_pid() AND a.datname = current_database()";
+
+/// Which of the transactions `$1` (virtual ids) and `$2` (prepared) are
+/// still open, each with its session's pid (NULL for a prepared one), its
+/// application name (a prepared one's gid), its state and its age in
+/// seconds, oldest first.
+pub const OLDER_TRANSACTIONS_LEFT: &str = "
+SELECT a.pid, coalesce(a.application_name, ''), coalesce(a.state, ''),
+       coalesce(EXTRACT(EPOCH FROM now() - a.xact_start), 0)::float8 AS age
+FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'virtualxid' AND l.mode = 'ExclusiveLock' AND l.granted
+  AND l.virtualxid = ANY($1::text[])
+UNION ALL
+SELECT NULL, gid, 'prepared', EXTRACT(EPOCH FROM now() - prepared)::float8
+FROM pg_prepared_xacts WHERE gid = ANY($2::text[]) AND database = current_database()
+ORDER BY age DESC";
+
+/// What became of slot `$1`: `NULL` when it does not exist, else its
+/// `wal_status` (`lost` once `max_slot_wal_keep_size` invalidated it).
+pub const WAL_SLOT_HEALTH: &str = "
+SELECT coalesce(wal_status, 'unknown') FROM pg_replication_slots WHERE slot_name = $1";
+
+/// Who publication `$1` (the slot's twin) was created for: its comment,
+/// `outbox:<schema>` when `outbox migrate --mode wal` created it.
+pub const WAL_PUBLICATION_OWNER: &str = "
+SELECT obj_description(oid, 'pg_publication') FROM pg_publication WHERE pubname = $1";
+
+/// The other schemas of this database that have recorded a WAL-mode slot
+/// (their `outbox_wal` tables), for `$1` the migrating schema.
+pub const WAL_OTHER_SCHEMAS: &str = "
+SELECT n.nspname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relname = 'outbox_wal' AND c.relkind = 'r' AND n.nspname <> $1";
 
 /// Ends the switch once the relay has read the slot to its mark: lifts the
 /// switch's pause (not an operator's) and forgets the slot.

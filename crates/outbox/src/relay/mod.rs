@@ -151,7 +151,11 @@ impl RelayBuilder {
             }
             (Some((slot, publication)), Some(target)) => {
                 let position = wal::position::Position::new(self.pool.clone(), &self.schema);
-                Some(wal::reader::first_session(target, slot, publication, &position).await?)
+                let switch = wal::switch::Switch::new(self.pool.clone(), &self.schema);
+                Some(
+                    wal::reader::first_session(target, slot, publication, &position, &switch)
+                        .await?,
+                )
             }
         };
         let store = Store::new(
@@ -209,9 +213,9 @@ impl RelayBuilder {
                     observer: self.observer.clone(),
                     shutdown: shutdown_rx.clone(),
                     state: slot_state.clone(),
-                    blocked: wal::set_aside::SetAside::new(self.pool.clone(), &self.schema)
-                        .aggregates_pending()
-                        .await?,
+                    // Read when each session starts.
+                    blocked: Default::default(),
+                    switch_mark: None,
                     next_seq: 0,
                     wakeup: wakeup.clone(),
                 };

@@ -6,17 +6,19 @@
 //! |---------|------|
 //! | the mode, the slot's name, the message prefix | here |
 //! | what `outbox migrate --mode wal` checks and creates on the server | [`setup`] |
+//! | what `outbox migrate --mode table` does to leave the mode, and what ends it | [`switch_back`] |
 //! | the message `outbox_emit` writes, read back | [`message`] |
 
 pub mod message;
 pub(crate) mod setup;
+pub(crate) mod switch_back;
 
 use crate::error::{Error, Result};
 use crate::queries as q;
 use crate::schema::Schema;
 
 /// Longest replication slot name PostgreSQL keeps (`NAMEDATALEN - 1`).
-const MAX_SLOT_NAME: usize = 63;
+pub(crate) const MAX_SLOT_NAME: usize = 63;
 
 /// How a schema's events travel from the producer's transaction to the
 /// relay.
@@ -81,6 +83,22 @@ pub(crate) async fn recorded_slot<'c>(
         .fetch_optional(conn)
         .await
         .map_err(Error::db("reading the schema's replication slot"))
+}
+
+/// [`recorded_slot`], on a schema that may not have the table yet.
+pub(crate) async fn recorded_slot_if_any(
+    conn: &mut sqlx::PgConnection,
+    schema: &Schema,
+) -> Result<Option<(String, String)>> {
+    let has_table: bool = sqlx::query_scalar(q::TABLE_EXISTS)
+        .bind(format!("{}.outbox_wal", schema.name()))
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(Error::db("looking for the schema's replication slot"))?;
+    if !has_table {
+        return Ok(None);
+    }
+    recorded_slot(&mut *conn, schema).await
 }
 
 /// The prefix of the schema's logical messages: the relay decodes only

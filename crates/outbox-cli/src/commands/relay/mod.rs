@@ -263,6 +263,16 @@ async fn watch_relay(
     signals: &mut Signals,
 ) -> StopReason {
     let drain = loaded.config.drain;
+    // In the WAL mode, drained also means the slot is read past everything
+    // written before the drain began (events may wait in it, behind WAL
+    // that is not theirs).
+    let mut wal_end = None;
+    if drain {
+        match wal_position(pool).await {
+            Ok(lsn) => wal_end = Some(lsn),
+            Err(e) => tracing::warn!(error = %format!("{e:#}"), "drain check failed"),
+        }
+    }
     let mut progress = Progress::stderr("relay", drain);
     let mut tick = tokio::time::interval(if drain { DRAIN_TICK } else { TICK });
     let reason = loop {
@@ -275,7 +285,14 @@ async fn watch_relay(
                 if !drain {
                     continue;
                 }
-                match pending(pool, schema).await {
+                let Some(lsn) = &wal_end else {
+                    match wal_position(pool).await {
+                        Ok(lsn) => wal_end = Some(lsn),
+                        Err(e) => tracing::warn!(error = %format!("{e:#}"), "drain check failed"),
+                    }
+                    continue;
+                };
+                match pending(pool, schema, lsn).await {
                     Ok(0) => break StopReason::Drained,
                     Ok(n) => progress.update(relay.stats().delivered, Some(n as u64)),
                     Err(e) => tracing::warn!(error = %format!("{e:#}"), "drain check failed"),
@@ -287,9 +304,19 @@ async fn watch_relay(
     reason
 }
 
-async fn pending(pool: &PgPool, schema: &Schema) -> Result<i64> {
+/// Events left to deliver: in the table, plus one while the schema's
+/// slot is not yet confirmed to `wal_end` (how many wait in it is not
+/// known until they are read).
+async fn pending(pool: &PgPool, schema: &Schema, wal_end: &str) -> Result<i64> {
     let mut conn = pool.acquire().await?;
-    Ok(Status::pending(&mut conn, schema).await?)
+    let in_table = Status::pending(&mut conn, schema).await?;
+    let slot_read = Status::slot_confirmed_to(&mut conn, schema, wal_end).await?;
+    Ok(in_table + i64::from(!slot_read))
+}
+
+async fn wal_position(pool: &PgPool) -> Result<String> {
+    let mut conn = pool.acquire().await?;
+    Ok(Status::wal_end(&mut conn).await?)
 }
 
 /// Ends the process with status 1 after `after`, whatever is still running:

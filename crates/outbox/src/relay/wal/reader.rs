@@ -18,7 +18,7 @@ use super::position::Position;
 use super::session::{self, NotStarted};
 use super::set_aside::{Aside, SetAside};
 use super::settle::{Publishing, Settled};
-use super::switch::{self, SWITCH_TO_TABLE};
+use super::switch::{self, Gone, Mark, SWITCH_TO_TABLE};
 use super::ReplicationTarget;
 use crate::error::{Error, Result};
 use crate::event::Event;
@@ -66,8 +66,11 @@ pub(crate) struct Reader {
     pub shutdown: watch::Receiver<bool>,
     pub state: Arc<SlotState>,
     /// Aggregates with an event waiting in the table: their next events
-    /// wait there behind it. Checked again before each batch that holds one.
+    /// wait there behind it. Read when a session starts; checked again
+    /// before each batch that holds one.
     pub blocked: HashSet<String>,
+    /// Where the pending switch back to the table mode put its mark.
+    pub switch_mark: Option<Lsn>,
     /// Stream order of the events read, for the waves and the table's seq.
     pub next_seq: i64,
     /// This relay's table worker, woken when events are set aside.
@@ -85,12 +88,15 @@ enum Ended {
 
 /// Opens the first session before the relay counts as started, so that a
 /// setup the mode cannot run on is refused at once. `Ok(None)`: another
-/// relay reads the slot; this one stands by.
+/// relay reads the slot, and this one stands by; or the slot is gone while
+/// a switch back to the table mode needs no more of it, which the reader
+/// ends when it runs.
 pub(crate) async fn first_session(
     target: &ReplicationTarget,
     slot: &str,
     publication: &str,
     position: &Position,
+    switch: &switch::Switch,
 ) -> Result<Option<ReplicationClient>> {
     let start = position.saved().await?;
     match session::open(target, slot, publication, STATUS_INTERVAL, start).await {
@@ -99,9 +105,13 @@ pub(crate) async fn first_session(
             tracing::info!(slot, "{message}");
             Ok(None)
         }
-        Err(NotStarted::Refused(reason)) | Err(NotStarted::Failed(reason)) => {
-            Err(Error::invalid("replication", reason))
-        }
+        Err(NotStarted::SlotGone(health)) => match switch.slot_gone(slot, health).await? {
+            Gone::Fatal(reason) => Err(Error::invalid("replication", reason)),
+            Gone::Forgotten | Gone::SwitchEnded => Ok(None),
+        },
+        Err(NotStarted::NoSender(reason))
+        | Err(NotStarted::Refused(reason))
+        | Err(NotStarted::Failed(reason)) => Err(Error::invalid("replication", reason)),
     }
 }
 
@@ -140,12 +150,22 @@ impl Reader {
                 },
             };
             let wait = match opened {
-                Ok(client) => {
+                Ok(mut client) => {
                     standing_by = false;
                     retry.reset();
                     self.state.active.store(true, Ordering::Relaxed);
                     tracing::info!(slot = %self.slot, "reading the replication slot");
-                    let ended = self.stream(client).await;
+                    let ended = match self.session_started().await {
+                        Ok(true) => {
+                            let _ = client.shutdown().await;
+                            Ok(Ended::Switched)
+                        }
+                        Ok(false) => self.stream(client).await,
+                        Err(e) => {
+                            client.stop();
+                            Err(e.with_causes().to_string())
+                        }
+                    };
                     self.state.active.store(false, Ordering::Relaxed);
                     match ended {
                         Ok(Ended::Stopped) => return Ok(()),
@@ -170,6 +190,31 @@ impl Reader {
                     }
                     standby
                 }
+                Err(NotStarted::SlotGone(health)) => {
+                    match self.switch.slot_gone(&self.slot, health).await {
+                        Ok(Gone::Forgotten) => {
+                            tracing::info!(slot = %self.slot, "the schema is back in the table mode and its slot is dropped: nothing more to read");
+                            self.state.switched.store(true, Ordering::Relaxed);
+                            return Ok(());
+                        }
+                        Ok(Gone::SwitchEnded) => {
+                            self.state.switched.store(true, Ordering::Relaxed);
+                            return Ok(());
+                        }
+                        Ok(Gone::Fatal(reason)) => {
+                            tracing::error!(slot = %self.slot, "{reason}");
+                            return Err(Error::invalid("replication", reason));
+                        }
+                        Err(e) => {
+                            tracing::warn!(slot = %self.slot, error = %e.with_causes(), "could not read the schema's slot; trying again");
+                            retry.next_delay()
+                        }
+                    }
+                }
+                Err(NotStarted::NoSender(reason)) => {
+                    tracing::warn!(slot = %self.slot, "{reason}; trying again");
+                    retry.next_delay()
+                }
                 Err(NotStarted::Refused(reason)) => {
                     tracing::error!(slot = %self.slot, "{reason}");
                     return Err(Error::invalid("replication", reason));
@@ -192,10 +237,9 @@ impl Reader {
         mut client: ReplicationClient,
     ) -> std::result::Result<Ended, String> {
         let mut txn: Vec<Event> = Vec::new();
-        let mut txn_switches = false;
+        let mut txn_marks = false;
         let mut batch: Vec<Event> = Vec::new();
         let mut batch_end: Option<Lsn> = None;
-        let mut switch_at: Option<Lsn> = None;
         loop {
             // With a whole transaction or more in hand, publish as soon as
             // nothing more is waiting; otherwise wait for the stream.
@@ -217,7 +261,7 @@ impl Reader {
                         client.stop();
                         return Ok(Ended::Stopped);
                     }
-                    if switch_at.is_some_and(|at| end.is_some_and(|end| at <= end)) {
+                    if self.switch_reached(end) {
                         let _ = client.shutdown().await;
                         return Ok(Ended::Switched);
                     }
@@ -230,13 +274,13 @@ impl Reader {
             match event {
                 ReplicationEvent::Begin { .. } => {
                     txn.clear();
-                    txn_switches = false;
+                    txn_marks = false;
                 }
                 ReplicationEvent::Message {
                     prefix, content, ..
                 } if prefix == self.prefix => {
                     if content.as_ref() == SWITCH_TO_TABLE.as_bytes() {
-                        txn_switches = true;
+                        txn_marks = true;
                     } else if let Some(e) = self.decoded(&content) {
                         txn.push(e);
                     }
@@ -256,17 +300,27 @@ impl Reader {
                 ReplicationEvent::Commit { end_lsn, .. } => {
                     batch.append(&mut txn);
                     batch_end = Some(end_lsn);
-                    if txn_switches {
-                        switch_at = Some(end_lsn);
-                        txn_switches = false;
+                    if std::mem::take(&mut txn_marks) {
+                        // A mark committed: the switch's, if it is at the
+                        // position the switch recorded (read now: the
+                        // mark's transaction has committed).
+                        self.switch_mark = match self.switch.mark().await {
+                            Ok(Mark::At(lsn)) => Some(lsn),
+                            Ok(Mark::Reached) => Some(end_lsn),
+                            Ok(Mark::None) => None,
+                            Err(e) => return Err(e.with_causes().to_string()),
+                        };
+                        if self.switch_mark.is_none() {
+                            tracing::warn!(slot = %self.slot, "ignoring a switch mark that no switch to the table mode is waiting for");
+                        }
                     }
-                    if batch.len() >= self.config.batch_size || switch_at.is_some() {
+                    if batch.len() >= self.config.batch_size || self.switch_reached(Some(end_lsn)) {
                         let end = batch_end.take();
                         if !self.flush(&client, std::mem::take(&mut batch), end).await {
                             client.stop();
                             return Ok(Ended::Stopped);
                         }
-                        if switch_at.is_some() {
+                        if self.switch_reached(end) {
                             let _ = client.shutdown().await;
                             return Ok(Ended::Switched);
                         }
@@ -282,6 +336,27 @@ impl Reader {
                 _ => {}
             }
         }
+    }
+
+    /// What a new session needs before it reads: the aggregates waiting
+    /// in the table now (another relay may have set events aside since
+    /// this one last read the slot), and the pending switch's mark. `true`
+    /// when the slot is already confirmed past the mark: the switch ends
+    /// without reading.
+    async fn session_started(&mut self) -> Result<bool> {
+        self.blocked = self.aside.aggregates_pending().await?;
+        self.switch_mark = match self.switch.mark().await? {
+            Mark::Reached => return Ok(true),
+            Mark::At(lsn) => Some(lsn),
+            Mark::None => None,
+        };
+        Ok(false)
+    }
+
+    /// Whether confirming `end` reaches the pending switch's mark: every
+    /// event emitted through the WAL mode is then behind it.
+    fn switch_reached(&self, end: Option<Lsn>) -> bool {
+        matches!((self.switch_mark, end), (Some(mark), Some(end)) if end >= mark)
     }
 
     /// The event a message of this schema carries; a message that is not

@@ -9,6 +9,7 @@ use std::time::Duration;
 use pgwire_replication::{Lsn, PgWireError, ReplicationClient, ReplicationConfig};
 
 use super::ReplicationTarget;
+use crate::wal::switch_back::SlotHealth;
 
 /// How often an idle session reports its position.
 const IDLE_STATUS: Duration = Duration::from_secs(10);
@@ -18,6 +19,11 @@ const IDLE_STATUS: Duration = Duration::from_secs(10);
 pub(crate) enum NotStarted {
     /// Another session reads the slot: stand by and try again.
     SlotBusy(String),
+    /// The slot does not exist, or the server invalidated it.
+    SlotGone(SlotHealth),
+    /// The server has no free WAL sender: fatal at the start (a setting to
+    /// change), retried once the relay runs (another client may leave).
+    NoSender(String),
     /// The server or the setup refuses, and waiting will not change it:
     /// the message names the fix.
     Refused(String),
@@ -28,9 +34,11 @@ pub(crate) enum NotStarted {
 impl std::fmt::Display for NotStarted {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            NotStarted::SlotBusy(m) | NotStarted::Refused(m) | NotStarted::Failed(m) => {
-                f.write_str(m)
-            }
+            NotStarted::SlotBusy(m)
+            | NotStarted::NoSender(m)
+            | NotStarted::Refused(m)
+            | NotStarted::Failed(m) => f.write_str(m),
+            NotStarted::SlotGone(health) => f.write_str(&health.describe("of the schema")),
         }
     }
 }
@@ -87,9 +95,12 @@ pub(crate) fn classify(e: &PgWireError, target: &ReplicationTarget, slot: &str) 
         ));
     }
     if text.contains("does not exist") && text.contains("replication slot") {
-        return NotStarted::Refused(format!(
-            "replication slot {slot} does not exist: run `outbox migrate --mode wal` (it creates the slot), or restore the slot's name with --slot"
-        ));
+        return NotStarted::SlotGone(SlotHealth::Missing);
+    }
+    if text.contains("can no longer get changes from replication slot")
+        || text.contains("has been invalidated")
+    {
+        return NotStarted::SlotGone(SlotHealth::Lost);
     }
     if text.contains("must be superuser or replication role")
         || text.contains("permission denied to start WAL sender")
@@ -100,7 +111,7 @@ pub(crate) fn classify(e: &PgWireError, target: &ReplicationTarget, slot: &str) 
         ));
     }
     if text.contains("max_wal_senders") {
-        return NotStarted::Refused(format!(
+        return NotStarted::NoSender(format!(
             "the server has no free WAL sender ({}): raise max_wal_senders and restart PostgreSQL, or stop a replication client that is not needed",
             text.trim()
         ));
