@@ -10,6 +10,12 @@ pub fn slot_line(slot: &outbox::SlotStatus) -> String {
             slot.name
         );
     }
+    if slot.invalidated {
+        return format!(
+            "{} INVALIDATED by the server (it held more WAL than max_slot_wal_keep_size allows): events emitted since its last confirmed position cannot be read; run `outbox migrate --mode wal` to create it again, or `outbox migrate --mode table` to deliver from the table",
+            slot.name
+        );
+    }
     let bytes = |b: Option<i64>| b.map(|b| format!("{b} B")).unwrap_or_else(|| "-".into());
     format!(
         "{} ({}), lag {}{}, retained WAL {}{}",
@@ -24,7 +30,9 @@ pub fn slot_line(slot: &outbox::SlotStatus) -> String {
             .map(|s| format!(" / {s:.3} s"))
             .unwrap_or_default(),
         bytes(slot.retained_bytes),
-        if slot.switching_to_table {
+        if slot.switch_waits_for_transactions {
+            "; switching to the table mode, waiting for transactions older than the switch: run `outbox migrate --mode table` again to finish it (the table's rows wait until then)"
+        } else if slot.switching_to_table {
             "; switching to the table mode: the table's rows wait until the relay has read the slot to the switch"
         } else {
             ""

@@ -41,6 +41,14 @@ pub struct SlotStatus {
     /// Whether a switch back to the table mode waits for the relay to read
     /// the slot to it.
     pub switching_to_table: bool,
+    /// Whether the server invalidated the slot (it held more WAL than
+    /// `max_slot_wal_keep_size` allows): what it held past its confirmed
+    /// position cannot be read.
+    pub invalidated: bool,
+    /// Whether the switch back to the table mode still waits for
+    /// transactions older than it (`outbox migrate --mode table` stopped
+    /// before writing its mark; running it again resumes).
+    pub switch_waits_for_transactions: bool,
 }
 
 /// Counters and owners of one outbox schema.
@@ -118,6 +126,8 @@ impl Status {
                 retained_bytes: r.get(4),
                 lag_seconds: r.get(5),
                 switching_to_table: r.get(6),
+                invalidated: r.get(7),
+                switch_waits_for_transactions: r.get(8),
             });
         Ok((mode, slot))
     }

@@ -528,6 +528,8 @@ fn the_claimable_and_xmin_ages_come_from_the_database_read() {
                 retained_bytes: Some(8192),
                 lag_seconds: Some(0.5),
                 switching_to_table: false,
+                invalidated: false,
+                switch_waits_for_transactions: false,
             }),
         },
         oldest_claimable_age_seconds: 12.5,

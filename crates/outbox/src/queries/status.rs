@@ -29,14 +29,18 @@ FROM {schema}.outbox_partitions ORDER BY partition";
 /// and a session reads it, the bytes of WAL from its confirmed position to
 /// the server's (what the relay has still to read and confirm), the bytes
 /// it keeps the server from removing (from its restart position), the lag
-/// in seconds its walsender reports, and whether a switch back to the table
-/// waits for it. No row while the schema has no slot.
+/// in seconds its walsender reports, whether a switch back to the table
+/// waits for it, whether the server invalidated it, and whether the switch
+/// still waits for transactions older than it. No row while the schema
+/// has no slot.
 pub const STATUS_SLOT: &str = "
 SELECT w.slot_name, s.slot_name IS NOT NULL, coalesce(s.active, false),
        (pg_current_wal_lsn() - s.confirmed_flush_lsn)::bigint,
        (pg_current_wal_lsn() - s.restart_lsn)::bigint,
        EXTRACT(EPOCH FROM r.flush_lag)::float8,
-       w.switch_seq_next IS NOT NULL
+       w.switch_seq_next IS NOT NULL,
+       coalesce(s.wal_status = 'lost', false),
+       w.switch_seq_next IS NOT NULL AND w.switch_mark_lsn IS NULL
 FROM {schema}.outbox_wal w
 LEFT JOIN pg_replication_slots s ON s.slot_name = w.slot_name
 LEFT JOIN pg_stat_replication r ON r.pid = s.active_pid";

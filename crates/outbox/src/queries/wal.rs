@@ -34,6 +34,10 @@ SELECT EXISTS (SELECT FROM pg_replication_slots
                WHERE slot_name = $1 AND database IS DISTINCT FROM current_database()),
        current_database()::text";
 
+/// This database's name and encoding.
+pub const DATABASE_ENCODING: &str =
+    "SELECT current_database()::text, current_setting('server_encoding')";
+
 /// Whether replication slot `$1` exists.
 pub const WAL_SLOT_EXISTS: &str =
     "SELECT EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = $1)";

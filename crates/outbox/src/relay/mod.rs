@@ -150,6 +150,7 @@ impl RelayBuilder {
                 ))
             }
             (Some((slot, publication)), Some(target)) => {
+                crate::wal::setup::refuse_database_encoding(&self.pool).await?;
                 let position = wal::position::Position::new(self.pool.clone(), &self.schema);
                 let switch = wal::switch::Switch::new(self.pool.clone(), &self.schema);
                 Some(

@@ -138,6 +138,16 @@ pub(crate) fn slot_name_with_database(database: &str, schema: &Schema) -> String
     format!("{}{suffix}", &name[..name.len().min(keep)])
 }
 
+/// [`refuse_encoding`] for the database `pool` reaches: a relay of a
+/// schema put in the WAL mode before `migrate` checked it.
+pub(crate) async fn refuse_database_encoding(pool: &sqlx::PgPool) -> Result<()> {
+    let (database, encoding): (String, String) = sqlx::query_as(q::DATABASE_ENCODING)
+        .fetch_one(pool)
+        .await
+        .map_err(Error::db("reading the database's encoding"))?;
+    refuse_encoding(&database, &encoding)
+}
+
 /// Refuses a database whose messages the relay could not read: a logical
 /// message arrives in the server's encoding, and the relay reads UTF-8
 /// (the event's payload and names are published as UTF-8 text).

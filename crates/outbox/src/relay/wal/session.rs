@@ -98,6 +98,7 @@ pub(crate) fn classify(e: &PgWireError, target: &ReplicationTarget, slot: &str) 
         return NotStarted::SlotGone(SlotHealth::Missing);
     }
     if text.contains("can no longer get changes from replication slot")
+        || text.contains("cannot read from logical replication slot")
         || text.contains("has been invalidated")
     {
         return NotStarted::SlotGone(SlotHealth::Lost);
