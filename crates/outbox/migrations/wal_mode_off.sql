@@ -26,3 +26,8 @@ BEGIN
 END;
 $$;
 
+
+-- Whoever may INSERT into outbox_events may call it again (the WAL mode
+-- took EXECUTE from PUBLIC, and CREATE OR REPLACE keeps a function's
+-- rights): the INSERT inside checks the caller's right, as it always did.
+GRANT EXECUTE ON FUNCTION {schema}.outbox_emit(text, text, text, jsonb, jsonb, text, uuid) TO PUBLIC;

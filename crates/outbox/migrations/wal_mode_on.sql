@@ -103,6 +103,32 @@ BEGIN
 END;
 $$;
 
+-- Who may publish: in the table mode, whoever may INSERT into
+-- outbox_events (outbox_emit inserts as its caller). The WAL mode's
+-- outbox_emit writes no row, so its EXECUTE is taken from PUBLIC and given
+-- to exactly the roles that hold INSERT on the table now (run `outbox
+-- migrate --mode wal` again after granting INSERT to a new producer role,
+-- or grant EXECUTE on outbox_emit to it). A plain INSERT captured by the
+-- trigger below calls outbox_emit as the inserting role, so those roles
+-- keep working as they did.
+REVOKE EXECUTE ON FUNCTION {schema}.outbox_emit(text, text, text, jsonb, jsonb, text, uuid) FROM PUBLIC;
+DO $grant$
+DECLARE
+    r oid;
+BEGIN
+    FOR r IN SELECT DISTINCT a.grantee FROM pg_class c, aclexplode(c.relacl) a
+             WHERE c.oid = '{schema}.outbox_events'::regclass AND a.privilege_type = 'INSERT'
+    LOOP
+        IF r = 0 THEN
+            GRANT EXECUTE ON FUNCTION {schema}.outbox_emit(text, text, text, jsonb, jsonb, text, uuid) TO PUBLIC;
+        ELSE
+            EXECUTE format('GRANT EXECUTE ON FUNCTION {schema}.outbox_emit(text, text, text, jsonb, jsonb, text, uuid) TO %I',
+                           pg_get_userbyid(r));
+        END IF;
+    END LOOP;
+END;
+$grant$;
+
 -- A plain `INSERT INTO outbox_events` (the seed's producers, and any
 -- written for the table mode) is captured, not stored: the row becomes the
 -- same message `outbox_emit` writes, and the INSERT reports 0 rows

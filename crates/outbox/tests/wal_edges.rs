@@ -597,3 +597,65 @@ async fn a_database_not_encoded_in_utf8_is_refused_naming_its_encoding_and_the_f
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn only_roles_that_may_insert_into_the_table_may_emit_in_the_wal_mode() {
+    let cluster = logical_cluster().await;
+    let (url, pool) = database(cluster).await;
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    migrate(&mut conn, &Schema::default(), &MigrateOptions::default())
+        .await
+        .unwrap();
+    let suffix = url.rsplit('/').next().unwrap().to_owned();
+    let (stranger, producer) = (format!("stranger_{suffix}"), format!("producer_{suffix}"));
+    for sql in [
+        format!("CREATE ROLE {stranger} LOGIN"),
+        format!("CREATE ROLE {producer} LOGIN"),
+        format!("GRANT INSERT ON outbox_events TO {producer}"),
+        format!("GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {producer}"),
+    ] {
+        sqlx::query(&sql).execute(&pool).await.unwrap();
+    }
+    migrate(
+        &mut conn,
+        &Schema::default(),
+        &options(&url, DeliveryMode::Wal),
+    )
+    .await
+    .unwrap();
+    // postgres://postgres@host:port/db, as another role.
+    let as_role = |role: String| {
+        let url = url.replacen("://postgres@", &format!("://{role}@"), 1);
+        async move { sqlx::PgConnection::connect(&url).await.unwrap() }
+    };
+    let emit = "SELECT outbox_emit('order', 'a', 'order.placed', '{}')";
+    let mut s = as_role(stranger.clone()).await;
+    let err = sqlx::query(emit).execute(&mut s).await.unwrap_err();
+    let code = err.as_database_error().and_then(|e| e.code()).unwrap();
+    assert_eq!(code, "42501", "permission denied: {err}");
+    let mut p = as_role(producer.clone()).await;
+    sqlx::query(emit).execute(&mut p).await.unwrap();
+    sqlx::query(
+        "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload)
+         VALUES ('order', 'a', 'order.placed', '{}')",
+    )
+    .execute(&mut p)
+    .await
+    .unwrap();
+    drop((s, p));
+    // Dropping the slot lets the switch back end at once.
+    sqlx::query(
+        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+         WHERE database = current_database()",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    switch(&url, DeliveryMode::Table).await;
+    // Back in the table mode: the INSERT inside checks, as it always did.
+    let mut s = as_role(stranger).await;
+    let err = sqlx::query(emit).execute(&mut s).await.unwrap_err();
+    assert!(err.to_string().contains("outbox_events"), "{err}");
+    let mut p = as_role(producer).await;
+    sqlx::query(emit).execute(&mut p).await.unwrap();
+}
