@@ -75,6 +75,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "wal_switch_mark",
         include_str!("../migrations/0014_wal_switch_mark.sql"),
     ),
+    (
+        15,
+        "pauses_notify",
+        include_str!("../migrations/0015_pauses_notify.sql"),
+    ),
 ];
 
 const TRIGGER_ON: &str = include_str!("../migrations/notify_trigger_on.sql");

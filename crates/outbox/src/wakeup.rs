@@ -24,6 +24,9 @@ pub struct Wakeup {
     /// looks for work, and finds it changed when it is about to wait, looks
     /// again instead (the wake-up came while it was not waiting).
     generation: AtomicU64,
+    /// How many times the pauses have changed (as the relay's listener
+    /// heard): the WAL reader reads them again when this moves.
+    pauses: AtomicU64,
     remote: Option<Arc<RemoteWakeup>>,
 }
 
@@ -69,6 +72,7 @@ impl Wakeup {
         Arc::new(Wakeup {
             local: Notify::new(),
             generation: AtomicU64::new(0),
+            pauses: AtomicU64::new(0),
             remote: Some(remote),
         })
     }
@@ -88,6 +92,17 @@ impl Wakeup {
     pub fn wake_local(&self) {
         self.generation.fetch_add(1, Ordering::AcqRel);
         self.local.notify_waiters();
+    }
+
+    /// Signals that a pause was added or lifted (the relay's listener
+    /// heard the pauses' trigger).
+    pub fn pauses_changed(&self) {
+        self.pauses.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// How many pause changes there have been.
+    pub fn pauses_generation(&self) -> u64 {
+        self.pauses.load(Ordering::Acquire)
     }
 
     /// The wake-ups so far: note it before looking for work, and pass it to

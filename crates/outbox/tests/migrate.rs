@@ -62,7 +62,8 @@ async fn migrating_twice_is_a_no_op() {
             "0011_partition_function_and_row_checks".to_owned(),
             "0012_dead_letter_index".to_owned(),
             "0013_emit".to_owned(),
-            "0014_wal_switch_mark".to_owned()
+            "0014_wal_switch_mark".to_owned(),
+            "0015_pauses_notify".to_owned()
         ]
     );
     assert_eq!(first.partitions, 32);
@@ -257,7 +258,8 @@ async fn upgrading_a_first_release_schema_keeps_pending_events_and_their_order()
             "0011_partition_function_and_row_checks",
             "0012_dead_letter_index",
             "0013_emit",
-            "0014_wal_switch_mark"
+            "0014_wal_switch_mark",
+            "0015_pauses_notify"
         ]
     );
     assert_eq!(report.partitions, 32);

@@ -659,3 +659,105 @@ async fn only_roles_that_may_insert_into_the_table_may_emit_in_the_wal_mode() {
     let mut p = as_role(producer).await;
     sqlx::query(emit).execute(&mut p).await.unwrap();
 }
+
+fn invoice(agg: &str, n: i64) -> NewEvent {
+    NewEvent::json(
+        "invoice",
+        agg,
+        "invoice.issued",
+        serde_json::json!({ "n": n }),
+    )
+}
+
+#[tokio::test]
+async fn a_paused_aggregate_type_waits_in_the_wal_mode_and_is_delivered_in_order_after_resume() {
+    let (url, pool) = wal_db().await;
+    let wal = Outbox::new().with_delivery(DeliveryMode::Wal);
+    let publisher = TestPublisher::new();
+    let relay = start(&url, &pool, &publisher, "r1").await;
+    sqlx::query("INSERT INTO outbox_pauses (aggregate_type) VALUES ('order')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let mut expected = Vec::new();
+    for n in 1..=20 {
+        let events = vec![event("o-1", n), event("o-2", n), invoice("i-1", n)];
+        expected.extend(events.iter().map(|e| e.id));
+        let mut tx = pool.begin().await.unwrap();
+        wal.enqueue_many(&mut *tx, &events).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+    wait_until("the invoices delivered", LONG, || async {
+        publisher.delivered_count() >= 20
+    })
+    .await;
+    let late = invoice("i-2", 1);
+    expected.push(late.id);
+    emit_one(&pool, &wal, &late).await;
+    wait_until("the late invoice delivered", LONG, || async {
+        publisher.deliveries().iter().any(|e| e.id == late.id)
+    })
+    .await;
+    assert!(
+        publisher
+            .deliveries()
+            .iter()
+            .all(|e| e.aggregate_type == "invoice"),
+        "a paused aggregate type was delivered"
+    );
+    sqlx::query("DELETE FROM outbox_pauses WHERE aggregate_type = 'order'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    // Emitted after the resume: behind its aggregate's held events.
+    let after = event("o-1", 21);
+    expected.push(after.id);
+    emit_one(&pool, &wal, &after).await;
+    wait_until("everything delivered after resume", LONG, || async {
+        publisher.delivered_count() >= expected.len()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    check(&expected, &publisher);
+    relay.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn pausing_the_whole_outbox_holds_the_wal_stream_until_resumed() {
+    let (url, pool) = wal_db().await;
+    let wal = Outbox::new().with_delivery(DeliveryMode::Wal);
+    let publisher = TestPublisher::new();
+    let relay = start(&url, &pool, &publisher, "r1").await;
+    let first = event("a", 1);
+    emit_one(&pool, &wal, &first).await;
+    wait_until("delivered before the pause", LONG, || async {
+        publisher.delivered_count() >= 1
+    })
+    .await;
+    sqlx::query("INSERT INTO outbox_pauses (aggregate_type, paused_by) VALUES (NULL, 'test')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let mut expected = vec![first.id];
+    for n in 2..=6 {
+        let e = event(if n % 2 == 0 { "a" } else { "b" }, n);
+        expected.push(e.id);
+        emit_one(&pool, &wal, &e).await;
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(
+        publisher.delivered_count(),
+        1,
+        "nothing delivered while paused"
+    );
+    sqlx::query("DELETE FROM outbox_pauses")
+        .execute(&pool)
+        .await
+        .unwrap();
+    wait_until("everything delivered after resume", LONG, || async {
+        publisher.delivered_count() >= expected.len()
+    })
+    .await;
+    check(&expected, &publisher);
+    relay.shutdown().await.unwrap();
+}

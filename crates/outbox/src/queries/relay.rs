@@ -333,6 +333,19 @@ pub const REBALANCE_NOTIFY: &str = "SELECT pg_notify($1, 'rebalance')";
 /// The payload of a rebalance notification.
 pub const REBALANCE_PAYLOAD: &str = "rebalance";
 
+/// The payload the pauses' trigger (migration 15) sends on the schema's
+/// channel when a pause is added or lifted.
+pub const PAUSES_PAYLOAD: &str = "pauses";
+
+/// What is paused, for a source that does not claim rows (the WAL
+/// reader): one row per pause, `NULL` for the whole outbox. The pause that
+/// `outbox migrate --mode table` holds while the slot is read to its mark
+/// is not one: it holds the table's rows back behind the slot's events,
+/// which the reader is there to publish.
+pub const PAUSES_HELD: &str = "
+SELECT aggregate_type::text FROM {schema}.outbox_pauses
+WHERE aggregate_type IS NOT NULL OR paused_by NOT LIKE 'outbox migrate --mode table:%'";
+
 /// Gives partitions up so another instance can take them at once.
 pub const PARTITION_RELEASE: &str = "
 UPDATE {schema}.outbox_partitions SET owner = NULL, lease_until = NULL

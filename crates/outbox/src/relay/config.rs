@@ -80,8 +80,8 @@ pub(crate) const OUTAGE_BACKOFF_MIN_MS: u64 = 20;
 
 impl RelayConfig {
     /// How failed events are retried.
-    pub(crate) fn retry_policy(&self) -> crate::relay::outcomes::RetryPolicy {
-        crate::relay::outcomes::RetryPolicy {
+    pub(crate) fn retry_policy(&self) -> crate::relay::deliver::outcomes::RetryPolicy {
+        crate::relay::deliver::outcomes::RetryPolicy {
             max_attempts: self.max_attempts,
             backoff_base_ms: self.backoff_base_ms,
             backoff_max_ms: self.backoff_max_ms,

@@ -42,6 +42,11 @@ pub(crate) async fn listen_loop(
                 Ok(n) if n.payload() == crate::queries::REBALANCE_PAYLOAD => {
                     rebalance.notify_one();
                 }
+                Ok(n) if n.payload() == crate::queries::PAUSES_PAYLOAD => {
+                    wakeup.pauses_changed();
+                    // A lifted pause leaves rows to claim.
+                    wakeup.wake_local();
+                }
                 Ok(_) => wakeup.wake_local(),
                 Err(e) => {
                     tracing::debug!(error = %e, "wake-up listener lost its connection");

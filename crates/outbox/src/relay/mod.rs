@@ -6,10 +6,10 @@ mod backoff;
 mod config;
 mod cursor;
 mod decode;
+mod deliver;
 mod lease;
 mod listen;
 mod observe;
-mod outcomes;
 mod ownership;
 mod replan;
 pub mod sources;
@@ -17,7 +17,6 @@ mod store;
 #[doc(hidden)]
 pub mod test_seam;
 pub(crate) mod wal;
-mod waves;
 mod worker;
 
 use std::sync::Arc;
@@ -208,7 +207,17 @@ impl RelayBuilder {
                     position: wal::position::Position::new(self.pool.clone(), &self.schema),
                     slot,
                     publication,
-                    publisher: self.publisher.clone(),
+                    core: deliver::Core::new(
+                        self.publisher.clone(),
+                        &self.config,
+                        #[cfg(feature = "opentelemetry")]
+                        self.tracer.clone(),
+                    ),
+                    pauses: deliver::pauses::PauseWatch::new(
+                        self.pool.clone(),
+                        &self.schema,
+                        wakeup.clone(),
+                    ),
                     config: self.config.clone(),
                     stats: stats.clone(),
                     observer: self.observer.clone(),

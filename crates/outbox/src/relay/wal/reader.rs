@@ -22,10 +22,11 @@ use super::switch::{self, Gone, Mark, SWITCH_TO_TABLE};
 use super::ReplicationTarget;
 use crate::error::{Error, Result};
 use crate::event::Event;
-use crate::publisher::Publisher;
 use crate::relay::backoff::DoublingDelay;
 use crate::relay::config::RelayConfig;
 use crate::relay::decode;
+use crate::relay::deliver::pauses::PauseWatch;
+use crate::relay::deliver::Core;
 use crate::relay::observe::{BatchReport, OutageKind, RelayObserver, RelayStats};
 use crate::wakeup::Wakeup;
 use crate::wal::message;
@@ -59,7 +60,11 @@ pub(crate) struct Reader {
     pub aside: SetAside,
     pub switch: switch::Switch,
     pub position: Position,
-    pub publisher: Arc<dyn Publisher>,
+    /// Publishes as the table worker does: waves, timeout, spans, outcomes.
+    pub core: Core,
+    /// What is paused: paused events are set aside, where the pause holds
+    /// them as it holds every row.
+    pub pauses: PauseWatch,
     pub config: RelayConfig,
     pub stats: Arc<RelayStats>,
     pub observer: Option<Arc<dyn RelayObserver>>,
@@ -345,6 +350,7 @@ impl Reader {
     /// without reading.
     async fn session_started(&mut self) -> Result<bool> {
         self.blocked = self.aside.aggregates_pending().await?;
+        self.pauses.forget();
         self.switch_mark = match self.switch.mark().await? {
             Mark::Reached => return Ok(true),
             Mark::At(lsn) => Some(lsn),
@@ -425,9 +431,7 @@ impl Reader {
             }
         };
         let mut publishing = Publishing {
-            publisher: &self.publisher,
-            policy: self.config.retry_policy(),
-            timeout: Duration::from_millis(self.config.publish_timeout_ms),
+            core: &self.core,
             outage_backoff_max_ms: self.config.outage_backoff_max_ms,
             shutdown: &mut self.shutdown,
             on_outage: &on_outage,
@@ -455,11 +459,31 @@ impl Reader {
     }
 
     /// Splits off the events whose aggregate has an event waiting in the
-    /// table. `None` when the relay stops while the database is down.
+    /// table, or whose type is paused. `None` when the relay stops while
+    /// the database is down.
     async fn split_behind(&mut self, batch: Vec<Event>) -> Option<(Vec<Event>, Vec<Event>)> {
+        let mut wait = DoublingDelay::new(100, self.config.outage_backoff_max_ms);
+        let pauses = loop {
+            match self.pauses.current().await {
+                Ok(p) => break p.clone(),
+                Err(e) => {
+                    if !self.database_down(&e, wait.next_delay()).await {
+                        return None;
+                    }
+                }
+            }
+        };
+        if !pauses.is_empty() {
+            for e in &batch {
+                if pauses.hold(e) {
+                    self.blocked.insert(e.aggregate_id.clone());
+                }
+            }
+        }
         if !self.blocked.is_empty() {
             let among: Vec<&str> = batch
                 .iter()
+                .filter(|e| !pauses.hold(e))
                 .map(|e| e.aggregate_id.as_str())
                 .filter(|a| self.blocked.contains(*a))
                 .collect::<HashSet<_>>()

@@ -1,21 +1,23 @@
-//! One batch of the WAL stream, published: in per-aggregate waves as the
-//! table mode publishes, through the same publisher, with the same retry
-//! policy. A pure decision per outcome ([`decide`]) and the rounds around
-//! it: a transport outage sends the unsent rest again after a wait, with no
-//! attempt counted, until it passes or the relay stops.
+//! One batch of the WAL stream, published through the delivery core
+//! ([`crate::relay::deliver`]): the same waves, publish timeout, spans and
+//! outcome rules as the table mode. What differs is what becomes of the
+//! events that are not delivered: those that failed, and those behind
+//! them or paused, are set aside in the table ([`Aside`]); those not sent
+//! because the transport is down are sent again after a wait, with no
+//! attempt counted, until the outage passes or the relay stops (the slot
+//! holds them meanwhile).
 
-use std::collections::HashSet;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use tokio::sync::watch;
 
 use super::set_aside::Aside;
 use crate::event::Event;
-use crate::publisher::{Outcome, Publisher};
 use crate::relay::backoff::DoublingDelay;
-use crate::relay::outcomes::RetryPolicy;
-use crate::relay::waves::into_waves;
+use crate::relay::deliver::outcomes::Settlement;
+use crate::relay::deliver::waves::into_waves;
+use crate::relay::deliver::Core;
 
 /// What a batch came to.
 #[derive(Debug, Default)]
@@ -28,38 +30,34 @@ pub(crate) struct Settled {
     pub outages: u64,
 }
 
-/// What one outcome means for its event.
-#[derive(Debug, PartialEq)]
-pub(crate) enum Decision {
-    /// Done.
-    Delivered,
-    /// Into the table, retried or dead.
-    Aside(Aside),
-    /// Not sent: the transport is down; sent again after the outage.
-    Unsent(String),
-}
-
-/// The relay's decision for one event's outcome (the table mode's rules:
-/// `crate::relay::outcomes`).
-pub(crate) fn decide(event: &Event, outcome: Outcome, policy: &RetryPolicy) -> Decision {
-    let retry = |error: String, hint: Duration| match policy.next_attempt(event.attempts, hint) {
-        (_, true) => Decision::Aside(Aside::Dead { error }),
-        (delay, false) => Decision::Aside(Aside::Retry { error, delay }),
-    };
-    match outcome {
-        Outcome::Delivered => Decision::Delivered,
-        Outcome::Retry(error) => retry(error, Duration::ZERO),
-        Outcome::RetryAfter(error, hint) => retry(error, hint),
-        Outcome::Rejected(error) => Decision::Aside(Aside::Dead { error }),
-        Outcome::Unavailable(error) => Decision::Unsent(error),
+impl Settled {
+    /// Takes in one wave's settlement: deliveries, and failures set aside
+    /// (their aggregates added to `failed`); returns the events not sent
+    /// and the outage, if the transport went down.
+    fn take(
+        &mut self,
+        s: Settlement,
+        failed: &mut HashSet<String>,
+    ) -> (Vec<Event>, Option<String>) {
+        self.delivered.extend(s.delivered);
+        let delays: HashMap<uuid::Uuid, Duration> =
+            s.failures.iter().map(|f| (f.id, f.delay)).collect();
+        for (e, error) in s.retried {
+            failed.insert(e.aggregate_id.clone());
+            let delay = delays.get(&e.id).copied().unwrap_or_default();
+            self.aside.push((e, Aside::Retry { error, delay }));
+        }
+        for (e, error) in s.dead {
+            failed.insert(e.aggregate_id.clone());
+            self.aside.push((e, Aside::Dead { error }));
+        }
+        (s.unsent, s.outage)
     }
 }
 
 /// Publishes one batch.
 pub(crate) struct Publishing<'a> {
-    pub publisher: &'a Arc<dyn Publisher>,
-    pub policy: RetryPolicy,
-    pub timeout: Duration,
+    pub core: &'a Core,
     pub outage_backoff_max_ms: u64,
     pub shutdown: &'a mut watch::Receiver<bool>,
     /// Called with each outage's error as it is found.
@@ -68,8 +66,9 @@ pub(crate) struct Publishing<'a> {
 
 impl Publishing<'_> {
     /// Publishes `events` (in stream order; `behind` already holds the ones
-    /// whose aggregate waits in the table). `None` when the relay was told
-    /// to stop during an outage: nothing of the batch may be confirmed.
+    /// whose aggregate waits in the table, or whose type is paused). `None`
+    /// when the relay was told to stop during an outage: nothing of the
+    /// batch may be confirmed.
     pub(crate) async fn batch(
         &mut self,
         events: Vec<Event>,
@@ -100,31 +99,12 @@ impl Publishing<'_> {
                 if send.is_empty() {
                     continue;
                 }
-                let outcomes = match self.send(&send).await {
-                    Ok(outcomes) => outcomes,
-                    Err(error) => {
-                        outage = Some(error);
-                        unsent.extend(send);
-                        continue;
-                    }
-                };
-                let n = send.len();
-                let mut outcomes = outcomes.into_iter();
-                for e in send {
-                    let outcome = outcomes.next().unwrap_or_else(|| {
-                        Outcome::Retry(format!("publisher returned no outcome ({n} events sent)"))
-                    });
-                    match decide(&e, outcome, &self.policy) {
-                        Decision::Delivered => settled.delivered.push(e),
-                        Decision::Aside(why) => {
-                            failed.insert(e.aggregate_id.clone());
-                            settled.aside.push((e, why));
-                        }
-                        Decision::Unsent(error) => {
-                            outage.get_or_insert(error);
-                            unsent.push(e);
-                        }
-                    }
+                let mut s = Settlement::default();
+                self.core.publish(&mut s, send).await;
+                let (not_sent, down) = settled.take(s, &mut failed);
+                unsent.extend(not_sent);
+                if let Some(error) = down {
+                    outage.get_or_insert(error);
                 }
             }
             let Some(error) = outage else { break };
@@ -145,23 +125,14 @@ impl Publishing<'_> {
         settled.aside.sort_by_key(|(e, _)| e.seq);
         Some(settled)
     }
-
-    async fn send(&self, wave: &[Event]) -> Result<Vec<Outcome>, String> {
-        match tokio::time::timeout(self.timeout, self.publisher.publish(wave)).await {
-            Err(_) => Err(format!(
-                "publish timed out after {} ms",
-                self.timeout.as_millis()
-            )),
-            Ok(Err(e)) => Err(e.message),
-            Ok(Ok(outcomes)) => Ok(outcomes),
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::event::test_event as ev;
+    use crate::publisher::Outcome;
+    use crate::relay::deliver::outcomes::RetryPolicy;
 
     const POLICY: RetryPolicy = RetryPolicy {
         max_attempts: 3,
@@ -171,35 +142,41 @@ mod tests {
 
     #[test]
     fn outcomes_map_onto_the_table_modes_rules() {
-        let e = ev(1, "a");
-        assert_eq!(decide(&e, Outcome::Delivered, &POLICY), Decision::Delivered);
-        assert!(matches!(
-            decide(&e, Outcome::Rejected("big".into()), &POLICY),
-            Decision::Aside(Aside::Dead { .. })
-        ));
-        assert!(matches!(
-            decide(&e, Outcome::Unavailable("down".into()), &POLICY),
-            Decision::Unsent(_)
-        ));
-        match decide(
-            &e,
-            Outcome::RetryAfter("slow".into(), Duration::from_secs(60)),
+        let mut s = Settlement::default();
+        let mut tired = ev(5, "e");
+        tired.attempts = 2;
+        s.settle(
+            vec![ev(1, "a"), ev(2, "b"), ev(3, "c"), ev(4, "d"), tired],
+            vec![
+                Outcome::Delivered,
+                Outcome::Rejected("big".into()),
+                Outcome::Unavailable("down".into()),
+                Outcome::RetryAfter("slow".into(), Duration::from_secs(60)),
+                Outcome::Retry("again".into()),
+            ],
             &POLICY,
-        ) {
-            Decision::Aside(Aside::Retry { delay, .. }) => {
-                assert_eq!(
-                    delay,
-                    Duration::from_millis(1_000),
-                    "a hint is cut to backoff_max_ms"
-                )
-            }
+        );
+        let mut settled = Settled::default();
+        let mut failed = HashSet::new();
+        let (unsent, outage) = settled.take(s, &mut failed);
+        assert_eq!(settled.delivered.len(), 1);
+        assert_eq!(unsent.len(), 1, "not sent: sent again after the outage");
+        assert_eq!(outage.as_deref(), Some("down"));
+        let why: HashMap<&str, &Aside> = settled
+            .aside
+            .iter()
+            .map(|(e, a)| (e.aggregate_id.as_str(), a))
+            .collect();
+        assert!(matches!(why["b"], Aside::Dead { .. }));
+        assert!(matches!(why["e"], Aside::Dead { .. }), "out of attempts");
+        match why["d"] {
+            Aside::Retry { delay, .. } => assert_eq!(
+                *delay,
+                Duration::from_millis(1_000),
+                "a hint is cut to backoff_max_ms"
+            ),
             other => panic!("{other:?}"),
         }
-        let mut tired = ev(2, "a");
-        tired.attempts = 2;
-        assert!(matches!(
-            decide(&tired, Outcome::Retry("again".into()), &POLICY),
-            Decision::Aside(Aside::Dead { .. })
-        ));
+        assert_eq!(failed.len(), 3);
     }
 }

@@ -8,8 +8,8 @@ use uuid::Uuid;
 
 use super::Worker;
 use crate::relay::config::Retention;
+use crate::relay::deliver::outcomes::Settlement;
 use crate::relay::observe::BatchReport;
-use crate::relay::outcomes::Settlement;
 use crate::relay::store::RowRefs;
 
 /// How often an acknowledgement that does not ride on a claim is tried

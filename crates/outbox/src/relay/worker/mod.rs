@@ -2,8 +2,8 @@
 //! runs one step and names the next; [`phase::decide`] is where the worker
 //! decides what to do next. A batch goes from `claim` (where it is claimed,
 //! from where `claim_cursor` says) to `publish` (where it is published,
-//! while the next one is claimed ahead), [`crate::relay::outcomes`] (where
-//! a publisher's outcomes become retries, dead letters or an outage) and
+//! while the next one is claimed ahead, through [`crate::relay::deliver`],
+//! where a publisher's outcomes become retries, dead letters or an outage) and
 //! `ack` (where deliveries are acknowledged). `idle` is the phase without
 //! work and the announcement that producers should wake the worker,
 //! `dormant` when an idle worker ends to let its source watch instead,
@@ -29,6 +29,7 @@ use crate::error::Result;
 use crate::publisher::Publisher;
 use crate::relay::backoff::DoublingDelay;
 use crate::relay::config::{RelayConfig, OUTAGE_BACKOFF_MIN_MS};
+use crate::relay::deliver::Core;
 use crate::relay::observe::{RelayObserver, RelayStats};
 use crate::relay::ownership::Ownership;
 use crate::relay::store::{Claimed, Store};
@@ -42,6 +43,8 @@ use phase::{decide, Phase, Situation};
 /// The relay worker: what it works with, and its own state between phases.
 pub(crate) struct Worker {
     deps: Deps,
+    /// Publishes waves and judges their outcomes, as the WAL reader does.
+    core: Core,
     /// Published but not yet acknowledged; the acknowledgement rides on the
     /// next claim.
     unacked: Option<Published>,
@@ -104,8 +107,15 @@ impl Worker {
             deps.config.outage_backoff_max_ms,
         );
         let pace = Pace::new(Duration::from_millis(deps.config.latency_budget_ms));
+        let core = Core::new(
+            deps.publisher.clone(),
+            &deps.config,
+            #[cfg(feature = "opentelemetry")]
+            deps.tracer.clone(),
+        );
         Worker {
             deps,
+            core,
             unacked: None,
             prefetched: None,
             pace,

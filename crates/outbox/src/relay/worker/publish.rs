@@ -1,7 +1,8 @@
 //! Publishing a claimed batch: the publish phase, with the claim of the
-//! next batch running ahead beside it; the batch itself in per-aggregate
-//! waves, never from a partition whose lease is lapsing, within the publish
-//! timeout; failures are written (fenced) before the next claim.
+//! next batch running ahead beside it; the batch itself through the
+//! delivery core ([`crate::relay::deliver`]) in per-aggregate waves, never
+//! from a partition whose lease is lapsing; failures are written (fenced)
+//! before the next claim.
 
 use std::time::{Duration, Instant};
 
@@ -15,10 +16,11 @@ use crate::error::Result;
 use crate::event::Event;
 use crate::publisher::Outcome;
 use crate::relay::cursor::Start;
-use crate::relay::outcomes::Settlement;
+use crate::relay::deliver::outcomes::Settlement;
+use crate::relay::deliver::waves::into_waves;
+use crate::relay::deliver::Core;
 use crate::relay::ownership::Claimable;
 use crate::relay::store::Claimed;
-use crate::relay::waves::into_waves;
 
 /// The claim of the next batch, running on its own task while a batch is
 /// published.
@@ -142,7 +144,6 @@ impl Worker {
     async fn publish_batch(&self, batch: Claimed, claim: &Claimable) -> Published {
         let started = Instant::now();
         let claimed = batch.events.len();
-        let timeout = Duration::from_millis(self.deps.config.publish_timeout_ms);
         let policy = self.deps.config.retry_policy();
         let mut s = Settlement::default();
 
@@ -176,20 +177,7 @@ impl Worker {
             if wave.is_empty() {
                 continue;
             }
-            match self.send(&wave, timeout).await {
-                Err(message) => s.transport_down(message),
-                Ok(outcomes) => {
-                    if outcomes.len() != wave.len() {
-                        tracing::error!(
-                            publisher = self.deps.publisher.name(),
-                            events = wave.len(),
-                            outcomes = outcomes.len(),
-                            "publisher returned the wrong number of outcomes; missing ones are retried"
-                        );
-                    }
-                    s.settle(wave, outcomes, &policy);
-                }
-            }
+            self.core.publish(&mut s, wave).await;
         }
         self.record_failures(&s, claim).await;
         Published {
@@ -197,36 +185,6 @@ impl Worker {
             started,
             settlement: s,
             ctids: batch.ctids,
-        }
-    }
-
-    /// Sends one wave within `timeout`; `Err` says why the transport is
-    /// down for all of it. With a tracer, each traced event is sent inside
-    /// its publish span, which ends with the event's outcome.
-    async fn send(&self, wave: &[Event], timeout: Duration) -> Result<Vec<Outcome>, String> {
-        #[cfg(feature = "opentelemetry")]
-        if let Some(tracer) = &self.deps.tracer {
-            let publisher = &self.deps.publisher;
-            let (traced, spans) =
-                tracer.start(publisher.name(), |e| publisher.destination(e), wave);
-            let result = self.send_as_is(&traced, timeout).await;
-            match &result {
-                Ok(outcomes) => spans.end(outcomes),
-                Err(message) => spans.end_unavailable(message),
-            }
-            return result;
-        }
-        self.send_as_is(wave, timeout).await
-    }
-
-    async fn send_as_is(&self, wave: &[Event], timeout: Duration) -> Result<Vec<Outcome>, String> {
-        match tokio::time::timeout(timeout, self.deps.publisher.publish(wave)).await {
-            Err(_) => Err(format!(
-                "publish timed out after {} ms",
-                timeout.as_millis()
-            )),
-            Ok(Err(e)) => Err(e.message),
-            Ok(Ok(outcomes)) => Ok(outcomes),
         }
     }
 
@@ -253,8 +211,6 @@ impl Worker {
                 tracing::warn!(error = %e.with_causes(), "could not record failures; the events will be retried")
             }
         }
-        for (e, error) in &s.dead {
-            tracing::warn!(event_id = %e.id, event_type = %e.event_type, aggregate_id = %e.aggregate_id, %error, "event dead-lettered");
-        }
+        Core::log_dead_letters(s);
     }
 }

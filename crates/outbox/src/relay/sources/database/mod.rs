@@ -122,6 +122,9 @@ pub(super) async fn run(db: Database) {
                             if src.state() == SourceState::Active {
                                 src.rebalance.notify_one();
                             }
+                        } else if payload == q::PAUSES_PAYLOAD {
+                            src.wakeup.pauses_changed();
+                            src.wakeup.wake_local();
                         } else {
                             src.wakeup.wake_local();
                         }

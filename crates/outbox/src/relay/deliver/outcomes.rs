@@ -1,7 +1,8 @@
-//! Where a publisher's outcomes become the relay's decisions: a pure
-//! function from a wave and its outcomes to deliveries, retries, dead
-//! letters and an outage. No database, no clock, no I/O: the worker
-//! publishes, this decides, the store writes.
+//! Where a publisher's outcomes become the relay's decisions, for both
+//! sources of events: a pure function from a wave and its outcomes to
+//! deliveries, retries, dead letters and an outage. No database, no clock,
+//! no I/O: the core publishes, this decides, the source settles (the table
+//! worker writes rows, the WAL reader sets events aside).
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -51,6 +52,10 @@ pub(crate) struct Settlement {
     /// Set when the transport failed: the batch ends here, no attempt is
     /// counted for what was not acknowledged.
     pub outage: Option<String>,
+    /// The events a publisher answered `Unavailable` for: not sent, no
+    /// attempt counted. The table keeps them as rows; the WAL reader sends
+    /// them again after the outage.
+    pub unsent: Vec<Event>,
 }
 
 impl Settlement {
@@ -101,6 +106,7 @@ impl Settlement {
                 // batch ends here as an outage.
                 self.blocked.insert(event.aggregate_id.clone());
                 self.transport_down(error);
+                self.unsent.push(event);
             }
             Outcome::Rejected(error) => {
                 self.failures.push(Failure {
