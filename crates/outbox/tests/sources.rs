@@ -82,6 +82,7 @@ async fn start_with(
         selector,
         config: config.clone(),
         publisher: Arc::new(publisher.clone()),
+        replication: None,
     };
     Sources::builder()
         .source(def("main", SchemaSelector::Schema(Schema::default())))

@@ -10,9 +10,7 @@ use common::logical::{database, logical_cluster};
 use common::{event, LONG};
 use opentelemetry::trace::{SpanKind, TracerProvider as _};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
-use outbox::{
-    migrate, DeliveryMode, MigrateOptions, Outbox, Relay, ReplicationTarget, Schema,
-};
+use outbox::{migrate, DeliveryMode, MigrateOptions, Outbox, Relay, ReplicationTarget, Schema};
 use outbox_testkit::{wait_until, TestPublisher};
 use sqlx::Connection;
 use tracing::Instrument;

@@ -196,42 +196,25 @@ impl RelayBuilder {
             shutdown_rx.clone(),
         )));
         tracing::info!(instance = %instance_id, partitions, publisher = self.publisher.name(), "relay started");
-        let slot_state = Arc::new(wal::SlotState::default());
-        let reader = match (slot, first_session, self.replication) {
+        let (reader, slot_state) = match (slot, first_session, self.replication) {
             (Some((slot, publication)), Some(first), Some(target)) => {
-                let reader = wal::reader::Reader {
+                let (task, state) = wal::ReaderParts {
+                    pool: self.pool.clone(),
+                    schema: self.schema.clone(),
                     target,
-                    prefix: crate::wal::message_prefix(&self.schema),
-                    aside: wal::set_aside::SetAside::new(self.pool.clone(), &self.schema),
-                    switch: wal::switch::Switch::new(self.pool.clone(), &self.schema),
-                    position: wal::position::Position::new(self.pool.clone(), &self.schema),
-                    slot,
-                    publication,
-                    core: deliver::Core::new(
-                        self.publisher.clone(),
-                        &self.config,
-                        #[cfg(feature = "opentelemetry")]
-                        self.tracer.clone(),
-                    ),
-                    pauses: deliver::pauses::PauseWatch::new(
-                        self.pool.clone(),
-                        &self.schema,
-                        wakeup.clone(),
-                    ),
+                    publisher: self.publisher.clone(),
                     config: self.config.clone(),
                     stats: stats.clone(),
                     observer: self.observer.clone(),
                     shutdown: shutdown_rx.clone(),
-                    state: slot_state.clone(),
-                    // Read when each session starts.
-                    blocked: Default::default(),
-                    switch_mark: None,
-                    next_seq: 0,
                     wakeup: wakeup.clone(),
-                };
-                Some(tokio::spawn(reader.run(first)))
+                    #[cfg(feature = "opentelemetry")]
+                    tracer: self.tracer.clone(),
+                }
+                .spawn(slot, publication, first);
+                (Some(task), state)
             }
-            _ => None,
+            _ => (None, Arc::new(wal::SlotState::default())),
         };
         let mut worker_config = self.config;
         if reader.is_some() {

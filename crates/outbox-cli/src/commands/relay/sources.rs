@@ -160,6 +160,9 @@ pub async fn run(ctx: &Ctx, args: &RelayArgs, plan: SourcesPlan) -> Result<ExitC
             selector: s.selector.clone(),
             config: s.relay.clone(),
             publisher,
+            // Read only for a schema in the WAL mode: its slot is read over
+            // a replication connection to the same server.
+            replication: outbox::ReplicationTarget::from_url(&s.database_url).ok(),
         });
     }
     let relay = builder.spawn().await?;

@@ -23,6 +23,7 @@
 //! with work, never the whole pool.
 
 mod database;
+mod slot;
 mod source;
 mod sql;
 
@@ -67,6 +68,10 @@ pub struct SourceDef {
     /// Where this entry's events go. Shared between sources; closed once,
     /// when the relay stops.
     pub publisher: Arc<dyn Publisher>,
+    /// Where a WAL-mode schema's replication slot is read from (the
+    /// PostgreSQL server itself, never a pooler). A source whose schema is
+    /// in the WAL mode without one reports that as its problem.
+    pub replication: Option<crate::relay::wal::ReplicationTarget>,
 }
 
 /// Told when sources come and go (discovered schemas appear and vanish).

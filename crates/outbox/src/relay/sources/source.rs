@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use tokio::sync::{watch, Notify};
 use tracing::Instrument;
 
+use super::slot::SlotReader;
 use super::{SourceState, SourceStatus};
 use crate::event::Event;
 use crate::publisher::{Outcome, Publisher, Unavailable};
@@ -118,15 +119,33 @@ pub(crate) struct SourceCtx {
     pub observer: Option<Arc<dyn RelayObserver>>,
     pub instance_id: String,
     pub dormant_after: Duration,
+    /// Where a WAL-mode schema's slot is read from.
+    pub replication: Option<crate::relay::wal::ReplicationTarget>,
 }
 
 /// Runs the source until `stop`: dormant until woken, then a worker and its
 /// lease round until the worker goes dormant again (or fails: then a wait
 /// that doubles, with the problem reported).
-pub(crate) async fn supervise(
-    src: Arc<SourceShared>,
-    ctx: SourceCtx,
+pub(crate) async fn supervise(src: Arc<SourceShared>, ctx: SourceCtx, stop: watch::Receiver<bool>) {
+    let mut slot = SlotReader::default();
+    // A WAL-mode schema's producers wake nobody (they write no row): its
+    // slot is read from the start, not from the first wake-up.
+    let observer: Arc<dyn RelayObserver> = Arc::new(Tracking {
+        src: src.clone(),
+        inner: ctx.observer.clone(),
+    });
+    slot.ensure(&src, &ctx, &observer, &stop).await;
+    serve(&src, &ctx, stop, &mut slot).await;
+    slot.finish().await;
+}
+
+/// [`supervise`]'s loop; a WAL-mode schema's slot reader is started (and
+/// started again after a failure) whenever the source wakes.
+async fn serve(
+    src: &Arc<SourceShared>,
+    ctx: &SourceCtx,
     mut stop: watch::Receiver<bool>,
+    slot: &mut SlotReader,
 ) {
     let keep = ctx.config.retention == Retention::Keep;
     let store = Store::new(ctx.pool.clone(), &src.schema, keep);
@@ -145,8 +164,12 @@ pub(crate) async fn supervise(
         // Dormant: wait for a wake-up (one since `woken` ends this at once)
         // or the end of a backoff.
         src.set_state(SourceState::Dormant);
+        let wake_at = match (retry_at, slot.retry_at()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let backoff_end = async {
-            match retry_at {
+            match wake_at {
                 Some(at) => tokio::time::sleep_until(at).await,
                 None => std::future::pending().await,
             }
@@ -177,6 +200,7 @@ pub(crate) async fn supervise(
                 continue;
             }
         };
+        slot.ensure(src, ctx, &observer, &stop).await;
         src.set_state(SourceState::Active);
         let lease = Duration::from_millis(ctx.config.lease_ms);
         // Kept while dormant: leases still valid are claimed from at once.

@@ -1,6 +1,8 @@
 //! The relay of a WAL-mode schema: it streams the schema's logical
-//! messages from its replication slot and publishes them through the same
-//! publisher, in the same per-aggregate waves, as the table mode.
+//! messages from its replication slot and publishes them through the
+//! delivery core the table mode uses ([`crate::relay::deliver`]). Built
+//! the same way ([`ReaderParts`]) by a relay of one source and by each
+//! source of a relay of many.
 //!
 //! | concept | file |
 //! |---------|------|
@@ -21,7 +23,78 @@ pub(crate) mod switch;
 
 pub use reader::SlotState;
 
+use std::sync::Arc;
+
+use pgwire_replication::ReplicationClient;
+use sqlx::PgPool;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
 use crate::error::{Error, Result};
+use crate::publisher::Publisher;
+use crate::relay::config::RelayConfig;
+use crate::relay::deliver::{pauses::PauseWatch, Core};
+use crate::relay::observe::{RelayObserver, RelayStats};
+use crate::schema::Schema;
+use crate::wakeup::Wakeup;
+
+/// What a slot's reader is built from, the same for a relay of one source
+/// and for each source of a relay of many.
+pub(crate) struct ReaderParts {
+    pub pool: PgPool,
+    pub schema: Schema,
+    pub target: ReplicationTarget,
+    pub publisher: Arc<dyn Publisher>,
+    pub config: RelayConfig,
+    pub stats: Arc<RelayStats>,
+    pub observer: Option<Arc<dyn RelayObserver>>,
+    pub shutdown: watch::Receiver<bool>,
+    /// The table worker's wake-up: the reader wakes it when it sets events
+    /// aside, and reads the pause changes it carries.
+    pub wakeup: Arc<Wakeup>,
+    #[cfg(feature = "opentelemetry")]
+    pub tracer: Option<Arc<crate::trace::PublishTracer>>,
+}
+
+impl ReaderParts {
+    /// Starts reading slot `slot` (with publication `publication`) on its
+    /// own task, from `first` if a session is already open.
+    pub(crate) fn spawn(
+        self,
+        slot: String,
+        publication: String,
+        first: Option<ReplicationClient>,
+    ) -> (JoinHandle<Result<()>>, Arc<SlotState>) {
+        let state = Arc::new(SlotState::default());
+        let reader = reader::Reader {
+            prefix: crate::wal::message_prefix(&self.schema),
+            aside: set_aside::SetAside::new(self.pool.clone(), &self.schema),
+            switch: switch::Switch::new(self.pool.clone(), &self.schema),
+            position: position::Position::new(self.pool.clone(), &self.schema),
+            core: Core::new(
+                self.publisher,
+                &self.config,
+                #[cfg(feature = "opentelemetry")]
+                self.tracer,
+            ),
+            pauses: PauseWatch::new(self.pool.clone(), &self.schema, self.wakeup.clone()),
+            target: self.target,
+            slot,
+            publication,
+            config: self.config,
+            stats: self.stats,
+            observer: self.observer,
+            shutdown: self.shutdown,
+            state: state.clone(),
+            // Read when each session starts.
+            blocked: Default::default(),
+            switch_mark: None,
+            next_seq: 0,
+            wakeup: self.wakeup,
+        };
+        (tokio::spawn(reader.run(first)), state)
+    }
+}
 
 /// Where the relay opens its replication connection: the server itself
 /// (a replication connection cannot pass through PgBouncer).

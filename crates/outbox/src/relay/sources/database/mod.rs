@@ -185,6 +185,7 @@ impl State {
             observer,
             instance_id: self.db.instance_id.clone(),
             dormant_after: self.db.settings.dormant_after,
+            replication: d.replication.clone(),
         };
         let (stop, stopped) = watch::channel(false);
         let span = tracing::info_span!("source", source = %name);
