@@ -69,6 +69,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         include_str!("../migrations/0012_dead_letter_index.sql"),
     ),
     (13, "emit", include_str!("../migrations/0013_emit.sql")),
+    (
+        14,
+        "channel_names_fit",
+        include_str!("../migrations/0014_channel_names_fit.sql"),
+    ),
 ];
 
 const TRIGGER_ON: &str = include_str!("../migrations/notify_trigger_on.sql");
@@ -250,13 +255,13 @@ pub async fn migrate(
         Some(false) => Some(WakeupTrigger::Idle),
         None => None,
     });
-    // Migrations 7 and 9 changed how the triggers test their conditions: a
-    // schema that has just received one gets its own mode's triggers again,
-    // in today's form.
+    // Migrations 7 and 9 changed how the triggers test their conditions and
+    // 14 the channel they notify: a schema that has just received one gets
+    // its own mode's triggers again, in today's form.
     let wanted = match wanted {
-        None if applied
-            .iter()
-            .any(|m| m.starts_with("0007_") || m.starts_with("0009_")) =>
+        None if applied.iter().any(|m| {
+            m.starts_with("0007_") || m.starts_with("0009_") || m.starts_with("0014_")
+        }) =>
         {
             Some(installed_mode(&mut tx, schema).await?)
         }

@@ -61,7 +61,8 @@ async fn migrating_twice_is_a_no_op() {
             "0010_pause".to_owned(),
             "0011_partition_function_and_row_checks".to_owned(),
             "0012_dead_letter_index".to_owned(),
-            "0013_emit".to_owned()
+            "0013_emit".to_owned(),
+            "0014_channel_names_fit".to_owned()
         ]
     );
     assert_eq!(first.partitions, 32);
@@ -255,7 +256,8 @@ async fn upgrading_a_first_release_schema_keeps_pending_events_and_their_order()
             "0010_pause",
             "0011_partition_function_and_row_checks",
             "0012_dead_letter_index",
-            "0013_emit"
+            "0013_emit",
+            "0014_channel_names_fit"
         ]
     );
     assert_eq!(report.partitions, 32);
