@@ -196,7 +196,7 @@ async fn resolve(
     let ids = found.await.map_err(|e| failed(view, e))?;
     if ids.len() >= MAX_RESOLVED {
         let e = FieldError {
-            field: "error",
+            field: "error".into(),
             message: format!("matches {MAX_RESOLVED} dead letters or more: narrow the filter"),
         };
         let page = pages::dead_letters::refused(view, &e);

@@ -183,7 +183,16 @@ async fn handle(app: &App, req: Request<Incoming>, peer: SocketAddr) -> Answer {
         password: app.password.is_some(),
         schema: app.schema.clone(),
     };
-    let mut r = if method == Method::POST {
+    let mut r = if let Err(e) = query.storable().and_then(|()| form.storable()) {
+        if method == Method::POST {
+            app.metrics
+                .action(action_of(&path, form.get("action")), Outcome::Refused);
+        }
+        html(
+            StatusCode::BAD_REQUEST,
+            pages::layout::refused(&view, &e, &path),
+        )
+    } else if method == Method::POST {
         post(
             app,
             &path,
