@@ -24,16 +24,36 @@ const MAX_SESSIONS: usize = 1024;
 /// Environment variable holding the console's password.
 pub const PASSWORD_ENV: &str = "OUTBOX_CONSOLE_PASSWORD";
 
-/// The password, if one is configured: `--password-file` wins over
-/// `OUTBOX_CONSOLE_PASSWORD`. A file's trailing newline is not part of it.
-pub fn password(file: Option<&std::path::Path>, env: Option<String>) -> Result<Option<String>> {
+/// The largest password file read: far more than any password, so that a
+/// wrong path (a log, a device) fails at once.
+pub const MAX_PASSWORD_FILE_BYTES: u64 = 4096;
+
+/// The password, if one is configured: the file `flag` names (a regular
+/// file of at most [`MAX_PASSWORD_FILE_BYTES`], read as
+/// [`crate::small_file`] reads) wins over `OUTBOX_CONSOLE_PASSWORD`. A
+/// file's trailing newline is not part of it.
+pub fn password(
+    file: Option<&std::path::Path>,
+    flag: &str,
+    env: Option<String>,
+) -> Result<Option<String>> {
     let password = match file {
-        Some(path) => Some(
-            std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read the password file {}", path.display()))?
-                .trim_end_matches(['\n', '\r'])
-                .to_owned(),
-        ),
+        Some(path) => {
+            let fix = format!("give {flag} the path of a file holding only the password");
+            let bytes = crate::small_file::SmallFile {
+                what: "password file",
+                max_bytes: MAX_PASSWORD_FILE_BYTES,
+                fix: &fix,
+            }
+            .read(path)?;
+            let text = String::from_utf8(bytes).map_err(|_| {
+                anyhow::anyhow!(
+                    "password file {} is not UTF-8 text: {fix}",
+                    crate::text::cut(&path.display().to_string())
+                )
+            })?;
+            Some(text.trim_end_matches(['\n', '\r']).to_owned())
+        }
         None => env,
     };
     match password {
@@ -314,17 +334,17 @@ mod tests {
 
     #[test]
     fn an_empty_password_is_refused_and_a_file_loses_its_newline() {
-        assert!(password(None, Some(String::new())).is_err());
+        assert!(password(None, "--password-file", Some(String::new())).is_err());
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("pw");
         std::fs::write(&path, "s3cret\n").unwrap();
         assert_eq!(
-            password(Some(&path), Some("env".into()))
+            password(Some(&path), "--password-file", Some("env".into()))
                 .unwrap()
                 .as_deref(),
             Some("s3cret")
         );
-        assert_eq!(password(None, None).unwrap(), None);
+        assert_eq!(password(None, "--password-file", None).unwrap(), None);
     }
 
     #[test]
