@@ -295,3 +295,59 @@ async fn without_sources_source_is_refused_and_nothing_else_changes() {
         "the one-schema form as before: {text}"
     );
 }
+
+/// `outbox --config FILE relay --drain --publisher file:OUT` on the test
+/// database, stopped (and the test failed) if it runs for over a minute:
+/// its exit status and stderr.
+async fn drain_within_a_minute(
+    db: &TestDb,
+    file: &Path,
+    out: &Path,
+) -> (std::process::ExitStatus, String) {
+    let mut cmd = common::bin();
+    cmd.env("DATABASE_URL", &db.url)
+        .args(["--config", file.to_str().unwrap()])
+        .args(["relay", "--drain", "--publisher"])
+        .arg(format!("file:{}", out.display()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let child = tokio::process::Command::from(cmd)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("relay --drain still running after a minute")
+        .unwrap();
+    (out.status, common::text(&out.stderr))
+}
+
+/// An entry whose schema has no outbox tables can never drain: `relay
+/// --drain` stops with an error naming the entry and the fix instead of
+/// checking again every second for ever.
+#[tokio::test]
+async fn drain_over_sources_exits_non_zero_naming_an_unmigrated_entry() {
+    let (db, _pool) = setup().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = config(
+        dir.path(),
+        "\n[[source]]\nname = \"late\"\nschema = \"tenant_2\"\n",
+    );
+    let out = dir.path().join("events.jsonl");
+    let (status, stderr) = drain_within_a_minute(&db, &file, &out).await;
+    assert!(!status.success(), "exited {status}: {stderr}");
+    let error = stderr
+        .lines()
+        .find(|l| l.starts_with("error: "))
+        .unwrap_or_else(|| panic!("no error line: {stderr}"));
+    assert!(
+        error.contains("source late")
+            && error.contains("tenant_2")
+            && error.contains("outbox migrate --schema tenant_2"),
+        "{error}"
+    );
+    assert!(
+        !stderr.contains("does not exist: relation"),
+        "a database message doubled: {stderr}"
+    );
+}

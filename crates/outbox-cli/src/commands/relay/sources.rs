@@ -203,7 +203,11 @@ pub async fn run(ctx: &Ctx, args: &RelayArgs, plan: SourcesPlan) -> Result<ExitC
         drain = c.drain,
         "relay of many sources running"
     );
-    let reason = watch(&relay, &pools, c.drain, &mut signals).await;
+    let watched = watch(&relay, &pools, c.drain, &mut signals).await;
+    let reason = match &watched {
+        Ok(reason) => reason.to_string(),
+        Err(e) => e.to_string(),
+    };
     state.stopping.store(true, Ordering::Relaxed);
     let deadline = Duration::from_secs(c.shutdown_timeout_secs);
     tracing::info!(%reason, timeout_secs = c.shutdown_timeout_secs, "relay stopping: finishing in-flight batches and releasing partitions");
@@ -229,6 +233,7 @@ pub async fn run(ctx: &Ctx, args: &RelayArgs, plan: SourcesPlan) -> Result<ExitC
         Err(e) => return Err(e).context("the relay failed while stopping"),
     };
     tracing::info!(%reason, delivered = stats.delivered, retried = stats.retried, dead_lettered = stats.dead_lettered, "relay stopped");
+    watched?;
     if c.drain {
         eprintln!(
             "relay: {reason}; delivered {} events, {} retried, {} dead-lettered",
@@ -256,27 +261,31 @@ fn envelope(p: &PublisherConfig, schema: &str) -> Result<outbox_publishers::Enve
 }
 
 /// Runs until a signal or, with `--drain`, until no source has anything
-/// pending.
+/// pending; an error when a drain cannot end (an entry's schema is not
+/// migrated).
 async fn watch(
     relay: &SourcesHandle,
     pools: &BTreeMap<String, PgPool>,
     drain: bool,
     signals: &mut Signals,
-) -> StopReason {
+) -> Result<StopReason> {
     let mut progress = Progress::stderr("relay", drain);
     let mut tick = tokio::time::interval(DRAIN_TICK);
     let view = relay.view();
     let reason = loop {
         tokio::select! {
-            sig = signals.next() => break sig,
+            sig = signals.next() => break Ok(sig),
             _ = tick.tick() => {
                 if !drain {
                     continue;
                 }
                 match pending(&view, pools).await {
-                    Ok(0) => break StopReason::Drained,
+                    Ok(0) => break Ok(StopReason::Drained),
                     Ok(n) => progress.update(relay.stats().delivered, Some(n as u64)),
-                    Err(e) => tracing::warn!(error = %format!("{e:#}"), "drain check failed"),
+                    Err(DrainCheck::Unmigrated(e)) => break Err(e),
+                    Err(DrainCheck::Failed(e)) => {
+                        tracing::warn!(error = %crate::text::error_chain(&e), "drain check failed")
+                    }
                 }
             }
         }
@@ -285,8 +294,31 @@ async fn watch(
     reason
 }
 
+/// Why the events pending could not be counted.
+enum DrainCheck {
+    /// An entry's schema has no outbox tables: the drain would never end.
+    Unmigrated(anyhow::Error),
+    /// Anything else (a database restarting): counted again at the next tick.
+    Failed(anyhow::Error),
+}
+
+impl From<outbox::Error> for DrainCheck {
+    fn from(e: outbox::Error) -> Self {
+        DrainCheck::Failed(e.into())
+    }
+}
+
+impl From<sqlx::Error> for DrainCheck {
+    fn from(e: sqlx::Error) -> Self {
+        DrainCheck::Failed(e.into())
+    }
+}
+
 /// Events pending across every source served now.
-async fn pending(view: &SourcesView, pools: &BTreeMap<String, PgPool>) -> Result<i64> {
+async fn pending(
+    view: &SourcesView,
+    pools: &BTreeMap<String, PgPool>,
+) -> std::result::Result<i64, DrainCheck> {
     let mut total = 0;
     for s in view.statuses() {
         let Some(pool) = pools
@@ -297,7 +329,18 @@ async fn pending(view: &SourcesView, pools: &BTreeMap<String, PgPool>) -> Result
             continue;
         };
         let mut conn = pool.acquire().await?;
-        total += Status::pending(&mut conn, &Schema::new(&s.schema)?).await?;
+        match Status::pending(&mut conn, &Schema::new(&s.schema)?).await {
+            Ok(n) => total += n,
+            Err(e) if e.is_missing_table() => {
+                return Err(DrainCheck::Unmigrated(anyhow::anyhow!(
+                    "source {}: schema {} has no outbox tables, so --drain cannot finish: run `outbox migrate --schema {}` on its database, or remove the entry",
+                    s.name,
+                    s.schema,
+                    s.schema
+                )))
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
     Ok(total)
 }
