@@ -32,6 +32,9 @@ const DRAIN_TICK: Duration = Duration::from_secs(1);
 pub struct SourcePlan {
     pub name: String,
     pub database_url: String,
+    /// The database the URL reaches, however spelled
+    /// ([`db::database_address`]).
+    pub address: String,
     pub selector: SchemaSelector,
     pub relay: RelayConfig,
     pub publisher: PublisherConfig,
@@ -69,6 +72,7 @@ impl SourcesPlan {
                 .map(|e| SourcePlan {
                     name: e.name,
                     database_url: e.database_url,
+                    address: e.address,
                     selector: match e.schemas {
                         crate::config::SchemaSelector::One(schema) => {
                             SchemaSelector::Schema(schema)
@@ -114,18 +118,7 @@ pub async fn run(ctx: &Ctx, args: &RelayArgs, plan: SourcesPlan) -> Result<ExitC
     let mut signals = Signals::install(args.exit_with_parent)?;
     let listener = super::http_listener(loaded).await?;
     let metrics = Arc::new(Metrics::new());
-    // One pool per database, shared by its sources (the listener included).
-    let mut pools: BTreeMap<String, PgPool> = BTreeMap::new();
-    for s in &plan.sources {
-        if !pools.contains_key(&s.database_url) {
-            tracing::debug!(database = %db::redact_text(&s.database_url), "connecting");
-            let pool = db::connect_shared(&s.database_url, plan.pool_size, STATEMENT_CACHE)
-                .await
-                .with_context(|| format!("source {}", s.name))?;
-            crate::session_check::require_sessions(&pool).await?;
-            pools.insert(s.database_url.clone(), pool);
-        }
-    }
+    let (pools, url_of) = connect_databases(&plan).await?;
     // Entries with the same publisher settings share one publisher.
     let mut publishers: Vec<(String, Arc<dyn Publisher>)> = Vec::new();
     let mut builder = Sources::builder()
@@ -153,10 +146,11 @@ pub async fn run(ctx: &Ctx, args: &RelayArgs, plan: SourcesPlan) -> Result<ExitC
             }
         };
         names.push(s.name.clone());
+        let url = &url_of[&s.name];
         builder = builder.source(SourceDef {
             name: s.name.clone(),
-            database: db::redact_text(&s.database_url),
-            pool: pools[&s.database_url].clone(),
+            database: db::redact_text(url),
+            pool: pools[url].clone(),
             selector: s.selector.clone(),
             config: s.relay.clone(),
             publisher,
@@ -241,6 +235,57 @@ pub async fn run(ctx: &Ctx, args: &RelayArgs, plan: SourcesPlan) -> Result<ExitC
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One pool per database, shared by its sources (the listener included),
+/// and the URL of each entry's pool. Entries whose URLs reach one database
+/// (the server's [`outbox::sources::database_identity`], else
+/// [`db::database_address`]) share the pool of the first, so a schema is
+/// served once; two `schema` entries naming one schema there are refused,
+/// naming both.
+async fn connect_databases(
+    plan: &SourcesPlan,
+) -> Result<(BTreeMap<String, PgPool>, BTreeMap<String, String>)> {
+    let mut pools: BTreeMap<String, PgPool> = BTreeMap::new();
+    // Database identity -> the URL of its pool.
+    let mut first_url: BTreeMap<String, String> = BTreeMap::new();
+    let mut identity_of: BTreeMap<String, String> = BTreeMap::new();
+    let mut url_of: BTreeMap<String, String> = BTreeMap::new();
+    // (identity, schema) -> the entry serving it.
+    let mut served: BTreeMap<(String, String), &str> = BTreeMap::new();
+    for s in &plan.sources {
+        let identity = match identity_of.get(&s.database_url) {
+            Some(identity) => identity.clone(),
+            None => {
+                tracing::debug!(database = %db::redact_text(&s.database_url), "connecting");
+                let pool = db::connect_shared(&s.database_url, plan.pool_size, STATEMENT_CACHE)
+                    .await
+                    .with_context(|| format!("source {}", s.name))?;
+                crate::session_check::require_sessions(&pool).await?;
+                let identity = outbox::sources::database_identity(&pool)
+                    .await
+                    .unwrap_or_else(|| s.address.clone());
+                if !first_url.contains_key(&identity) {
+                    first_url.insert(identity.clone(), s.database_url.clone());
+                    pools.insert(s.database_url.clone(), pool);
+                }
+                identity_of.insert(s.database_url.clone(), identity.clone());
+                identity
+            }
+        };
+        if let SchemaSelector::Schema(schema) = &s.selector {
+            let key = (identity.clone(), schema.name().to_owned());
+            if let Some(other) = served.insert(key, &s.name) {
+                bail!(
+                    "sources {other:?} and {:?} both serve schema {} of one database (their URLs differ, the server is the same): one schema is one source, or every event is delivered twice; remove one of the two entries",
+                    s.name,
+                    schema.name()
+                );
+            }
+        }
+        url_of.insert(s.name.clone(), first_url[&identity].clone());
+    }
+    Ok((pools, url_of))
 }
 
 /// The schema name an envelope's `{schema}` takes, only where the CloudEvents
