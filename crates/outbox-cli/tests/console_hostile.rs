@@ -83,3 +83,112 @@ async fn a_nul_byte_in_any_filter_or_form_is_a_400_naming_the_field() {
         console.log()
     );
 }
+
+/// The hidden `name` value of the confirmation's form.
+fn hidden(page: &str, name: &str) -> String {
+    let mark = format!(r#"type="hidden" name="{name}" value=""#);
+    let start = page
+        .find(&mark)
+        .unwrap_or_else(|| panic!("no {name} in {page}"))
+        + mark.len();
+    page[start..start + page[start..].find('"').unwrap()].to_owned()
+}
+
+/// Dead letters of aggregate type `race`, dead-lettered `ago` ago.
+async fn race_dead_letters(pool: &sqlx::PgPool, n: i64, ago: &str) {
+    sqlx::query(
+        "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, attempts,
+                                    last_error, dead_lettered_at)
+         SELECT 'race', 'r-' || g, 'order.updated', '{}', 10, 'broker said no',
+                now() - $2::interval
+         FROM generate_series(1, $1) AS g",
+    )
+    .bind(n)
+    .bind(ago)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// "Discard 3 dead letters (aggregate type race)?" deleted 503 when 500
+/// more matched before the button was pressed. The confirmation carries
+/// the selection it showed; an action on another selection is refused
+/// with the new count, nothing changed, and confirming again acts.
+#[tokio::test]
+async fn a_bulk_action_acts_on_what_was_confirmed_or_is_refused() {
+    let (db, pool) = migrated_test_db().await;
+    race_dead_letters(&pool, 3, "2 hours").await;
+    let console = start(&db.url, &[], &[]);
+    let c = client();
+    let (_, page) = get(&c, &console, "/dead-letters?aggregate_type=race").await;
+    let token = csrf(&page);
+    let form = [
+        ("action", "discard"),
+        ("scope", "matching"),
+        ("aggregate_type", "race"),
+        ("csrf", token.as_str()),
+    ];
+    let (status, _, confirm) = post(&c, &console, "/dead-letters/confirm", &form).await;
+    assert_eq!(status, 200);
+    assert!(
+        confirm.contains(r#"<strong id="confirm-count">3</strong> dead letters"#),
+        "{confirm}"
+    );
+    let selection = hidden(&confirm, "selection");
+    race_dead_letters(&pool, 500, "2 hours").await;
+
+    let mut confirmed = form.to_vec();
+    confirmed.push(("selection", &selection));
+    let (status, _, refused) = post(&c, &console, "/dead-letters/apply", &confirmed).await;
+    assert_eq!(status, 409, "{refused}");
+    assert!(
+        refused.contains("Nothing was discarded") && refused.contains("3 confirmed, 503 now"),
+        "{refused}"
+    );
+    let dead = "SELECT count(*) FROM outbox_dead_letters";
+    assert_eq!(count(&pool, dead).await, 503, "nothing deleted");
+
+    // The refusal is the new confirmation: pressing it acts on the 503.
+    assert!(
+        refused.contains(r#"<strong id="confirm-count">503</strong> dead letters"#),
+        "{refused}"
+    );
+    let again = hidden(&refused, "selection");
+    let mut confirmed = form.to_vec();
+    confirmed.push(("selection", &again));
+    let (status, location, _) = post(&c, &console, "/dead-letters/apply", &confirmed).await;
+    assert_eq!((status, location.as_deref()), (303, Some("/dead-letters")));
+    assert_eq!(count(&pool, dead).await, 0);
+
+    // With an age bound the selection grows as time passes: 2 confirmed,
+    // then a third dead letter becomes old enough.
+    race_dead_letters(&pool, 2, "2 hours").await;
+    race_dead_letters(&pool, 3, "50 minutes").await;
+    let aged = [
+        ("action", "retry"),
+        ("scope", "matching"),
+        ("aggregate_type", "race"),
+        ("older_than", "1h"),
+        ("csrf", token.as_str()),
+    ];
+    let (_, _, confirm) = post(&c, &console, "/dead-letters/confirm", &aged).await;
+    assert!(
+        confirm.contains(r#"<strong id="confirm-count">2</strong> dead letters"#),
+        "{confirm}"
+    );
+    let selection = hidden(&confirm, "selection");
+    sqlx::query(
+        "UPDATE outbox_events SET dead_lettered_at = now() - interval '61 minutes'
+         WHERE id = (SELECT id FROM outbox_dead_letters
+                     WHERE dead_lettered_at > now() - interval '1 hour' LIMIT 1)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let mut confirmed = aged.to_vec();
+    confirmed.push(("selection", &selection));
+    let (status, _, refused) = post(&c, &console, "/dead-letters/apply", &confirmed).await;
+    assert_eq!(status, 409, "{refused}");
+    assert!(refused.contains("2 confirmed, 3 now"), "{refused}");
+    assert_eq!(count(&pool, dead).await, 5, "nothing retried");
+}
