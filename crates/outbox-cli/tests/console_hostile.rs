@@ -192,3 +192,58 @@ async fn a_bulk_action_acts_on_what_was_confirmed_or_is_refused() {
     assert!(refused.contains("2 confirmed, 3 now"), "{refused}");
     assert_eq!(count(&pool, dead).await, 5, "nothing retried");
 }
+
+/// Without a password, every cookie-less GET opened a session, and 1,100
+/// of them (which a page elsewhere can make a browser send) evicted the
+/// operator's: the next action was refused with "sign in first" on a
+/// console that has no sign-in. The operator's session, once its cookie
+/// came back, outlives any number of them.
+#[tokio::test]
+async fn cookie_less_visits_do_not_end_the_operators_session() {
+    let (db, pool) = migrated_test_db().await;
+    let console = start(&db.url, &[], &[]);
+    let operator = client();
+    let (_, page) = get(&operator, &console, "/").await;
+    let token = csrf(&page);
+    // The overview's refresh, with the session's cookie.
+    let (status, _) = get(&operator, &console, "/overview.json").await;
+    assert_eq!(status, 200);
+
+    let stranger = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let url = console.url("/healthz-nope");
+    let visits = (0..8).map(|_| {
+        let (stranger, url) = (stranger.clone(), url.clone());
+        tokio::spawn(async move {
+            for _ in 0..150 {
+                let r = stranger.get(&url).send().await.unwrap();
+                assert!(r.headers().contains_key("set-cookie"));
+            }
+        })
+    });
+    for visit in futures::future::join_all(visits).await {
+        visit.unwrap();
+    }
+
+    let (status, location, body) = post(
+        &operator,
+        &console,
+        "/pause",
+        &[("scope", "all"), ("csrf", &token)],
+    )
+    .await;
+    assert_eq!((status, location.as_deref()), (303, Some("/")), "{body}");
+    assert_eq!(count(&pool, "SELECT count(*) FROM outbox_pauses").await, 1);
+
+    // A POST without a session is refused without mentioning a sign-in the
+    // console does not have.
+    let (status, _, body) = post(&client(), &console, "/resume", &[("scope", "all")]).await;
+    assert_eq!(status, 403);
+    assert!(
+        !body.to_lowercase().contains("sign in") && body.contains("reload the page"),
+        "{body}"
+    );
+    assert_eq!(count(&pool, "SELECT count(*) FROM outbox_pauses").await, 1);
+}

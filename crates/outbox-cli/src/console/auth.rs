@@ -138,6 +138,9 @@ pub struct Session {
     /// A message for the next page (the outcome of an action).
     pub flash: Option<String>,
     opened: Instant,
+    /// Its cookie has come back (or the password was given): a browser
+    /// holds it. Sessions nobody came back with are dropped first.
+    held: bool,
 }
 
 /// The sessions, by cookie value.
@@ -151,21 +154,27 @@ impl Sessions {
         self.map.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Opens a session; returns its cookie value.
-    pub fn open(&self, signed_in: bool) -> (String, Session) {
+    /// Opens a session; returns its cookie value. `held`: the browser is
+    /// known to hold it (it gave the password); else it is held once its
+    /// cookie comes back ([`Sessions::get`]). Beyond [`MAX_SESSIONS`] the
+    /// oldest session not held is dropped, and a held one only when every
+    /// session is held: cookie-less requests (which any page elsewhere can
+    /// make a browser send) open sessions that crowd out only each other.
+    pub fn open(&self, signed_in: bool, held: bool) -> (String, Session) {
         let id = token();
         let session = Session {
             csrf: token(),
             signed_in,
             flash: None,
             opened: Instant::now(),
+            held,
         };
         let mut map = self.lock();
         map.retain(|_, s| s.opened.elapsed() < SESSION_TTL);
         if map.len() >= MAX_SESSIONS {
             if let Some(oldest) = map
                 .iter()
-                .min_by_key(|(_, s)| s.opened)
+                .min_by_key(|(_, s)| (s.held, s.opened))
                 .map(|(k, _)| k.clone())
             {
                 map.remove(&oldest);
@@ -175,12 +184,14 @@ impl Sessions {
         (id, session)
     }
 
-    /// The live session of cookie value `id`.
+    /// The live session of cookie value `id`, from now on held.
     pub fn get(&self, id: &str) -> Option<Session> {
-        let map = self.lock();
-        map.get(id)
-            .filter(|s| s.opened.elapsed() < SESSION_TTL)
-            .cloned()
+        let mut map = self.lock();
+        let s = map
+            .get_mut(id)
+            .filter(|s| s.opened.elapsed() < SESSION_TTL)?;
+        s.held = true;
+        Some(s.clone())
     }
 
     /// Keeps `message` for the session's next page.
@@ -255,7 +266,7 @@ mod tests {
     use super::*;
 
     fn session(signed_in: bool) -> Session {
-        Sessions::default().open(signed_in).1
+        Sessions::default().open(signed_in, true).1
     }
 
     #[test]
@@ -318,18 +329,38 @@ mod tests {
     #[test]
     fn sessions_are_bounded_and_closed_ones_are_gone() {
         let sessions = Sessions::default();
-        let (first, _) = sessions.open(true);
+        let (first, _) = sessions.open(true, false);
         for _ in 0..MAX_SESSIONS {
-            sessions.open(false);
+            sessions.open(false, false);
         }
         assert!(
             sessions.get(&first).is_none(),
             "the oldest was kept beyond the cap"
         );
-        let (id, _) = sessions.open(true);
+        let (id, _) = sessions.open(true, false);
         assert!(sessions.get(&id).is_some());
         sessions.close(&id);
         assert!(sessions.get(&id).is_none());
+    }
+
+    #[test]
+    fn sessions_opened_without_a_cookie_crowd_out_only_each_other() {
+        let sessions = Sessions::default();
+        let (operator, _) = sessions.open(true, false);
+        // Its cookie came back once: a browser holds it.
+        assert!(sessions.get(&operator).is_some());
+        let (signed_in, _) = sessions.open(true, true);
+        for _ in 0..3 * MAX_SESSIONS {
+            sessions.open(true, false);
+        }
+        assert!(
+            sessions.get(&operator).is_some(),
+            "evicted by cookie-less visits"
+        );
+        assert!(
+            sessions.get(&signed_in).is_some(),
+            "evicted by cookie-less visits"
+        );
     }
 
     #[test]
