@@ -29,6 +29,48 @@ pub fn require_url(url: &Option<String>) -> Result<String> {
     }
 }
 
+/// The database `options` reach, however the URL spells it: the socket or
+/// the host (every name of this machine's loopback as `localhost`, names
+/// lowercased), the port, and the database (the user's name when the URL
+/// names none, as PostgreSQL defaults it). Options such as
+/// `connect_timeout` are left out. Two URLs with one address reach one
+/// database; the relay also compares what the servers say
+/// ([`outbox::sources::database_identity`]), which sees through other
+/// names for one host.
+pub fn database_address(options: &PgConnectOptions) -> String {
+    let host = match options.get_socket() {
+        Some(dir) => dir.display().to_string(),
+        None => {
+            let host = options
+                .get_host()
+                .trim_matches(['[', ']'])
+                .to_ascii_lowercase();
+            let loopback = host == "localhost"
+                || host.ends_with(".localhost")
+                || host
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback() || is_mapped_loopback(ip));
+            if loopback {
+                "localhost".to_owned()
+            } else {
+                host
+            }
+        }
+    };
+    let database = options
+        .get_database()
+        .unwrap_or_else(|| options.get_username());
+    format!("{host}:{}/{database}", options.get_port())
+}
+
+/// `::ffff:127.x.y.z`, the IPv4 loopback as an IPv6 address.
+pub fn is_mapped_loopback(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
+        std::net::IpAddr::V4(_) => false,
+    }
+}
+
 /// Checks that `url` is a PostgreSQL URL (`postgres://` or
 /// `postgresql://`) and parses it. Other schemes are refused before any
 /// connection is tried; so are libpq `key=value` strings, which the driver

@@ -16,6 +16,7 @@ mod metrics;
 mod progress;
 mod publisher;
 mod session_check;
+mod small_file;
 mod telemetry;
 mod text;
 

@@ -330,6 +330,66 @@ fn config_files_that_are_not_files_are_refused_by_every_command() {
     }
 }
 
+/// Password files are read as config files are: a device, a FIFO (which
+/// blocked the open for ever, deaf to SIGTERM) or a directory is refused
+/// before anything is read, a file over 4 KiB (`/dev/zero` was read until
+/// the kernel killed the program) refused after reading at most the
+/// limit, each at once in one line naming the flag to fix.
+#[test]
+fn password_files_that_are_not_small_files_are_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = mkfifo(dir.path(), "password.fifo");
+    let big = write(dir.path(), "big.txt", "p".repeat(5000));
+    let binary = write(dir.path(), "binary.txt", b"pass\xff\xfe\n");
+    let missing = dir.path().join("missing.txt");
+    let files: Vec<(String, Vec<&str>)> = vec![
+        ("/dev/zero".into(), vec!["/dev/zero", "character device"]),
+        (
+            "/dev/urandom".into(),
+            vec!["/dev/urandom", "character device"],
+        ),
+        (fifo.display().to_string(), vec!["FIFO"]),
+        (dir.path().display().to_string(), vec!["directory"]),
+        (big.display().to_string(), vec!["5000 bytes", "4 KiB"]),
+        (binary.display().to_string(), vec!["binary.txt", "UTF-8"]),
+        (
+            missing.display().to_string(),
+            vec!["missing.txt", "No such file"],
+        ),
+    ];
+    for (file, needles) in &files {
+        let relay = [
+            "relay",
+            "--publisher",
+            "stdout",
+            "--http-addr",
+            "127.0.0.1:0",
+            "--console",
+            "--console-password-file",
+            file,
+        ];
+        let console = [
+            "console",
+            "--listen",
+            "127.0.0.1:0",
+            "--password-file",
+            file,
+        ];
+        for (args, flag) in [
+            (&relay[..], "--console-password-file"),
+            (&console[..], "--password-file"),
+        ] {
+            let r = run(args, &[]);
+            let mut needles = needles.clone();
+            needles.push("password file");
+            if !file.contains("missing") {
+                needles.push(flag);
+            }
+            refused(&r, &needles);
+        }
+    }
+}
+
 #[test]
 fn a_config_file_of_many_keys_is_read_in_linear_time() {
     let dir = tempfile::tempdir().unwrap();

@@ -295,3 +295,134 @@ async fn without_sources_source_is_refused_and_nothing_else_changes() {
         "the one-schema form as before: {text}"
     );
 }
+
+/// `outbox --config FILE relay --drain --publisher file:OUT` on the test
+/// database, stopped (and the test failed) if it runs for over a minute:
+/// its exit status and stderr.
+async fn drain_within_a_minute(
+    db: &TestDb,
+    file: &Path,
+    out: &Path,
+) -> (std::process::ExitStatus, String) {
+    let mut cmd = common::bin();
+    cmd.env("DATABASE_URL", &db.url)
+        .args(["--config", file.to_str().unwrap()])
+        .args(["relay", "--drain", "--publisher"])
+        .arg(format!("file:{}", out.display()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let child = tokio::process::Command::from(cmd)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("relay --drain still running after a minute")
+        .unwrap();
+    (out.status, common::text(&out.stderr))
+}
+
+/// An entry whose schema has no outbox tables can never drain: `relay
+/// --drain` stops with an error naming the entry and the fix instead of
+/// checking again every second for ever.
+#[tokio::test]
+async fn drain_over_sources_exits_non_zero_naming_an_unmigrated_entry() {
+    let (db, _pool) = setup().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = config(
+        dir.path(),
+        "\n[[source]]\nname = \"late\"\nschema = \"tenant_2\"\n",
+    );
+    let out = dir.path().join("events.jsonl");
+    let (status, stderr) = drain_within_a_minute(&db, &file, &out).await;
+    assert!(!status.success(), "exited {status}: {stderr}");
+    let error = stderr
+        .lines()
+        .find(|l| l.starts_with("error: "))
+        .unwrap_or_else(|| panic!("no error line: {stderr}"));
+    assert!(
+        error.contains("source late")
+            && error.contains("tenant_2")
+            && error.contains("outbox migrate --schema tenant_2"),
+        "{error}"
+    );
+    assert!(
+        !stderr.contains("does not exist: relation"),
+        "a database message doubled: {stderr}"
+    );
+}
+
+/// A config file of two entries, `a` on `url_a` and `b` on `url_b`.
+fn two_entries(dir: &Path, a: (&str, &str), b: (&str, &str)) -> PathBuf {
+    let path = dir.join("two.toml");
+    let entry = |name: &str, (url, selector): (&str, &str)| {
+        format!("[[source]]\nname = \"{name}\"\ndatabase_url = \"{url}\"\n{selector}\n\n")
+    };
+    std::fs::write(&path, entry("a", a) + &entry("b", b)).unwrap();
+    path
+}
+
+/// Two `schema` entries reaching one schema of one database through two
+/// spellings of its URL delivered every event twice: `config check` and
+/// `relay` refuse them, naming both entries.
+#[tokio::test]
+async fn two_entries_for_one_schema_through_two_spellings_of_its_database_are_refused() {
+    let (db, _pool) = setup().await;
+    let dir = tempfile::tempdir().unwrap();
+    let localhost = db.url.replacen("@127.0.0.1:", "@localhost:", 1);
+    assert_ne!(localhost, db.url);
+    let slow = format!("{}?connect_timeout=9", db.url);
+    for other in [slow.as_str(), localhost.as_str(), db.url.as_str()] {
+        let file = two_entries(
+            dir.path(),
+            (&db.url, "schema = \"sa\""),
+            (other, "schema = \"sa\""),
+        );
+        for args in [&["config", "check"][..], &["relay", "--drain"]] {
+            let e = refused(&db, &file, args);
+            assert!(
+                e.contains("source[2].schema")
+                    && e.contains("source \"b\" and source[1] \"a\"")
+                    && e.contains("schema sa")
+                    && e.contains("remove one of the two entries"),
+                "{other} {args:?}: {e}"
+            );
+            assert_eq!(e.lines().count(), 1, "{e}");
+        }
+    }
+    // Another schema of the same database is another source.
+    let file = two_entries(
+        dir.path(),
+        (&db.url, "schema = \"sa\""),
+        (&slow, "schema = \"sb\""),
+    );
+    ok(&db, &file, &["config", "check"]);
+}
+
+/// A pattern entry and a `schema` entry on two spellings of one database
+/// share one pool: the schema both reach is served once, every event
+/// delivered once.
+#[tokio::test]
+async fn a_pattern_and_a_schema_through_two_spellings_of_one_database_deliver_once() {
+    let (db, pool) = setup().await;
+    let dir = tempfile::tempdir().unwrap();
+    let slow = format!("{}?connect_timeout=9", db.url);
+    let file = two_entries(
+        dir.path(),
+        (&db.url, "schema = \"sa\""),
+        (&slow, "schemas = \"s?\""),
+    );
+    insert(&pool, "sa", 100, 0).await;
+    let out = dir.path().join("events.jsonl");
+    let (status, stderr) = drain_within_a_minute(&db, &file, &out).await;
+    assert!(status.success(), "{stderr}");
+    let lines = std::fs::read_to_string(&out).unwrap();
+    let ids: Vec<String> = lines
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["id"].to_string())
+        .collect();
+    let unique: std::collections::HashSet<&String> = ids.iter().collect();
+    // sa: 2 + 100 pending; sb: 1 pending (the pattern's); dead letters stay.
+    assert_eq!(unique.len(), 103, "{stderr}");
+    assert_eq!(ids.len(), unique.len(), "delivered twice: {stderr}");
+}

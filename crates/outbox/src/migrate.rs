@@ -80,6 +80,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "pauses_notify",
         include_str!("../migrations/0015_pauses_notify.sql"),
     ),
+    (
+        16,
+        "channel_names_fit",
+        include_str!("../migrations/0016_channel_names_fit.sql"),
+    ),
 ];
 
 const TRIGGER_ON: &str = include_str!("../migrations/notify_trigger_on.sql");
@@ -278,13 +283,13 @@ pub async fn migrate(
         Some(false) => Some(WakeupTrigger::Idle),
         None => None,
     });
-    // Migrations 7 and 9 changed how the triggers test their conditions: a
-    // schema that has just received one gets its own mode's triggers again,
-    // in today's form.
+    // Migrations 7 and 9 changed how the triggers test their conditions and
+    // 16 the channel they notify: a schema that has just received one gets
+    // its own mode's triggers again, in today's form.
     let wanted = match wanted {
-        None if applied
-            .iter()
-            .any(|m| m.starts_with("0007_") || m.starts_with("0009_")) =>
+        None if applied.iter().any(|m| {
+            m.starts_with("0007_") || m.starts_with("0009_") || m.starts_with("0016_")
+        }) =>
         {
             Some(installed_mode(&mut tx, schema).await?)
         }

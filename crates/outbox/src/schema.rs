@@ -92,13 +92,22 @@ impl Schema {
         &self.0
     }
 
-    /// The notification channel the relay listens on for wake-ups. The
-    /// `public` schema keeps the seed's channel name `outbox_event`.
+    /// The notification channel the relay listens on for wake-ups; always
+    /// at most 63 bytes, the longest channel name `pg_notify` takes. The
+    /// `public` schema keeps the seed's channel name `outbox_event`; a
+    /// schema of up to 50 characters is `<schema>_outbox_event`; a longer
+    /// one is its first 41 characters, `_`, 8 hex digits of a hash of the
+    /// whole name, then `_outbox_event` (two long names that share their
+    /// first 41 characters still get different channels).
     pub fn channel(&self) -> String {
+        const SUFFIX: &str = "_outbox_event";
         if self.0 == "public" {
             "outbox_event".to_owned()
+        } else if self.0.len() + SUFFIX.len() <= MAX_LEN {
+            format!("{}{SUFFIX}", self.0)
         } else {
-            format!("{}_outbox_event", self.0)
+            let keep = MAX_LEN - SUFFIX.len() - 9;
+            format!("{}_{:08x}{SUFFIX}", &self.0[..keep], short_hash(&self.0))
         }
     }
 
@@ -106,6 +115,18 @@ impl Schema {
     pub(crate) fn render(&self, sql: &str) -> String {
         sql.replace("{schema}", &self.0)
     }
+}
+
+/// 32 bits of the FNV-1a hash of `name`: stable across builds and
+/// platforms, so a relay and the triggers a migration rendered derive the
+/// same channel.
+fn short_hash(name: &str) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in name.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h
 }
 
 #[cfg(test)]
@@ -190,5 +211,27 @@ mod tests {
             Schema::new("billing").unwrap().channel(),
             "billing_outbox_event"
         );
+    }
+
+    #[test]
+    fn every_accepted_name_has_a_channel_that_fits() {
+        for len in 1..=MAX_LEN {
+            let schema = Schema::new(&"t".repeat(len)).unwrap();
+            let channel = schema.channel();
+            assert!(channel.len() <= MAX_LEN, "{len}: {channel}");
+            assert!(channel.ends_with("outbox_event"), "{channel}");
+        }
+        assert_eq!(
+            Schema::new(&"a".repeat(50)).unwrap().channel(),
+            format!("{}_outbox_event", "a".repeat(50))
+        );
+        // Names sharing their first 41 characters stay apart.
+        let a = Schema::new(&format!("{}_one", "x".repeat(55))).unwrap();
+        let b = Schema::new(&format!("{}_two", "x".repeat(55))).unwrap();
+        assert_ne!(a.channel(), b.channel());
+        assert_eq!(a.channel().len(), MAX_LEN);
+        // The derivation is fixed: a relay and the triggers agree across builds.
+        assert_eq!(short_hash(""), 0x811c_9dc5);
+        assert_eq!(short_hash("a"), 0xe40c_292c);
     }
 }

@@ -63,7 +63,8 @@ async fn migrating_twice_is_a_no_op() {
             "0012_dead_letter_index".to_owned(),
             "0013_emit".to_owned(),
             "0014_wal_switch_mark".to_owned(),
-            "0015_pauses_notify".to_owned()
+            "0015_pauses_notify".to_owned(),
+            "0016_channel_names_fit".to_owned()
         ]
     );
     assert_eq!(first.partitions, 32);
@@ -259,7 +260,8 @@ async fn upgrading_a_first_release_schema_keeps_pending_events_and_their_order()
             "0012_dead_letter_index",
             "0013_emit",
             "0014_wal_switch_mark",
-            "0015_pauses_notify"
+            "0015_pauses_notify",
+            "0016_channel_names_fit"
         ]
     );
     assert_eq!(report.partitions, 32);

@@ -244,7 +244,10 @@ async fn migration_11_keeps_pending_retrying_and_dead_events_and_their_order() {
         [
             "0011_partition_function_and_row_checks",
             "0012_dead_letter_index",
-            "0013_emit"
+            "0013_emit",
+            "0014_wal_switch_mark",
+            "0015_pauses_notify",
+            "0016_channel_names_fit"
         ]
     );
     assert_eq!(report.wakeup, outbox::WakeupTrigger::Idle);

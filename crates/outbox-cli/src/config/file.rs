@@ -4,17 +4,15 @@
 //! [`MAX_BYTES`] is read, and parsing takes time linear in its size.
 
 use std::collections::BTreeMap;
-use std::fs::{FileType, OpenOptions};
-use std::io::Read;
 use std::ops::Range;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, Result};
 use serde::Deserialize;
 use toml::de::{DeTable, DeValue};
 
 use super::model::Config;
+use crate::small_file::SmallFile;
 use crate::text::{cut, cut_words, one_line};
 
 /// The largest config file read: 1 MiB, far more than any configuration
@@ -39,74 +37,27 @@ pub fn read(path: &Path) -> Result<FileLayer> {
 }
 
 /// The text of `path`, refused at once unless it is a regular file of at
-/// most [`MAX_BYTES`] of UTF-8: the type is checked before opening, the
-/// open never waits (`O_NONBLOCK`), and no more than the limit is read.
+/// most [`MAX_BYTES`] of UTF-8 ([`SmallFile`]).
 fn read_text(path: &Path) -> Result<String> {
-    let shown = path.display().to_string();
-    let shown = if shown.chars().count() > 80 {
-        cut(&shown)
-    } else {
-        shown
-    };
-    let fix = "give --config (or OUTBOX_CONFIG) the path of a TOML file";
-    if path.as_os_str().is_empty() {
-        bail!("the config file path is empty: {fix}");
+    let bytes = SmallFile {
+        what: "config file",
+        max_bytes: MAX_BYTES,
+        fix: "give --config (or OUTBOX_CONFIG) the path of a TOML file",
     }
-    let cannot = |e: std::io::Error| anyhow!("cannot read config file {shown}: {e}");
-    let meta = std::fs::metadata(path).map_err(cannot)?;
-    if let Some(what) = not_a_file(meta.file_type()) {
-        bail!("config file {shown} is {what}, not a regular file: {fix}");
-    }
-    let too_big = |size: String| {
-        anyhow!(
-            "config file {shown} is {size} bytes: the limit is {MAX_BYTES} bytes (1 MiB): {fix}"
-        )
-    };
-    if meta.len() > MAX_BYTES {
-        return Err(too_big(meta.len().to_string()));
-    }
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(cannot)?;
-    // The path may have been replaced since it was checked.
-    if let Some(what) = not_a_file(file.metadata().map_err(cannot)?.file_type()) {
-        bail!("config file {shown} is {what}, not a regular file: {fix}");
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(cannot)?;
-    if bytes.len() as u64 > MAX_BYTES {
-        return Err(too_big(format!("more than {MAX_BYTES}")));
-    }
+    .read(path)?;
     String::from_utf8(bytes).map_err(|e| {
+        let shown = path.display().to_string();
+        let shown = if shown.chars().count() > 80 {
+            cut(&shown)
+        } else {
+            shown
+        };
         let (line, col) = line_col(
             &String::from_utf8_lossy(&e.as_bytes()[..e.utf8_error().valid_up_to()]),
             usize::MAX,
         );
         anyhow!("config file {shown}:{line}:{col}: not UTF-8 text: a config file is TOML, which is UTF-8")
     })
-}
-
-/// What `kind` is, unless it is a regular file.
-fn not_a_file(kind: FileType) -> Option<&'static str> {
-    if kind.is_file() {
-        None
-    } else if kind.is_dir() {
-        Some("a directory")
-    } else if kind.is_fifo() {
-        Some("a FIFO (named pipe)")
-    } else if kind.is_char_device() {
-        Some("a character device")
-    } else if kind.is_block_device() {
-        Some("a block device")
-    } else if kind.is_socket() {
-        Some("a socket")
-    } else {
-        Some("not a file")
-    }
 }
 
 /// Parses and checks `text`, read from `path`.

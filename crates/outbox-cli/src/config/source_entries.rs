@@ -30,6 +30,9 @@ pub struct SourceEntry {
     pub name: String,
     /// Its database: the entry's `database_url`, else the top-level one.
     pub database_url: String,
+    /// The database that URL reaches, however it is spelled
+    /// ([`crate::db::database_address`]).
+    pub address: String,
     /// The schema or schemas it serves.
     pub schemas: SchemaSelector,
     /// `[relay]` with the entry's `batch_size` and `max_attempts` applied,
@@ -138,8 +141,25 @@ impl Config {
                     ))
                 }
             };
-            crate::db::check_url(&database_url)
+            let options = crate::db::check_url(&database_url)
                 .map_err(|e| refuse("database_url", crate::text::cut_words(&format!("{e:#}"))))?;
+            let address = crate::db::database_address(&options);
+            if let SchemaSelector::One(schema) = &schemas {
+                if let Some(first) = out.iter().position(|e| {
+                    e.address == address && e.schemas == SchemaSelector::One(schema.clone())
+                }) {
+                    return Err(refuse(
+                        "schema",
+                        format!(
+                            "source {:?} and source[{}] {:?} both serve schema {} of the database at {address}: one schema is one source, or every event is delivered twice; remove one of the two entries",
+                            s.name,
+                            first + 1,
+                            out[first].name,
+                            schema.name()
+                        ),
+                    ));
+                }
+            }
             let mut relay = self.relay.clone();
             if let Some(batch_size) = s.batch_size {
                 relay.batch_size = batch_size;
@@ -159,6 +179,7 @@ impl Config {
             out.push(SourceEntry {
                 name: s.name.clone(),
                 database_url,
+                address,
                 schemas,
                 relay,
                 publisher,

@@ -63,41 +63,45 @@ async fn act(
                     )
                 }
             };
-            let (selector, what) = match (error.as_deref(), form.get("scope")) {
-                (Some(text), Some("matching")) => match resolve(app, view, &selector, text).await {
-                    Ok(found) => found,
-                    Err(answer) => return answer,
-                },
-                _ => {
-                    let what = selector.to_string();
-                    (selector, what)
-                }
+            // What the action is about: the dead letters the form selects
+            // now, as ids. The confirmation carries their fingerprint and
+            // the action runs only on the same set.
+            let matching = form.get("scope") == Some("matching");
+            let what = match (error.as_deref(), matching) {
+                (Some(text), true) if selector.all => format!("last error containing {text:?}"),
+                (Some(text), true) => format!("{selector}, last error containing {text:?}"),
+                _ => selector.to_string(),
             };
+            let text = if matching { error.as_deref() } else { None };
+            let ids = match selected_ids(app, view, &selector, text).await {
+                Ok(ids) => ids,
+                Err(answer) => return answer,
+            };
+            let selection = Selection::of(&ids);
+            if path == "/dead-letters/confirm" {
+                return html(
+                    StatusCode::OK,
+                    pages::dead_letters::confirm(view, form, action, &selection, &what),
+                );
+            }
+            if let Some(confirmed) = form.get("selection") {
+                if confirmed != selection.token() {
+                    app.metrics.action(action.verb(), Outcome::Refused);
+                    let page = pages::dead_letters::changed(
+                        view, form, action, confirmed, &selection, &what,
+                    );
+                    return html(StatusCode::CONFLICT, page);
+                }
+            }
             let mut conn = match app.store.conn().await {
                 Ok(c) => c,
                 Err(e) => return failed(view, e),
             };
-            if path == "/dead-letters/confirm" {
-                // An empty id list (error text matching nothing) is not a
-                // selector the library takes: nothing to count.
-                if selector.validate().is_err() {
-                    return html(
-                        StatusCode::OK,
-                        pages::dead_letters::confirm(view, form, action, 0, &what),
-                    );
-                }
-                return match app.store.dead.count(&mut conn, &selector).await {
-                    Ok(n) => html(
-                        StatusCode::OK,
-                        pages::dead_letters::confirm(view, form, action, n, &what),
-                    ),
-                    Err(e) => failed(view, e.into()),
-                };
-            }
+            let exact = Selector::ids(ids);
             let done = match action {
-                _ if selector.validate().is_err() => Ok(0),
-                Action::Retry => app.store.dead.retry(&mut conn, &selector).await,
-                Action::Discard => app.store.dead.discard(&mut conn, &selector).await,
+                _ if exact.validate().is_err() => Ok(0),
+                Action::Retry => app.store.dead.retry(&mut conn, &exact).await,
+                Action::Discard => app.store.dead.discard(&mut conn, &exact).await,
             };
             let n = match done {
                 Ok(n) => n,
@@ -180,37 +184,70 @@ async fn act(
     }
 }
 
-/// Most dead letters an error-text filter may select at once.
+/// Most dead letters one action may select.
 const MAX_RESOLVED: usize = 100_000;
 
-/// "Every dead letter matching" with error text, which the library's
-/// selector cannot express: the matching ids, in seq order, as a selector,
-/// and what it selects in words.
-async fn resolve(
+/// The ids of the dead letters `filter` (and the error text `text`, which
+/// the library's selector has no criterion for) selects now, in seq order;
+/// refused when there are [`MAX_RESOLVED`] or more.
+async fn selected_ids(
     app: &App,
     view: &View,
     filter: &Selector,
-    text: &str,
-) -> Result<(Selector, String), Answer> {
-    let found = app.store.dead_letter_ids(filter, Some(text), MAX_RESOLVED);
+    text: Option<&str>,
+) -> Result<Vec<uuid::Uuid>, Answer> {
+    if filter.validate().is_err() {
+        return Ok(Vec::new());
+    }
+    let found = app.store.dead_letter_ids(filter, text, MAX_RESOLVED);
     let ids = found.await.map_err(|e| failed(view, e))?;
     if ids.len() >= MAX_RESOLVED {
         let e = FieldError {
-            field: "error",
+            field: if text.is_some() { "error" } else { "scope" }.into(),
             message: format!("matches {MAX_RESOLVED} dead letters or more: narrow the filter"),
         };
         let page = pages::dead_letters::refused(view, &e);
         return Err(html(StatusCode::BAD_REQUEST, page));
     }
-    let base = if filter.all {
-        String::new()
-    } else {
-        format!("{filter}, ")
-    };
-    Ok((
-        Selector::ids(ids),
-        format!("{base}last error containing {text:?}"),
-    ))
+    Ok(ids)
+}
+
+/// The dead letters a confirmation showed: how many, and a fingerprint of
+/// their ids (SHA-256 of the sorted ids, 128 bits shown), carried by its
+/// form as `selection` so the action runs on exactly these or is refused.
+pub struct Selection {
+    pub count: usize,
+    fingerprint: String,
+}
+
+impl Selection {
+    pub fn of(ids: &[uuid::Uuid]) -> Self {
+        use sha2::Digest;
+        let mut sorted = ids.to_vec();
+        sorted.sort_unstable();
+        let mut hash = sha2::Sha256::new();
+        for id in &sorted {
+            hash.update(id.as_bytes());
+        }
+        let fingerprint = hash.finalize()[..16]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        Selection {
+            count: ids.len(),
+            fingerprint,
+        }
+    }
+
+    /// `COUNT-FINGERPRINT`, the form's `selection` value.
+    pub fn token(&self) -> String {
+        format!("{}-{}", self.count, self.fingerprint)
+    }
+
+    /// The count a `selection` value names, if it names one.
+    pub fn count_of(token: &str) -> Option<usize> {
+        token.split_once('-')?.0.parse().ok()
+    }
 }
 
 /// Wakes idle relays now instead of at their next poll (the same NOTIFY a

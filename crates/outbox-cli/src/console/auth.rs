@@ -24,16 +24,36 @@ const MAX_SESSIONS: usize = 1024;
 /// Environment variable holding the console's password.
 pub const PASSWORD_ENV: &str = "OUTBOX_CONSOLE_PASSWORD";
 
-/// The password, if one is configured: `--password-file` wins over
-/// `OUTBOX_CONSOLE_PASSWORD`. A file's trailing newline is not part of it.
-pub fn password(file: Option<&std::path::Path>, env: Option<String>) -> Result<Option<String>> {
+/// The largest password file read: far more than any password, so that a
+/// wrong path (a log, a device) fails at once.
+pub const MAX_PASSWORD_FILE_BYTES: u64 = 4096;
+
+/// The password, if one is configured: the file `flag` names (a regular
+/// file of at most [`MAX_PASSWORD_FILE_BYTES`], read as
+/// [`crate::small_file`] reads) wins over `OUTBOX_CONSOLE_PASSWORD`. A
+/// file's trailing newline is not part of it.
+pub fn password(
+    file: Option<&std::path::Path>,
+    flag: &str,
+    env: Option<String>,
+) -> Result<Option<String>> {
     let password = match file {
-        Some(path) => Some(
-            std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read the password file {}", path.display()))?
-                .trim_end_matches(['\n', '\r'])
-                .to_owned(),
-        ),
+        Some(path) => {
+            let fix = format!("give {flag} the path of a file holding only the password");
+            let bytes = crate::small_file::SmallFile {
+                what: "password file",
+                max_bytes: MAX_PASSWORD_FILE_BYTES,
+                fix: &fix,
+            }
+            .read(path)?;
+            let text = String::from_utf8(bytes).map_err(|_| {
+                anyhow::anyhow!(
+                    "password file {} is not UTF-8 text: {fix}",
+                    crate::text::cut(&path.display().to_string())
+                )
+            })?;
+            Some(text.trim_end_matches(['\n', '\r']).to_owned())
+        }
         None => env,
     };
     match password {
@@ -118,6 +138,9 @@ pub struct Session {
     /// A message for the next page (the outcome of an action).
     pub flash: Option<String>,
     opened: Instant,
+    /// Its cookie has come back (or the password was given): a browser
+    /// holds it. Sessions nobody came back with are dropped first.
+    held: bool,
 }
 
 /// The sessions, by cookie value.
@@ -131,21 +154,27 @@ impl Sessions {
         self.map.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Opens a session; returns its cookie value.
-    pub fn open(&self, signed_in: bool) -> (String, Session) {
+    /// Opens a session; returns its cookie value. `held`: the browser is
+    /// known to hold it (it gave the password); else it is held once its
+    /// cookie comes back ([`Sessions::get`]). Beyond [`MAX_SESSIONS`] the
+    /// oldest session not held is dropped, and a held one only when every
+    /// session is held: cookie-less requests (which any page elsewhere can
+    /// make a browser send) open sessions that crowd out only each other.
+    pub fn open(&self, signed_in: bool, held: bool) -> (String, Session) {
         let id = token();
         let session = Session {
             csrf: token(),
             signed_in,
             flash: None,
             opened: Instant::now(),
+            held,
         };
         let mut map = self.lock();
         map.retain(|_, s| s.opened.elapsed() < SESSION_TTL);
         if map.len() >= MAX_SESSIONS {
             if let Some(oldest) = map
                 .iter()
-                .min_by_key(|(_, s)| s.opened)
+                .min_by_key(|(_, s)| (s.held, s.opened))
                 .map(|(k, _)| k.clone())
             {
                 map.remove(&oldest);
@@ -155,12 +184,14 @@ impl Sessions {
         (id, session)
     }
 
-    /// The live session of cookie value `id`.
+    /// The live session of cookie value `id`, from now on held.
     pub fn get(&self, id: &str) -> Option<Session> {
-        let map = self.lock();
-        map.get(id)
-            .filter(|s| s.opened.elapsed() < SESSION_TTL)
-            .cloned()
+        let mut map = self.lock();
+        let s = map
+            .get_mut(id)
+            .filter(|s| s.opened.elapsed() < SESSION_TTL)?;
+        s.held = true;
+        Some(s.clone())
     }
 
     /// Keeps `message` for the session's next page.
@@ -235,7 +266,7 @@ mod tests {
     use super::*;
 
     fn session(signed_in: bool) -> Session {
-        Sessions::default().open(signed_in).1
+        Sessions::default().open(signed_in, true).1
     }
 
     #[test]
@@ -298,33 +329,53 @@ mod tests {
     #[test]
     fn sessions_are_bounded_and_closed_ones_are_gone() {
         let sessions = Sessions::default();
-        let (first, _) = sessions.open(true);
+        let (first, _) = sessions.open(true, false);
         for _ in 0..MAX_SESSIONS {
-            sessions.open(false);
+            sessions.open(false, false);
         }
         assert!(
             sessions.get(&first).is_none(),
             "the oldest was kept beyond the cap"
         );
-        let (id, _) = sessions.open(true);
+        let (id, _) = sessions.open(true, false);
         assert!(sessions.get(&id).is_some());
         sessions.close(&id);
         assert!(sessions.get(&id).is_none());
     }
 
     #[test]
+    fn sessions_opened_without_a_cookie_crowd_out_only_each_other() {
+        let sessions = Sessions::default();
+        let (operator, _) = sessions.open(true, false);
+        // Its cookie came back once: a browser holds it.
+        assert!(sessions.get(&operator).is_some());
+        let (signed_in, _) = sessions.open(true, true);
+        for _ in 0..3 * MAX_SESSIONS {
+            sessions.open(true, false);
+        }
+        assert!(
+            sessions.get(&operator).is_some(),
+            "evicted by cookie-less visits"
+        );
+        assert!(
+            sessions.get(&signed_in).is_some(),
+            "evicted by cookie-less visits"
+        );
+    }
+
+    #[test]
     fn an_empty_password_is_refused_and_a_file_loses_its_newline() {
-        assert!(password(None, Some(String::new())).is_err());
+        assert!(password(None, "--password-file", Some(String::new())).is_err());
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("pw");
         std::fs::write(&path, "s3cret\n").unwrap();
         assert_eq!(
-            password(Some(&path), Some("env".into()))
+            password(Some(&path), "--password-file", Some("env".into()))
                 .unwrap()
                 .as_deref(),
             Some("s3cret")
         );
-        assert_eq!(password(None, None).unwrap(), None);
+        assert_eq!(password(None, "--password-file", None).unwrap(), None);
     }
 
     #[test]

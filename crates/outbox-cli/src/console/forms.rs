@@ -42,12 +42,29 @@ impl Params {
     fn owned(&self, name: &str) -> Option<String> {
         self.get(name).map(str::to_owned)
     }
+
+    /// Refuses a field whose value PostgreSQL cannot store in `text` (a NUL
+    /// byte, `%00`), naming the field, before any of it reaches a
+    /// statement: the database would refuse it with an error, not a match.
+    pub fn storable(&self) -> Result<(), FieldError> {
+        match self.0.iter().find(|(_, v)| v.contains('\0')) {
+            None => Ok(()),
+            Some((k, _)) => {
+                let shown: String = k.chars().take(40).flat_map(char::escape_debug).collect();
+                Err(FieldError {
+                    field: shown.into(),
+                    message: "holds a NUL byte (%00), which no stored text can contain: remove it"
+                        .into(),
+                })
+            }
+        }
+    }
 }
 
 /// A form field that could not be read, and how to write it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldError {
-    pub field: &'static str,
+    pub field: std::borrow::Cow<'static, str>,
     pub message: String,
 }
 
@@ -59,7 +76,7 @@ impl std::fmt::Display for FieldError {
 
 fn bad(field: &'static str, message: impl Into<String>) -> FieldError {
     FieldError {
-        field,
+        field: field.into(),
         message: message.into(),
     }
 }
@@ -323,5 +340,15 @@ mod tests {
         assert_eq!(q.aggregate_id.as_deref(), Some("a/b"));
         assert_eq!(q.after, 0);
         assert_eq!(pause_scope(&p("scope=all")).unwrap(), None);
+    }
+
+    #[test]
+    fn a_nul_byte_in_any_field_is_refused_naming_the_field() {
+        assert!(p("aggregate_type=order&after=3").storable().is_ok());
+        let e = p("after=1&aggregate_type=a%00b").storable().unwrap_err();
+        assert_eq!(e.field, "aggregate_type");
+        assert!(e.message.contains("NUL"), "{e}");
+        let e = p("a%00b=x%00").storable().unwrap_err();
+        assert_eq!(e.field, "a\\0b");
     }
 }

@@ -50,6 +50,7 @@ pub struct ConsoleArgs {
 pub async fn run(ctx: &Ctx, args: ConsoleArgs) -> Result<ExitCode> {
     let password = auth::password(
         args.password_file.as_deref(),
+        "--password-file",
         std::env::var(auth::PASSWORD_ENV).ok(),
     )?;
     auth::check_exposure(&args.listen, password.is_some())?;
@@ -127,7 +128,11 @@ pub(crate) fn relay_password(
     file: Option<&std::path::Path>,
     listen: &str,
 ) -> Result<Option<String>> {
-    let password = auth::password(file, std::env::var(auth::PASSWORD_ENV).ok())?;
+    let password = auth::password(
+        file,
+        "--console-password-file",
+        std::env::var(auth::PASSWORD_ENV).ok(),
+    )?;
     auth::check_exposure(listen, password.is_some())?;
     Ok(password)
 }

@@ -167,14 +167,14 @@ async fn handle(app: &App, req: Request<Incoming>, peer: SocketAddr) -> Answer {
     let (sid, session, new_cookie) = match session {
         Some((id, s)) if s.signed_in => (id, s, false),
         _ if app.password.is_none() && method == Method::GET => {
-            let (id, s) = app.sessions.open(true);
+            let (id, s) = app.sessions.open(true, false);
             (id, s, true)
         }
         _ if method == Method::GET => return redirect("/login"),
         _ => {
             app.metrics
                 .action(action_of(&path, form.get("action")), Outcome::Refused);
-            return plain(StatusCode::FORBIDDEN, "refused: sign in first");
+            return plain(StatusCode::FORBIDDEN, not_signed_in(app));
         }
     };
     let view = View {
@@ -183,7 +183,16 @@ async fn handle(app: &App, req: Request<Incoming>, peer: SocketAddr) -> Answer {
         password: app.password.is_some(),
         schema: app.schema.clone(),
     };
-    let mut r = if method == Method::POST {
+    let mut r = if let Err(e) = query.storable().and_then(|()| form.storable()) {
+        if method == Method::POST {
+            app.metrics
+                .action(action_of(&path, form.get("action")), Outcome::Refused);
+        }
+        html(
+            StatusCode::BAD_REQUEST,
+            pages::layout::refused(&view, &e, &path),
+        )
+    } else if method == Method::POST {
         post(
             app,
             &path,
@@ -205,6 +214,16 @@ async fn handle(app: &App, req: Request<Incoming>, peer: SocketAddr) -> Answer {
         r = set_cookie(r, &sid, None);
     }
     r
+}
+
+/// Why a POST without a live session is refused: a console without a
+/// password has no sign-in to send the user to.
+fn not_signed_in(app: &App) -> &'static str {
+    if app.password.is_some() {
+        "refused: sign in first"
+    } else {
+        "refused: this page's session has ended (the console was restarted, or the page is older than 12 hours): reload the page and try again"
+    }
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> Answer {
@@ -245,7 +264,7 @@ async fn login(
         tokio::time::sleep(Duration::from_millis(300)).await;
         return html(StatusCode::UNAUTHORIZED, pages::layout::login(true));
     }
-    let (id, _) = app.sessions.open(true);
+    let (id, _) = app.sessions.open(true, true);
     tracing::warn!(%peer, "console sign-in");
     app.metrics.action("sign_in", Outcome::Changed);
     set_cookie(redirect("/"), &id, None)
@@ -401,7 +420,7 @@ async fn post(
         Ok(()) => {}
         Err(Refusal::NotSignedIn) => {
             refused();
-            return plain(StatusCode::FORBIDDEN, "refused: sign in first");
+            return plain(StatusCode::FORBIDDEN, not_signed_in(app));
         }
         Err(Refusal::Csrf) => {
             refused();

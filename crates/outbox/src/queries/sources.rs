@@ -56,3 +56,11 @@ pub const SCHEMAS_CHANGED_CHANNEL: &str = "outbox_schemas";
 
 /// [`SCHEMAS_CHANGED_CHANNEL`]'s notification.
 pub const SCHEMAS_CHANGED_NOTIFY: &str = "SELECT pg_notify('outbox_schemas', $1)";
+
+/// The database a connection reached, however its URL was spelled: the
+/// cluster's system identifier (fixed at `initdb`, the same for every
+/// address of the server) and the database's name. Where the role may not
+/// call `pg_control_system()` this fails, and the caller compares the
+/// URLs' addresses instead.
+pub const DATABASE_IDENTITY: &str =
+    "SELECT system_identifier::text || '/' || current_database() FROM pg_control_system()";

@@ -32,6 +32,9 @@ const DRAIN_TICK: Duration = Duration::from_secs(1);
 pub struct SourcePlan {
     pub name: String,
     pub database_url: String,
+    /// The database the URL reaches, however spelled
+    /// ([`db::database_address`]).
+    pub address: String,
     pub selector: SchemaSelector,
     pub relay: RelayConfig,
     pub publisher: PublisherConfig,
@@ -69,6 +72,7 @@ impl SourcesPlan {
                 .map(|e| SourcePlan {
                     name: e.name,
                     database_url: e.database_url,
+                    address: e.address,
                     selector: match e.schemas {
                         crate::config::SchemaSelector::One(schema) => {
                             SchemaSelector::Schema(schema)
@@ -114,18 +118,7 @@ pub async fn run(ctx: &Ctx, args: &RelayArgs, plan: SourcesPlan) -> Result<ExitC
     let mut signals = Signals::install(args.exit_with_parent)?;
     let listener = super::http_listener(loaded).await?;
     let metrics = Arc::new(Metrics::new());
-    // One pool per database, shared by its sources (the listener included).
-    let mut pools: BTreeMap<String, PgPool> = BTreeMap::new();
-    for s in &plan.sources {
-        if !pools.contains_key(&s.database_url) {
-            tracing::debug!(database = %db::redact_text(&s.database_url), "connecting");
-            let pool = db::connect_shared(&s.database_url, plan.pool_size, STATEMENT_CACHE)
-                .await
-                .with_context(|| format!("source {}", s.name))?;
-            crate::session_check::require_sessions(&pool).await?;
-            pools.insert(s.database_url.clone(), pool);
-        }
-    }
+    let (pools, url_of) = connect_databases(&plan).await?;
     // Entries with the same publisher settings share one publisher.
     let mut publishers: Vec<(String, Arc<dyn Publisher>)> = Vec::new();
     let mut builder = Sources::builder()
@@ -153,10 +146,11 @@ pub async fn run(ctx: &Ctx, args: &RelayArgs, plan: SourcesPlan) -> Result<ExitC
             }
         };
         names.push(s.name.clone());
+        let url = &url_of[&s.name];
         builder = builder.source(SourceDef {
             name: s.name.clone(),
-            database: db::redact_text(&s.database_url),
-            pool: pools[&s.database_url].clone(),
+            database: db::redact_text(url),
+            pool: pools[url].clone(),
             selector: s.selector.clone(),
             config: s.relay.clone(),
             publisher,
@@ -206,7 +200,11 @@ pub async fn run(ctx: &Ctx, args: &RelayArgs, plan: SourcesPlan) -> Result<ExitC
         drain = c.drain,
         "relay of many sources running"
     );
-    let reason = watch(&relay, &pools, c.drain, &mut signals).await;
+    let watched = watch(&relay, &pools, c.drain, &mut signals).await;
+    let reason = match &watched {
+        Ok(reason) => reason.to_string(),
+        Err(e) => e.to_string(),
+    };
     state.stopping.store(true, Ordering::Relaxed);
     let deadline = Duration::from_secs(c.shutdown_timeout_secs);
     tracing::info!(%reason, timeout_secs = c.shutdown_timeout_secs, "relay stopping: finishing in-flight batches and releasing partitions");
@@ -232,6 +230,7 @@ pub async fn run(ctx: &Ctx, args: &RelayArgs, plan: SourcesPlan) -> Result<ExitC
         Err(e) => return Err(e).context("the relay failed while stopping"),
     };
     tracing::info!(%reason, delivered = stats.delivered, retried = stats.retried, dead_lettered = stats.dead_lettered, "relay stopped");
+    watched?;
     if c.drain {
         eprintln!(
             "relay: {reason}; delivered {} events, {} retried, {} dead-lettered",
@@ -239,6 +238,57 @@ pub async fn run(ctx: &Ctx, args: &RelayArgs, plan: SourcesPlan) -> Result<ExitC
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One pool per database, shared by its sources (the listener included),
+/// and the URL of each entry's pool. Entries whose URLs reach one database
+/// (the server's [`outbox::sources::database_identity`], else
+/// [`db::database_address`]) share the pool of the first, so a schema is
+/// served once; two `schema` entries naming one schema there are refused,
+/// naming both.
+async fn connect_databases(
+    plan: &SourcesPlan,
+) -> Result<(BTreeMap<String, PgPool>, BTreeMap<String, String>)> {
+    let mut pools: BTreeMap<String, PgPool> = BTreeMap::new();
+    // Database identity -> the URL of its pool.
+    let mut first_url: BTreeMap<String, String> = BTreeMap::new();
+    let mut identity_of: BTreeMap<String, String> = BTreeMap::new();
+    let mut url_of: BTreeMap<String, String> = BTreeMap::new();
+    // (identity, schema) -> the entry serving it.
+    let mut served: BTreeMap<(String, String), &str> = BTreeMap::new();
+    for s in &plan.sources {
+        let identity = match identity_of.get(&s.database_url) {
+            Some(identity) => identity.clone(),
+            None => {
+                tracing::debug!(database = %db::redact_text(&s.database_url), "connecting");
+                let pool = db::connect_shared(&s.database_url, plan.pool_size, STATEMENT_CACHE)
+                    .await
+                    .with_context(|| format!("source {}", s.name))?;
+                crate::session_check::require_sessions(&pool).await?;
+                let identity = outbox::sources::database_identity(&pool)
+                    .await
+                    .unwrap_or_else(|| s.address.clone());
+                if !first_url.contains_key(&identity) {
+                    first_url.insert(identity.clone(), s.database_url.clone());
+                    pools.insert(s.database_url.clone(), pool);
+                }
+                identity_of.insert(s.database_url.clone(), identity.clone());
+                identity
+            }
+        };
+        if let SchemaSelector::Schema(schema) = &s.selector {
+            let key = (identity.clone(), schema.name().to_owned());
+            if let Some(other) = served.insert(key, &s.name) {
+                bail!(
+                    "sources {other:?} and {:?} both serve schema {} of one database (their URLs differ, the server is the same): one schema is one source, or every event is delivered twice; remove one of the two entries",
+                    s.name,
+                    schema.name()
+                );
+            }
+        }
+        url_of.insert(s.name.clone(), first_url[&identity].clone());
+    }
+    Ok((pools, url_of))
 }
 
 /// The schema name an envelope's `{schema}` takes, only where the CloudEvents
@@ -259,27 +309,31 @@ fn envelope(p: &PublisherConfig, schema: &str) -> Result<outbox_publishers::Enve
 }
 
 /// Runs until a signal or, with `--drain`, until no source has anything
-/// pending.
+/// pending; an error when a drain cannot end (an entry's schema is not
+/// migrated).
 async fn watch(
     relay: &SourcesHandle,
     pools: &BTreeMap<String, PgPool>,
     drain: bool,
     signals: &mut Signals,
-) -> StopReason {
+) -> Result<StopReason> {
     let mut progress = Progress::stderr("relay", drain);
     let mut tick = tokio::time::interval(DRAIN_TICK);
     let view = relay.view();
     let reason = loop {
         tokio::select! {
-            sig = signals.next() => break sig,
+            sig = signals.next() => break Ok(sig),
             _ = tick.tick() => {
                 if !drain {
                     continue;
                 }
                 match pending(&view, pools).await {
-                    Ok(0) => break StopReason::Drained,
+                    Ok(0) => break Ok(StopReason::Drained),
                     Ok(n) => progress.update(relay.stats().delivered, Some(n as u64)),
-                    Err(e) => tracing::warn!(error = %format!("{e:#}"), "drain check failed"),
+                    Err(DrainCheck::Unmigrated(e)) => break Err(e),
+                    Err(DrainCheck::Failed(e)) => {
+                        tracing::warn!(error = %crate::text::error_chain(&e), "drain check failed")
+                    }
                 }
             }
         }
@@ -288,8 +342,31 @@ async fn watch(
     reason
 }
 
+/// Why the events pending could not be counted.
+enum DrainCheck {
+    /// An entry's schema has no outbox tables: the drain would never end.
+    Unmigrated(anyhow::Error),
+    /// Anything else (a database restarting): counted again at the next tick.
+    Failed(anyhow::Error),
+}
+
+impl From<outbox::Error> for DrainCheck {
+    fn from(e: outbox::Error) -> Self {
+        DrainCheck::Failed(e.into())
+    }
+}
+
+impl From<sqlx::Error> for DrainCheck {
+    fn from(e: sqlx::Error) -> Self {
+        DrainCheck::Failed(e.into())
+    }
+}
+
 /// Events pending across every source served now.
-async fn pending(view: &SourcesView, pools: &BTreeMap<String, PgPool>) -> Result<i64> {
+async fn pending(
+    view: &SourcesView,
+    pools: &BTreeMap<String, PgPool>,
+) -> std::result::Result<i64, DrainCheck> {
     let mut total = 0;
     for s in view.statuses() {
         let Some(pool) = pools
@@ -300,7 +377,18 @@ async fn pending(view: &SourcesView, pools: &BTreeMap<String, PgPool>) -> Result
             continue;
         };
         let mut conn = pool.acquire().await?;
-        total += Status::pending(&mut conn, &Schema::new(&s.schema)?).await?;
+        match Status::pending(&mut conn, &Schema::new(&s.schema)?).await {
+            Ok(n) => total += n,
+            Err(e) if e.is_missing_table() => {
+                return Err(DrainCheck::Unmigrated(anyhow::anyhow!(
+                    "source {}: schema {} has no outbox tables, so --drain cannot finish: run `outbox migrate --schema {}` on its database, or remove the entry",
+                    s.name,
+                    s.schema,
+                    s.schema
+                )))
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
     Ok(total)
 }

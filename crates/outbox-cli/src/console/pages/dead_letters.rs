@@ -5,6 +5,7 @@ use maud::{html, Markup};
 
 use super::events::{next_link, table};
 use super::layout::{csrf, field_error, link, notice, page, View};
+use crate::console::actions::Selection;
 use crate::console::forms::{Action, FieldError, Params};
 use crate::console::store::{EventRow, Page};
 
@@ -67,8 +68,29 @@ pub fn list(
     page(view, "Dead letters", "/dead-letters", body)
 }
 
-/// "Retry 3 dead letters?" with the same fields to post again, confirmed.
-pub fn confirm(view: &View, p: &Params, action: Action, count: u64, what: &str) -> Markup {
+/// "Retry 3 dead letters?" with the same fields to post again, and the
+/// selection shown (its count and fingerprint): the action runs on exactly
+/// these dead letters, or is refused if they changed.
+pub fn confirm(
+    view: &View,
+    p: &Params,
+    action: Action,
+    selection: &Selection,
+    what: &str,
+) -> Markup {
+    let body = confirm_body(view, p, action, selection, what);
+    page(view, "Confirm", "/dead-letters", body)
+}
+
+/// The confirmation itself, without the page around it.
+fn confirm_body(
+    view: &View,
+    p: &Params,
+    action: Action,
+    selection: &Selection,
+    what: &str,
+) -> Markup {
+    let count = selection.count;
     let noun = if count == 1 {
         "dead letter"
     } else {
@@ -78,11 +100,11 @@ pub fn confirm(view: &View, p: &Params, action: Action, count: u64, what: &str) 
         Action::Retry => "Retry",
         Action::Discard => "Discard",
     };
-    let body = html! {
+    html! {
         @if count == 0 {
-            p { "Nothing to " (action.verb()) ": no dead letter matches (" (what) ")." }
+            p { "Nothing to " (action.verb()) ": no dead letter matches (" bdi { (what) } ")." }
         } @else {
-            p.confirm { (verb) " " strong #confirm-count { (count) } " " (noun) " (" (what) ")?" }
+            p.confirm { (verb) " " strong #confirm-count { (count) } " " (noun) " (" bdi { (what) } ")?" }
             @match action {
                 Action::Retry => p.hint { "They go back in the queue in their original order, with attempts from zero." },
                 Action::Discard => p.hint { "They are deleted for good." },
@@ -90,14 +112,44 @@ pub fn confirm(view: &View, p: &Params, action: Action, count: u64, what: &str) 
             form method="post" action="/dead-letters/apply" {
                 (csrf(view))
                 @for (k, v) in &p.0 {
-                    @if k != "csrf" { input type="hidden" name=(k) value=(v); }
+                    @if k != "csrf" && k != "selection" { input type="hidden" name=(k) value=(v); }
                 }
+                input type="hidden" name="selection" value=(selection.token());
                 button.danger[action == Action::Discard] type="submit" { (verb) " " (count) " " (noun) }
             }
         }
         p { a href=(link("/dead-letters", &FILTER.map(|k| (k, p.get(k))))) { "Back to the dead letters" } }
+    }
+}
+
+/// The action refused because the dead letters it would act on are not
+/// the ones confirmed (more or fewer match now, or others): nothing was
+/// changed, and the new confirmation is shown below.
+pub fn changed(
+    view: &View,
+    p: &Params,
+    action: Action,
+    confirmed: &str,
+    now: &Selection,
+    what: &str,
+) -> Markup {
+    let then = Selection::count_of(confirmed)
+        .map(|n| n.to_string())
+        .unwrap_or_else(|| "other".to_owned());
+    let body = html! {
+        p.error role="alert" #selection-changed {
+            "Nothing was " (past(action)) ": the dead letters matching (" bdi { (what) } ") changed since the confirmation (" (then) " confirmed, " (now.count) " now). Check the new count and confirm again."
+        }
     };
-    page(view, "Confirm", "/dead-letters", body)
+    let again = confirm_body(view, p, action, now, what);
+    page(view, "Changed", "/dead-letters", html! { (body) (again) })
+}
+
+fn past(action: Action) -> &'static str {
+    match action {
+        Action::Retry => "retried",
+        Action::Discard => "discarded",
+    }
 }
 
 /// The error page of a refused form.

@@ -98,6 +98,26 @@ pub fn field_error(e: &FieldError) -> Markup {
     html! { p.error role="alert" { "Cannot read " code { (e.field) } ": " (e.message) } }
 }
 
+/// The page of a request refused for a field of `path`'s form: the box
+/// naming the field, and the way back to the page the form is on.
+pub fn refused(view: &View, e: &FieldError, path: &str) -> Markup {
+    let (back, name) = NAV
+        .iter()
+        .rev()
+        .find(|(p, _)| *p != "/" && path.starts_with(p))
+        .copied()
+        .unwrap_or(NAV[0]);
+    page(
+        view,
+        "Cannot do that",
+        back,
+        html! {
+            (field_error(e))
+            p { a href=(back) { "Back to " (name) } }
+        },
+    )
+}
+
 /// A notice after an action.
 pub fn notice(text: Option<&str>) -> Markup {
     html! { @if let Some(t) = text { p.notice role="status" { (t) } } }

@@ -385,3 +385,16 @@ impl SourcesHandle {
         }
     }
 }
+
+/// The database `pool` reaches, however its URL spells it: the cluster's
+/// system identifier and the database's name (`queries::DATABASE_IDENTITY`).
+/// Two entries whose pools answer alike reach one database: give them one
+/// [`SourceDef::database`] key, so a schema is served once. `None` when
+/// the server refuses the question (a role not allowed to read
+/// `pg_control_system()`).
+pub async fn database_identity(pool: &PgPool) -> Option<String> {
+    sqlx::query_scalar(crate::queries::DATABASE_IDENTITY)
+        .fetch_one(pool)
+        .await
+        .ok()
+}

@@ -1,0 +1,249 @@
+//! `outbox console` over HTTP against hostile and careless requests: input
+//! PostgreSQL cannot store, bulk actions whose selection grows after the
+//! confirmation, anonymous visits, guessing, and methods a route does not
+//! take. Each answer must be the one a careful operator expects: a 4xx
+//! naming the field or the method, never a 500 or a changed database.
+
+mod common;
+mod console_support;
+
+use console_support::{client, count, csrf, get, insert, post, start};
+use outbox_testkit::postgres::migrated_test_db;
+
+/// Every filter of the events and dead-letter pages, and the forms that
+/// act, with a NUL byte in one field: a 400 naming that field, the
+/// database never asked, nothing changed.
+#[tokio::test]
+async fn a_nul_byte_in_any_filter_or_form_is_a_400_naming_the_field() {
+    let (db, pool) = migrated_test_db().await;
+    insert(&pool, "dead-1", 1, true).await;
+    let console = start(&db.url, &[], &[]);
+    let c = client();
+    let (_, page) = get(&c, &console, "/").await;
+    let token = csrf(&page);
+
+    for (page, field) in [
+        ("/events", "aggregate_type"),
+        ("/events", "aggregate_id"),
+        ("/events", "event_type"),
+        ("/dead-letters", "aggregate_type"),
+        ("/dead-letters", "aggregate_id"),
+        ("/dead-letters", "event_type"),
+        ("/dead-letters", "error"),
+    ] {
+        let path = format!("{page}?{field}=a%00b");
+        let (status, body) = get(&c, &console, &path).await;
+        assert_eq!(status, 400, "{path}: {body}");
+        assert!(
+            body.contains(&format!("Cannot read <code>{field}</code>")) && body.contains("NUL"),
+            "{path}: {body}"
+        );
+        assert!(!body.contains("invalid byte sequence"), "{path}: {body}");
+    }
+
+    let forms: [(&str, &[(&str, &str)]); 4] = [
+        ("/pause", &[("scope", "type"), ("aggregate_type", "a\0b")]),
+        ("/resume", &[("scope", "type"), ("aggregate_type", "a\0b")]),
+        (
+            "/dead-letters/confirm",
+            &[
+                ("action", "discard"),
+                ("scope", "matching"),
+                ("aggregate_id", "dead\0-1"),
+            ],
+        ),
+        (
+            "/dead-letters/apply",
+            &[
+                ("action", "discard"),
+                ("scope", "matching"),
+                ("error", "broker\0"),
+            ],
+        ),
+    ];
+    for (path, pairs) in forms {
+        let mut pairs = pairs.to_vec();
+        pairs.push(("csrf", &token));
+        let (status, _, body) = post(&c, &console, path, &pairs).await;
+        assert_eq!(status, 400, "{path}: {body}");
+        assert!(
+            body.contains("Cannot read <code>") && body.contains("NUL"),
+            "{path}: {body}"
+        );
+        assert!(!body.contains("invalid byte sequence"), "{path}: {body}");
+    }
+    assert_eq!(count(&pool, "SELECT count(*) FROM outbox_pauses").await, 0);
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM outbox_dead_letters").await,
+        1
+    );
+    assert!(
+        console.log().iter().all(|l| !l.contains("invalid byte")),
+        "{:?}",
+        console.log()
+    );
+}
+
+/// The hidden `name` value of the confirmation's form.
+fn hidden(page: &str, name: &str) -> String {
+    let mark = format!(r#"type="hidden" name="{name}" value=""#);
+    let start = page
+        .find(&mark)
+        .unwrap_or_else(|| panic!("no {name} in {page}"))
+        + mark.len();
+    page[start..start + page[start..].find('"').unwrap()].to_owned()
+}
+
+/// Dead letters of aggregate type `race`, dead-lettered `ago` ago.
+async fn race_dead_letters(pool: &sqlx::PgPool, n: i64, ago: &str) {
+    sqlx::query(
+        "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, attempts,
+                                    last_error, dead_lettered_at)
+         SELECT 'race', 'r-' || g, 'order.updated', '{}', 10, 'broker said no',
+                now() - $2::interval
+         FROM generate_series(1, $1) AS g",
+    )
+    .bind(n)
+    .bind(ago)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// "Discard 3 dead letters (aggregate type race)?" deleted 503 when 500
+/// more matched before the button was pressed. The confirmation carries
+/// the selection it showed; an action on another selection is refused
+/// with the new count, nothing changed, and confirming again acts.
+#[tokio::test]
+async fn a_bulk_action_acts_on_what_was_confirmed_or_is_refused() {
+    let (db, pool) = migrated_test_db().await;
+    race_dead_letters(&pool, 3, "2 hours").await;
+    let console = start(&db.url, &[], &[]);
+    let c = client();
+    let (_, page) = get(&c, &console, "/dead-letters?aggregate_type=race").await;
+    let token = csrf(&page);
+    let form = [
+        ("action", "discard"),
+        ("scope", "matching"),
+        ("aggregate_type", "race"),
+        ("csrf", token.as_str()),
+    ];
+    let (status, _, confirm) = post(&c, &console, "/dead-letters/confirm", &form).await;
+    assert_eq!(status, 200);
+    assert!(
+        confirm.contains(r#"<strong id="confirm-count">3</strong> dead letters"#),
+        "{confirm}"
+    );
+    let selection = hidden(&confirm, "selection");
+    race_dead_letters(&pool, 500, "2 hours").await;
+
+    let mut confirmed = form.to_vec();
+    confirmed.push(("selection", &selection));
+    let (status, _, refused) = post(&c, &console, "/dead-letters/apply", &confirmed).await;
+    assert_eq!(status, 409, "{refused}");
+    assert!(
+        refused.contains("Nothing was discarded") && refused.contains("3 confirmed, 503 now"),
+        "{refused}"
+    );
+    let dead = "SELECT count(*) FROM outbox_dead_letters";
+    assert_eq!(count(&pool, dead).await, 503, "nothing deleted");
+
+    // The refusal is the new confirmation: pressing it acts on the 503.
+    assert!(
+        refused.contains(r#"<strong id="confirm-count">503</strong> dead letters"#),
+        "{refused}"
+    );
+    let again = hidden(&refused, "selection");
+    let mut confirmed = form.to_vec();
+    confirmed.push(("selection", &again));
+    let (status, location, _) = post(&c, &console, "/dead-letters/apply", &confirmed).await;
+    assert_eq!((status, location.as_deref()), (303, Some("/dead-letters")));
+    assert_eq!(count(&pool, dead).await, 0);
+
+    // With an age bound the selection grows as time passes: 2 confirmed,
+    // then a third dead letter becomes old enough.
+    race_dead_letters(&pool, 2, "2 hours").await;
+    race_dead_letters(&pool, 3, "50 minutes").await;
+    let aged = [
+        ("action", "retry"),
+        ("scope", "matching"),
+        ("aggregate_type", "race"),
+        ("older_than", "1h"),
+        ("csrf", token.as_str()),
+    ];
+    let (_, _, confirm) = post(&c, &console, "/dead-letters/confirm", &aged).await;
+    assert!(
+        confirm.contains(r#"<strong id="confirm-count">2</strong> dead letters"#),
+        "{confirm}"
+    );
+    let selection = hidden(&confirm, "selection");
+    sqlx::query(
+        "UPDATE outbox_events SET dead_lettered_at = now() - interval '61 minutes'
+         WHERE id = (SELECT id FROM outbox_dead_letters
+                     WHERE dead_lettered_at > now() - interval '1 hour' LIMIT 1)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let mut confirmed = aged.to_vec();
+    confirmed.push(("selection", &selection));
+    let (status, _, refused) = post(&c, &console, "/dead-letters/apply", &confirmed).await;
+    assert_eq!(status, 409, "{refused}");
+    assert!(refused.contains("2 confirmed, 3 now"), "{refused}");
+    assert_eq!(count(&pool, dead).await, 5, "nothing retried");
+}
+
+/// Without a password, every cookie-less GET opened a session, and 1,100
+/// of them (which a page elsewhere can make a browser send) evicted the
+/// operator's: the next action was refused with "sign in first" on a
+/// console that has no sign-in. The operator's session, once its cookie
+/// came back, outlives any number of them.
+#[tokio::test]
+async fn cookie_less_visits_do_not_end_the_operators_session() {
+    let (db, pool) = migrated_test_db().await;
+    let console = start(&db.url, &[], &[]);
+    let operator = client();
+    let (_, page) = get(&operator, &console, "/").await;
+    let token = csrf(&page);
+    // The overview's refresh, with the session's cookie.
+    let (status, _) = get(&operator, &console, "/overview.json").await;
+    assert_eq!(status, 200);
+
+    let stranger = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let url = console.url("/healthz-nope");
+    let visits = (0..8).map(|_| {
+        let (stranger, url) = (stranger.clone(), url.clone());
+        tokio::spawn(async move {
+            for _ in 0..150 {
+                let r = stranger.get(&url).send().await.unwrap();
+                assert!(r.headers().contains_key("set-cookie"));
+            }
+        })
+    });
+    for visit in futures::future::join_all(visits).await {
+        visit.unwrap();
+    }
+
+    let (status, location, body) = post(
+        &operator,
+        &console,
+        "/pause",
+        &[("scope", "all"), ("csrf", &token)],
+    )
+    .await;
+    assert_eq!((status, location.as_deref()), (303, Some("/")), "{body}");
+    assert_eq!(count(&pool, "SELECT count(*) FROM outbox_pauses").await, 1);
+
+    // A POST without a session is refused without mentioning a sign-in the
+    // console does not have.
+    let (status, _, body) = post(&client(), &console, "/resume", &[("scope", "all")]).await;
+    assert_eq!(status, 403);
+    assert!(
+        !body.to_lowercase().contains("sign in") && body.contains("reload the page"),
+        "{body}"
+    );
+    assert_eq!(count(&pool, "SELECT count(*) FROM outbox_pauses").await, 1);
+}
