@@ -198,7 +198,7 @@ async fn upgrading_a_long_schema_whose_triggers_notified_a_channel_too_long_repa
             .unwrap();
     }
     sqlx::query(&format!(
-        "DELETE FROM {schema}.outbox_schema_migrations WHERE version = 14"
+        "DELETE FROM {schema}.outbox_schema_migrations WHERE version = 16"
     ))
     .execute(&pool)
     .await
