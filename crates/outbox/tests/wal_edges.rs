@@ -761,3 +761,51 @@ async fn pausing_the_whole_outbox_holds_the_wal_stream_until_resumed() {
     check(&expected, &publisher);
     relay.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_reader_whose_session_ended_sets_nothing_aside_once_another_reader_holds_the_slot() {
+    let (url, pool) = wal_db().await;
+    let wal = Outbox::new().with_delivery(DeliveryMode::Wal);
+    // The first reader's publish of e1 is slow, then fails.
+    let slow = TestPublisher::new();
+    slow.set_latency(Duration::from_secs(3));
+    let e1 = event("x", 1);
+    slow.fail(Match::Id(e1.id), Fail::Retry, None);
+    let first = start(&url, &pool, &slow, "r1").await;
+    emit_one(&pool, &wal, &e1).await;
+    wait_until("e1 being published", LONG, || async { slow.calls() >= 1 }).await;
+    // Its session ends meanwhile: the server frees the slot.
+    sqlx::query(
+        "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots
+         WHERE database = current_database()",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let healthy = TestPublisher::new();
+    let second = start(&url, &pool, &healthy, "r2").await;
+    wait_until("the second reader holds the slot", LONG, || async {
+        second.slot().active()
+    })
+    .await;
+    let e2 = event("x", 2);
+    emit_one(&pool, &wal, &e2).await;
+    wait_until("e1 and e2 delivered by the second", LONG, || async {
+        healthy.delivered_count() >= 2
+    })
+    .await;
+    // The first reader's publish fails now: its set-aside is fenced out.
+    wait_until("the first reader's publish answered", LONG, || async {
+        slow.attempts().iter().any(|a| a.id == e1.id)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert_eq!(
+        scalar(&pool, "SELECT count(*) FROM outbox_events").await,
+        0,
+        "a reader that no longer holds the slot stored nothing"
+    );
+    check(&[e1.id, e2.id], &healthy);
+    first.abort();
+    second.shutdown().await.unwrap();
+}

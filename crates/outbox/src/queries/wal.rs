@@ -137,6 +137,23 @@ FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text
 ORDER BY ord
 ON CONFLICT (id) DO NOTHING";
 
+/// Fences what a slot's reader writes, for the transaction: takes the
+/// slot's lock shared (`$1`, the slot), then says whether the session of
+/// walsender `$2` still holds the slot. A reader whose session ended (the
+/// server freed the slot, another reader may hold it now) writes nothing;
+/// a new reader reads the table under the same lock, exclusive
+/// ([`WAL_READER_TAKEOVER`]), so it sees every set-aside committed before
+/// it took the slot, and none commits after.
+pub const WAL_READER_FENCE: &str = "
+SELECT EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = $1 AND active_pid = $2)
+FROM (SELECT pg_advisory_xact_lock_shared(hashtextextended('outbox.wal.' || $1, 0))) AS locked";
+
+/// A new reader's side of [`WAL_READER_FENCE`]: the slot's lock, exclusive,
+/// for the transaction in which it reads the aggregates waiting in the
+/// table.
+pub const WAL_READER_TAKEOVER: &str =
+    "SELECT pg_advisory_xact_lock(hashtextextended('outbox.wal.' || $1, 0))";
+
 /// Lets the relay's own rows through the WAL mode's capture trigger, for
 /// the transaction.
 pub const WAL_TABLE_WRITE: &str = "SET LOCAL outbox.table_write = 'on'";

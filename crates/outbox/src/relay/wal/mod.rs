@@ -25,7 +25,6 @@ pub use reader::SlotState;
 
 use std::sync::Arc;
 
-use pgwire_replication::ReplicationClient;
 use sqlx::PgPool;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -63,7 +62,7 @@ impl ReaderParts {
         self,
         slot: String,
         publication: String,
-        first: Option<ReplicationClient>,
+        first: Option<session::Session>,
     ) -> (JoinHandle<Result<()>>, Arc<SlotState>) {
         let state = Arc::new(SlotState::default());
         let reader = reader::Reader {
@@ -89,6 +88,7 @@ impl ReaderParts {
             // Read when each session starts.
             blocked: Default::default(),
             switch_mark: None,
+            fence: 0,
             next_seq: 0,
             wakeup: self.wakeup,
         };

@@ -15,7 +15,7 @@ use pgwire_replication::{Lsn, ReplicationClient, ReplicationEvent};
 use tokio::sync::watch;
 
 use super::position::Position;
-use super::session::{self, NotStarted};
+use super::session::{self, NotStarted, Session};
 use super::set_aside::{Aside, SetAside};
 use super::settle::{Publishing, Settled};
 use super::switch::{self, Gone, Mark, SWITCH_TO_TABLE};
@@ -76,6 +76,9 @@ pub(crate) struct Reader {
     pub blocked: HashSet<String>,
     /// Where the pending switch back to the table mode put its mark.
     pub switch_mark: Option<Lsn>,
+    /// The walsender of this reader's session: what it sets aside is
+    /// stored only while that session holds the slot.
+    pub fence: i32,
     /// Stream order of the events read, for the waves and the table's seq.
     pub next_seq: i64,
     /// This relay's table worker, woken when events are set aside.
@@ -102,10 +105,10 @@ pub(crate) async fn first_session(
     publication: &str,
     position: &Position,
     switch: &switch::Switch,
-) -> Result<Option<ReplicationClient>> {
+) -> Result<Option<Session>> {
     let start = position.saved().await?;
     match session::open(target, slot, publication, STATUS_INTERVAL, start).await {
-        Ok(client) => Ok(Some(client)),
+        Ok(session) => Ok(Some(session)),
         Err(NotStarted::SlotBusy(message)) => {
             tracing::info!(slot, "{message}");
             Ok(None)
@@ -129,7 +132,7 @@ const STATUS_INTERVAL: Duration = Duration::from_millis(10);
 impl Reader {
     /// Reads the slot until the relay stops, the schema has switched back
     /// to the table, or the server refuses the session for good.
-    pub(crate) async fn run(mut self, first: Option<ReplicationClient>) -> Result<()> {
+    pub(crate) async fn run(mut self, first: Option<Session>) -> Result<()> {
         let mut first = first;
         let mut retry = DoublingDelay::new(200, self.config.outage_backoff_max_ms);
         let standby = Duration::from_millis((self.config.lease_ms / 4).clamp(100, 1_000));
@@ -155,7 +158,8 @@ impl Reader {
                 },
             };
             let wait = match opened {
-                Ok(mut client) => {
+                Ok(Session { mut client, pid }) => {
+                    self.fence = pid;
                     standing_by = false;
                     retry.reset();
                     self.state.active.store(true, Ordering::Relaxed);
@@ -262,7 +266,7 @@ impl Reader {
             let event = match next {
                 None => {
                     let end = batch_end.take();
-                    if !self.flush(&client, std::mem::take(&mut batch), end).await {
+                    if !self.flush(&client, std::mem::take(&mut batch), end).await? {
                         client.stop();
                         return Ok(Ended::Stopped);
                     }
@@ -296,7 +300,7 @@ impl Reader {
                     if batch.len() + txn.len() >= self.config.batch_size {
                         batch.append(&mut txn);
                         let end = batch_end.take();
-                        if !self.flush(&client, std::mem::take(&mut batch), end).await {
+                        if !self.flush(&client, std::mem::take(&mut batch), end).await? {
                             client.stop();
                             return Ok(Ended::Stopped);
                         }
@@ -321,7 +325,7 @@ impl Reader {
                     }
                     if batch.len() >= self.config.batch_size || self.switch_reached(Some(end_lsn)) {
                         let end = batch_end.take();
-                        if !self.flush(&client, std::mem::take(&mut batch), end).await {
+                        if !self.flush(&client, std::mem::take(&mut batch), end).await? {
                             client.stop();
                             return Ok(Ended::Stopped);
                         }
@@ -349,7 +353,7 @@ impl Reader {
     /// when the slot is already confirmed past the mark: the switch ends
     /// without reading.
     async fn session_started(&mut self) -> Result<bool> {
-        self.blocked = self.aside.aggregates_pending().await?;
+        self.blocked = self.aside.aggregates_pending(&self.slot).await?;
         self.pauses.forget();
         self.switch_mark = match self.switch.mark().await? {
             Mark::Reached => return Ok(true),
@@ -403,24 +407,25 @@ impl Reader {
 
     /// Publishes `batch`, sets its failures aside, then confirms `end` (the
     /// end of the last whole transaction in it; `None` for a batch cut out
-    /// of a transaction still streaming). `false` when the relay was told
-    /// to stop first: nothing is confirmed.
+    /// of a transaction still streaming). `Ok(false)` when the relay was
+    /// told to stop first, `Err` when the session no longer holds the slot:
+    /// nothing is confirmed.
     async fn flush(
         &mut self,
         client: &ReplicationClient,
         batch: Vec<Event>,
         end: Option<Lsn>,
-    ) -> bool {
+    ) -> std::result::Result<bool, String> {
         if batch.is_empty() {
             if let Some(end) = end {
                 self.confirm(client, end);
             }
-            return true;
+            return Ok(true);
         }
         let started = Instant::now();
         let claimed = batch.len();
         let Some((events, behind)) = self.split_behind(batch).await else {
-            return false;
+            return Ok(false);
         };
         let observer = self.observer.clone();
         let stats = self.stats.clone();
@@ -437,10 +442,10 @@ impl Reader {
             on_outage: &on_outage,
         };
         let Some(settled) = publishing.batch(events, behind).await else {
-            return false;
+            return Ok(false);
         };
-        if !self.store_aside(&settled).await {
-            return false;
+        if !self.store_aside(&settled).await? {
+            return Ok(false);
         }
         self.report(claimed, &settled, started);
         // Counted here: a batch cut out of a transaction is confirmed
@@ -449,7 +454,7 @@ impl Reader {
         if let Some(end) = end {
             self.confirm(client, end);
         }
-        true
+        Ok(true)
     }
 
     /// Lets the slot move to `end`, and saves it beside the slot.
@@ -519,17 +524,30 @@ impl Reader {
     }
 
     /// Writes the events set aside; retried while the database is down.
-    async fn store_aside(&mut self, settled: &Settled) -> bool {
+    /// `Err` when this reader's session no longer holds the slot: nothing
+    /// was stored, and the batch is left to the slot's next reader.
+    async fn store_aside(&mut self, settled: &Settled) -> std::result::Result<bool, String> {
         if settled.aside.is_empty() {
-            return true;
+            return Ok(true);
         }
         let mut wait = DoublingDelay::new(100, self.config.outage_backoff_max_ms);
         loop {
-            match self.aside.events_set_aside(&settled.aside).await {
-                Ok(()) => break,
+            match self
+                .aside
+                .events_set_aside(&settled.aside, &self.slot, self.fence)
+                .await
+            {
+                Ok(true) => break,
+                Ok(false) => {
+                    return Err(format!(
+                        "this relay's session no longer holds replication slot {}: the batch's {} events to set aside are left to the slot's next reader",
+                        self.slot,
+                        settled.aside.len()
+                    ))
+                }
                 Err(e) => {
                     if !self.database_down(&e, wait.next_delay()).await {
-                        return false;
+                        return Ok(false);
                     }
                 }
             }
@@ -541,7 +559,7 @@ impl Reader {
             }
             self.blocked.insert(e.aggregate_id.clone());
         }
-        true
+        Ok(true)
     }
 
     /// Logs a database failure and waits `wait`; `false` if the relay is

@@ -51,7 +51,7 @@ pub(crate) async fn open(
     publication: &str,
     status_interval: Duration,
     start: Option<Lsn>,
-) -> Result<ReplicationClient, NotStarted> {
+) -> Result<Session, NotStarted> {
     let config = ReplicationConfig::new(
         target.host.clone(),
         target.user.clone(),
@@ -75,14 +75,39 @@ pub(crate) async fn open(
         Some(lsn) => config.with_start_lsn(lsn),
         None => config,
     };
-    let mut client = ReplicationClient::connect(config)
+    let mut client = ReplicationClient::connect_gated(config)
+        .await
+        .map_err(|e| classify(&e, target, slot))?;
+    // The walsender's pid, asked on the session before it starts: the
+    // slot names it as its reader for as long as this session holds it.
+    let rows = client
+        .simple_query("SELECT pg_backend_pid()")
+        .await
+        .map_err(|e| classify(&e, target, slot))?;
+    let pid = rows
+        .first()
+        .and_then(|row| row.first().cloned().flatten())
+        .and_then(|b| std::str::from_utf8(&b).ok()?.parse::<i32>().ok())
+        .ok_or_else(|| {
+            NotStarted::Failed("the replication session did not tell its pid".to_owned())
+        })?;
+    client
+        .start()
         .await
         .map_err(|e| classify(&e, target, slot))?;
     client
         .wait_started()
         .await
         .map_err(|e| classify(&e, target, slot))?;
-    Ok(client)
+    Ok(Session { client, pid })
+}
+
+/// A session that holds the slot.
+pub(crate) struct Session {
+    pub client: ReplicationClient,
+    /// Its walsender's pid: `pg_replication_slots.active_pid` while it
+    /// holds the slot. What the reader writes is fenced by it.
+    pub pid: i32,
 }
 
 /// What a failed session start means, from the server's message.

@@ -45,12 +45,22 @@ impl SetAside {
         }
     }
 
-    /// Every aggregate with an event waiting in the table.
-    pub(crate) async fn aggregates_pending(&self) -> Result<HashSet<String>> {
-        let ids: Vec<String> = sqlx::query_scalar(&self.pending)
-            .fetch_all(&self.pool)
+    /// Every aggregate with an event waiting in the table, as a reader
+    /// that has just taken slot `slot` reads them: after every set-aside of
+    /// an earlier reader has committed or been fenced out.
+    pub(crate) async fn aggregates_pending(&self, slot: &str) -> Result<HashSet<String>> {
+        let failed = || Error::db("reading the aggregates waiting in the table");
+        let mut tx = self.pool.begin().await.map_err(failed())?;
+        sqlx::query(q::WAL_READER_TAKEOVER)
+            .bind(slot)
+            .execute(&mut *tx)
             .await
-            .map_err(Error::db("reading the aggregates waiting in the table"))?;
+            .map_err(failed())?;
+        let ids: Vec<String> = sqlx::query_scalar(&self.pending)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(failed())?;
+        tx.commit().await.map_err(failed())?;
         Ok(ids.into_iter().collect())
     }
 
@@ -64,10 +74,17 @@ impl SetAside {
         Ok(ids.into_iter().collect())
     }
 
-    /// Stores `events` as rows, in the given order, in one transaction.
-    pub(crate) async fn events_set_aside(&self, events: &[(Event, Aside)]) -> Result<()> {
+    /// Stores `events` as rows, in the given order, in one transaction,
+    /// if the reader's session (walsender `pid`) still holds slot `slot`.
+    /// `Ok(false)`: it does not, and nothing was stored.
+    pub(crate) async fn events_set_aside(
+        &self,
+        events: &[(Event, Aside)],
+        slot: &str,
+        pid: i32,
+    ) -> Result<bool> {
         if events.is_empty() {
-            return Ok(());
+            return Ok(true);
         }
         let n = events.len();
         let mut cols = Columns::with_capacity(n);
@@ -83,6 +100,15 @@ impl SetAside {
             .begin()
             .await
             .map_err(Error::db("setting events aside"))?;
+        let holds: bool = sqlx::query_scalar(q::WAL_READER_FENCE)
+            .bind(slot)
+            .bind(pid)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(Error::db("setting events aside"))?;
+        if !holds {
+            return Ok(false);
+        }
         sqlx::query(q::WAL_TABLE_WRITE)
             .execute(&mut *tx)
             .await
@@ -106,7 +132,7 @@ impl SetAside {
         tx.commit()
             .await
             .map_err(Error::db("setting events aside"))?;
-        Ok(())
+        Ok(true)
     }
 }
 
