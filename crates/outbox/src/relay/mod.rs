@@ -214,6 +214,7 @@ impl RelayBuilder {
                         .await?,
                     next_seq: 0,
                     wakeup: wakeup.clone(),
+                    admission: Default::default(),
                 };
                 Some(tokio::spawn(reader.run(first)))
             }
