@@ -308,7 +308,7 @@ impl Reader {
                 return None;
             }
         };
-        let checked = match self.admission.admit(&m, content) {
+        let checked = match self.admission.admit(&m, content, self.next_seq + 1) {
             Ok(checked) => checked,
             Err(refusal) => {
                 self.refuse(Some(m.id), &refusal);
