@@ -56,6 +56,24 @@ const LATENCY_BUCKETS: [f64; 17] = [
 /// from the start, `other` once an outage of a newer kind is seen.
 const RETRY_REASONS: [&str; 4] = ["retry", "unavailable", "database", "other"];
 
+/// `outbox_messages_refused`' rules (the WAL reader's refusals), and
+/// `other` for a rule newer than this list.
+const REFUSAL_RULES: [&str; 7] = [
+    "utf8",
+    "format",
+    "length",
+    "nul",
+    "payload",
+    "duplicate_id",
+    "other",
+];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SourceRule {
+    source: String,
+    rule: &'static str,
+}
+
 /// The label of every per-source series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SourceLabel {
@@ -123,6 +141,7 @@ struct Families {
     slot_lag_bytes: Family<SourceLabel, Gauge>,
     slot_retained_bytes: Family<SourceLabel, Gauge>,
     slot_active: Family<SourceLabel, Gauge>,
+    refused: Family<SourceRule, Counter>,
     /// The `event_type` values given a series of their own, by any source.
     event_types: Mutex<HashSet<String>>,
 }
@@ -182,6 +201,12 @@ impl Families {
                 reason,
             });
         }
+        for rule in REFUSAL_RULES {
+            self.refused.remove(&SourceRule {
+                source: source.to_owned(),
+                rule,
+            });
+        }
         for event_type in event_types {
             self.failed.remove(&SourceEventType {
                 source: source.to_owned(),
@@ -233,6 +258,7 @@ impl Metrics {
             slot_lag_bytes: Family::default(),
             slot_retained_bytes: Family::default(),
             slot_active: Family::default(),
+            refused: Family::default(),
             event_types: Mutex::new(HashSet::new()),
         };
         let relay_info = Family::<RelayInfo, Gauge>::default();
@@ -264,6 +290,7 @@ impl Metrics {
             (slot_lag_bytes, "outbox_slot_lag_bytes", "WAL mode: bytes of WAL from the slot's confirmed position to the server's, what the relay has still to read and confirm; 0 in the table mode (from the database)"),
             (slot_retained_bytes, "outbox_slot_retained_bytes", "WAL mode: bytes of WAL the slot keeps the server from removing; 0 in the table mode (from the database)"),
             (slot_active, "outbox_slot_active", "WAL mode: 1 while a relay reads the slot, 0 while none does (or in the table mode) (from the database)"),
+            (refused, "outbox_messages_refused", "WAL mode: messages with the outbox's prefix refused and never published because no row could hold them (rule: utf8, format, length, nul, payload, duplicate_id); each also logged with the fix"),
         );
         registry.register(
             "outbox_relay_info",

@@ -574,3 +574,72 @@ async fn an_event_larger_than_the_broker_accepts_is_dead_lettered_and_the_stream
         .unwrap();
     assert_eq!(dead, 1);
 }
+
+/// A transaction larger than a batch is confirmed only at its commit
+/// (docs/operations.md, "The WAL mode"): `outbox relay` SIGKILLed in the
+/// middle of publishing one 100,000-event transaction, then started
+/// again, delivers every event, first deliveries in order per aggregate,
+/// and repeats at most what it had published of that transaction before
+/// the kill — the README's bound for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_inside_a_100000_event_transaction_repeats_at_most_what_was_published_of_it() {
+    const EVENTS: i64 = 100_000;
+    let cluster = tokio::task::spawn_blocking(|| logical_cluster(&[]))
+        .await
+        .unwrap();
+    let url = cluster.url();
+    let out = migrate_wal(&url);
+    assert!(out.status.success(), "{}", common::text(&out.stderr));
+    let pool = PgPool::connect(&url).await.unwrap();
+    // One statement, one transaction: event n of aggregate agg-(g % 100).
+    let expected: Vec<uuid::Uuid> = sqlx::query_scalar(
+        "SELECT outbox_emit('order', 'agg-' || (g % 100), 'order.updated', jsonb_build_object('n', g / 100))
+         FROM generate_series(0, $1 - 1) AS g",
+    )
+    .bind(EVENTS)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(expected.len() as i64, EVENTS);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("events.jsonl");
+    let lines = |file: &Path| {
+        std::fs::read(file)
+            .map(|b| b.iter().filter(|c| **c == b'\n').count())
+            .unwrap_or(0)
+    };
+    let mut relay = spawn(&url, &file, "big-1");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while lines(&file) < 20_000 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    relay.kill().unwrap(); // SIGKILL
+    relay.wait().unwrap();
+    let before_kill = common::read_deliveries(&file).len();
+    assert!(
+        (1..EVENTS as usize).contains(&before_kill),
+        "killed with some but not all of the transaction published: {before_kill}"
+    );
+    let mut relay = spawn(&url, &file, "big-2");
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let got = common::read_deliveries(&file);
+        let ids: std::collections::HashSet<&str> = got.iter().map(|(i, _, _)| i.as_str()).collect();
+        if ids.len() >= expected.len() || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _ = relay.kill();
+    let _ = relay.wait();
+    let (delivered, dups) = common::check_deliveries(&file, &expected);
+    eprintln!(
+        "{EVENTS} events in one transaction: {before_kill} published before the kill, {delivered} lines, {dups} duplicates"
+    );
+    assert!(
+        dups <= before_kill,
+        "{dups} duplicates: more than the {before_kill} published before the kill"
+    );
+    assert!(dups as i64 <= EVENTS, "at most the transaction's size");
+}

@@ -455,3 +455,392 @@ async fn an_event_set_aside_in_the_table_is_delivered_as_its_twin_from_the_strea
     }
     relay.shutdown().await.unwrap();
 }
+
+/// The content `outbox_emit` writes (migrations/wal_mode_on.sql), built by
+/// hand as a forger would: `<id> <µs> ` then `<bytes> <value>` for the
+/// aggregate type, aggregate id, event type, topic (`-` for none) and
+/// headers, then the payload.
+#[allow(clippy::too_many_arguments)]
+fn message(
+    id: Uuid,
+    micros: i64,
+    aggregate_type: &str,
+    aggregate_id: &str,
+    event_type: &str,
+    topic: Option<&str>,
+    headers: &str,
+    payload: &str,
+) -> String {
+    let topic = topic.map_or("- ".to_owned(), |t| format!("{} {t}", t.len()));
+    format!(
+        "{id} {micros} {} {aggregate_type}{} {aggregate_id}{} {event_type}{topic}{} {headers}{payload}",
+        aggregate_type.len(),
+        aggregate_id.len(),
+        event_type.len(),
+        headers.len()
+    )
+}
+
+/// Writes `content` with the outbox's prefix straight into the WAL, as any
+/// role holding EXECUTE on `pg_logical_emit_message` can.
+async fn forge(pool: &PgPool, content: &[u8]) {
+    sqlx::query("SELECT pg_logical_emit_message(true, 'outbox:public', $1::bytea)")
+        .bind(content)
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+/// `outbox_emit` of event `n` of `aggregate`, by plain SQL.
+async fn emit_sql(pool: &PgPool, aggregate: &str, n: i64) -> Uuid {
+    sqlx::query_scalar(
+        "SELECT outbox_emit('order', $1, 'order.updated', jsonb_build_object('n', $2::bigint))",
+    )
+    .bind(aggregate)
+    .bind(n)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// Messages written around `outbox_emit` (issue 46, item 9) are checked as
+/// the table would check their row: none is published; what no row could
+/// hold is refused and counted, what a row can hold is dead-lettered with
+/// the reason; every aggregate's own events before and after arrive in
+/// order.
+#[tokio::test]
+async fn forged_messages_are_never_published_and_their_neighbours_arrive_in_order() {
+    let db = wal_db().await;
+    let publisher = TestPublisher::new();
+    let relay = start(&db, &publisher, config("r1")).await;
+    let now = chrono::Utc::now().timestamp_micros();
+    let long = |c: &str, n: usize| c.repeat(n);
+    // (what, refused (else dead-lettered), the reason's words, content).
+    let mut cases: Vec<(&str, bool, &str, Vec<u8>)> = Vec::new();
+    let mut forged = Vec::new();
+    let mut add = |what, refused, words, aggregate: &str, build: &dyn Fn(Uuid, &str) -> Vec<u8>| {
+        let id = Uuid::now_v7();
+        forged.push(id);
+        cases.push((what, refused, words, build(id, aggregate)));
+    };
+    let ok = r#"{"n": 99}"#;
+    add(
+        "aggregate type of 300 characters",
+        true,
+        "",
+        "f-type",
+        &|id, a| message(id, now, &long("t", 300), a, "x", None, "{}", ok).into_bytes(),
+    );
+    add(
+        "event type of 101 two-byte characters",
+        true,
+        "",
+        "f-kind",
+        &|id, a| message(id, now, "order", a, &long("é", 101), None, "{}", ok).into_bytes(),
+    );
+    add(
+        "topic of 1,000 characters",
+        true,
+        "",
+        "f-topic",
+        &|id, a| message(id, now, "order", a, "x", Some(&long("q", 1_000)), "{}", ok).into_bytes(),
+    );
+    add("a NUL in the event type", true, "", "f-nul", &|id, a| {
+        message(id, now, "order", a, "x\0y", None, "{}", ok).into_bytes()
+    });
+    add("payload not JSON", true, "", "f-text", &|id, a| {
+        message(id, now, "order", a, "x", None, "{}", "not json").into_bytes()
+    });
+    add("payload with \\u0000", true, "", "f-u0", &|id, a| {
+        message(id, now, "order", a, "x", None, "{}", r#"{"s": "\u0000"}"#).into_bytes()
+    });
+    add("payload beyond numeric", true, "", "f-num", &|id, a| {
+        message(id, now, "order", a, "x", None, "{}", "[1e131072]").into_bytes()
+    });
+    add("not UTF-8", true, "", "f-utf8", &|id, a| {
+        let mut m = message(id, now, "order", a, "x", None, "{}", ok).into_bytes();
+        m.extend_from_slice(b"\xff\xfe");
+        m
+    });
+    add("not outbox_emit's format", true, "", "f-format", &|_, _| {
+        b"hello from somebody else".to_vec()
+    });
+    add(
+        "headers an array",
+        false,
+        "not a JSON object",
+        "f-heads",
+        &|id, a| message(id, now, "order", a, "x", None, "[1, 2]", ok).into_bytes(),
+    );
+    add(
+        "created_at in 1969",
+        false,
+        "created_at",
+        "f-1969",
+        &|id, a| message(id, -1_000_000, "order", a, "x", None, "{}", ok).into_bytes(),
+    );
+    add(
+        "created_at 0 (1970)",
+        false,
+        "created_at",
+        "f-1970",
+        &|id, a| message(id, 0, "order", a, "x", None, "{}", ok).into_bytes(),
+    );
+    add(
+        "created_at in 2200",
+        false,
+        "created_at",
+        "f-2200",
+        &|id, a| message(id, 7_258_118_400_000_000, "order", a, "x", None, "{}", ok).into_bytes(),
+    );
+    let aggregates = [
+        "f-type", "f-kind", "f-topic", "f-nul", "f-text", "f-u0", "f-num", "f-utf8", "f-format",
+        "f-heads", "f-1969", "f-1970", "f-2200",
+    ];
+    let mut expected = Vec::new();
+    for (aggregate, (what, _, _, content)) in aggregates.iter().zip(&cases) {
+        // Before and after, each committed on its own; the forged message
+        // in a transaction of its own between them.
+        expected.push(emit_sql(&db.pool, aggregate, 1).await);
+        forge(&db.pool, content).await;
+        expected.push(emit_sql(&db.pool, aggregate, 2).await);
+        eprintln!("forged: {what}");
+    }
+    let refused = cases.iter().filter(|c| c.1).count() as u64;
+    let dead = cases.len() as i64 - refused as i64;
+    wait_until(
+        "the events around the forged ones delivered",
+        LONG,
+        || async { publisher.delivered_count() >= expected.len() },
+    )
+    .await;
+    wait_until("the storable ones dead-lettered", LONG, || async {
+        scalar(&db.pool, "SELECT count(*) FROM outbox_dead_letters").await == dead
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(check("", &expected, &publisher), 0, "in order, once each");
+    let delivered: std::collections::HashSet<Uuid> =
+        publisher.deliveries().iter().map(|e| e.id).collect();
+    for (id, (what, ..)) in forged.iter().zip(&cases) {
+        assert!(!delivered.contains(id), "{what}: published");
+    }
+    let stats = relay.stats();
+    assert_eq!(stats.refused_messages, refused, "{stats:?}");
+    assert_eq!(stats.dead_lettered, dead as u64, "{stats:?}");
+    for (id, (what, is_refused, words, _)) in forged.iter().zip(&cases) {
+        let row: Option<(String, sqlx::types::JsonValue, String)> = sqlx::query_as(
+            "SELECT last_error, headers, payload::text FROM outbox_dead_letters WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&db.pool)
+        .await
+        .unwrap();
+        match row {
+            None => assert!(is_refused, "{what}: not dead-lettered"),
+            Some((reason, headers, payload)) => {
+                assert!(!is_refused, "{what}: stored");
+                assert!(reason.contains(words), "{what}: {reason}");
+                assert_eq!(headers, serde_json::json!({}), "{what}");
+                assert_eq!(payload, ok, "{what}");
+            }
+        }
+    }
+    // The slot moved past all of it.
+    wait_until("the slot confirmed past every message", LONG, || async {
+        slot_lag(&db.pool).await < 1_000
+    })
+    .await;
+    relay.shutdown().await.unwrap();
+}
+
+/// Whatever `::jsonb` accepts as a payload the relay publishes, whatever
+/// it refuses the relay refuses: the two agree at numeric's and the
+/// escapes' edges (PostgreSQL 15).
+#[tokio::test]
+async fn the_relay_admits_exactly_the_payloads_jsonb_accepts() {
+    let db = wal_db().await;
+    let publisher = TestPublisher::new();
+    let relay = start(&db, &publisher, config("r1")).await;
+    let now = chrono::Utc::now().timestamp_micros();
+    let candidates: Vec<String> = [
+        r#""\u0000""#,
+        r#""\\u0000""#,
+        r#""\ud800""#,
+        r#""\udc00""#,
+        r#""\ud800\udc00""#,
+        r#""\ud800x""#,
+        "1e1000",
+        "1e131071",
+        "1e131072",
+        "1e-16383",
+        "1e-16384",
+        "1.5e-16383",
+        "0.00001e-16378",
+        "0.00001e-16379",
+        "0.0e16383",
+        "0e1073741822",
+        "0e1073741823",
+        "-0e-1073741822",
+        "123456789012345678901234567890",
+        "[1e400, -1.5E+3, 0, -0.0]",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([
+        format!("1{}", "0".repeat(131_071)),
+        format!("1{}", "0".repeat(131_072)),
+        format!("0.{}", "0".repeat(16_383)),
+        format!("0.{}", "0".repeat(16_384)),
+    ])
+    .collect();
+    // (payload, its forged message's id, whether `::jsonb` accepts it).
+    let mut forged = Vec::new();
+    for (i, payload) in candidates.iter().enumerate() {
+        let jsonb = sqlx::query("SELECT $1::jsonb")
+            .bind(payload)
+            .execute(&db.pool)
+            .await
+            .is_ok();
+        let id = Uuid::now_v7();
+        let aggregate = format!("j{i}");
+        forge(
+            &db.pool,
+            message(id, now, "order", &aggregate, "x", None, "{}", payload).as_bytes(),
+        )
+        .await;
+        forged.push((payload, id, jsonb));
+    }
+    // A last event: once it is delivered, every candidate was read.
+    let last = emit_sql(&db.pool, "last", 1).await;
+    wait_until("the last event delivered", LONG, || async {
+        publisher.deliveries().iter().any(|e| e.id == last)
+    })
+    .await;
+    let delivered: std::collections::HashSet<Uuid> =
+        publisher.deliveries().iter().map(|e| e.id).collect();
+    for (payload, id, jsonb) in &forged {
+        let shown: String = payload.chars().take(40).collect();
+        assert_eq!(
+            delivered.contains(id),
+            *jsonb,
+            "{shown}: jsonb {} it",
+            if *jsonb { "accepts" } else { "refuses" }
+        );
+    }
+    let refused = forged.iter().filter(|f| !f.2).count();
+    assert_eq!(relay.stats().refused_messages, refused as u64);
+    assert!(refused > 0 && refused < forged.len());
+    eprintln!(
+        "{} payloads jsonb accepts published, {refused} it refuses refused",
+        forged.len() - refused
+    );
+    relay.shutdown().await.unwrap();
+}
+
+/// Two `outbox_emit` calls with one id and different payloads (issue 46,
+/// item 10): the table refuses the second row; the relay refuses the
+/// second message read before the slot is confirmed, publishes the first,
+/// and the aggregate's next event after it. An id reused after a
+/// confirmation is the documented limit (docs/producers.md).
+#[tokio::test]
+async fn a_second_message_with_an_id_already_read_is_refused_and_the_first_published() {
+    let db = wal_db().await;
+    let id = Uuid::now_v7();
+    // In one transaction: read before the slot is confirmed past it, in
+    // any timing (two transactions may be confirmed one by one).
+    let mut tx = db.pool.begin().await.unwrap();
+    for (n, id) in [(1i64, Some(id)), (2, Some(id)), (3, Some(id))] {
+        sqlx::query("SELECT outbox_emit('order', 'd', 'order.updated', jsonb_build_object('n', $1::bigint), '{}', NULL, $2)")
+            .bind(n)
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+    let next = emit_sql(&db.pool, "d", 4).await;
+    let publisher = TestPublisher::new();
+    let relay = start(&db, &publisher, config("r1")).await;
+    wait_until("the aggregate's next event delivered", LONG, || async {
+        publisher.deliveries().iter().any(|e| e.id == next)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let got: Vec<(Uuid, i64)> = publisher
+        .deliveries()
+        .iter()
+        .map(|e| (e.id, position(e)))
+        .collect();
+    assert_eq!(
+        got,
+        [(id, 1), (next, 4)],
+        "the first under the id, then the next"
+    );
+    assert_eq!(relay.stats().refused_messages, 2);
+    relay.shutdown().await.unwrap();
+}
+
+/// The procedure docs/operations.md gives ("Who may publish in the WAL
+/// mode"): once EXECUTE on `pg_logical_emit_message` is revoked from
+/// PUBLIC and granted to the producers' role, a role with no right on the
+/// outbox can no longer write a message with the outbox's prefix, neither
+/// directly nor through `outbox_emit`; the producers' role still can.
+#[tokio::test]
+async fn after_the_documented_revoke_a_role_without_rights_cannot_write_messages() {
+    let db = wal_db().await;
+    let database: String = sqlx::query_scalar("SELECT current_database()::text")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let (forger, producer) = (format!("forger_{database}"), format!("producer_{database}"));
+    for sql in [
+        format!("CREATE ROLE {forger} LOGIN"),
+        format!("CREATE ROLE {producer} LOGIN"),
+        format!("GRANT USAGE ON SCHEMA public TO {producer}"),
+    ] {
+        sqlx::query(&sql).execute(&db.pool).await.unwrap();
+    }
+    let as_role = |role: &str| db.url.replacen("postgres@", &format!("{role}@"), 1);
+    let forger_pool = PgPool::connect(&as_role(&forger)).await.unwrap();
+    let producer_pool = PgPool::connect(&as_role(&producer)).await.unwrap();
+    let direct = "SELECT pg_logical_emit_message(true, 'outbox:public', 'forged')::text";
+    let through = "SELECT outbox_emit('order', 'a', 'x', '{}')::text";
+    let run = |pool: &PgPool, sql: &'static str| {
+        let pool = pool.clone();
+        async move { sqlx::query(sql).execute(&pool).await.map(|_| ()) }
+    };
+    // PostgreSQL's default: any role may.
+    run(&forger_pool, direct)
+        .await
+        .expect("PUBLIC holds EXECUTE by default");
+    // The procedure, as a superuser.
+    for sql in [
+        "REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text), pg_logical_emit_message(boolean, text, bytea) FROM PUBLIC".to_owned(),
+        format!("GRANT EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text), pg_logical_emit_message(boolean, text, bytea) TO {producer}"),
+        // outbox_emit of the WAL mode is the table's INSERT holders' (and
+        // whoever is given it): the producers' role is.
+        format!("GRANT EXECUTE ON FUNCTION outbox_emit(text, text, text, jsonb, jsonb, text, uuid) TO {producer}"),
+    ] {
+        sqlx::query(&sql).execute(&db.pool).await.unwrap();
+    }
+    // Directly, the function itself refuses; through outbox_emit, which
+    // the forger may not call at all in the WAL mode, so does outbox_emit.
+    for (sql, function) in [(direct, "pg_logical_emit_message"), (through, "outbox_emit")] {
+        let err = run(&forger_pool, sql).await.unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("permission denied for function {function}")),
+            "{sql}: {err}"
+        );
+    }
+    run(&producer_pool, through)
+        .await
+        .expect("the producers' role still emits through outbox_emit");
+    // The bytea form too.
+    let err = sqlx::query("SELECT pg_logical_emit_message(true, 'outbox:public', '\\x00'::bytea)")
+        .execute(&forger_pool)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("permission denied"), "{err}");
+}

@@ -11,7 +11,9 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 
-use super::{DbGauges, Families, SourceEventType, SourceLabel, SourceReason};
+use super::{
+    DbGauges, Families, SourceEventType, SourceLabel, SourceReason, SourceRule, REFUSAL_RULES,
+};
 
 /// The series of one source (label `source`). Cheap to clone: every clone,
 /// like every [`super::Metrics::source`] of the same name, counts into the
@@ -49,6 +51,8 @@ struct Series {
     slot_lag_bytes: Gauge,
     slot_retained_bytes: Gauge,
     slot_active: Gauge,
+    /// `outbox_messages_refused`, one per rule, in [`REFUSAL_RULES`]' order.
+    refused: Vec<Counter>,
     /// The event types this source's failures were counted under (the
     /// series to remove when it is forgotten); `None` once it is, so a
     /// late failure does not bring a series back.
@@ -91,6 +95,15 @@ impl SourceMetrics {
             slot_lag_bytes: f.slot_lag_bytes.get_or_create_owned(&label),
             slot_retained_bytes: f.slot_retained_bytes.get_or_create_owned(&label),
             slot_active: f.slot_active.get_or_create_owned(&label),
+            refused: REFUSAL_RULES
+                .iter()
+                .map(|rule| {
+                    f.refused.get_or_create_owned(&SourceRule {
+                        source: name.to_owned(),
+                        rule,
+                    })
+                })
+                .collect(),
             event_types: Mutex::new(Some(HashSet::new())),
             name: label.source,
             families: families.clone(),
@@ -244,6 +257,15 @@ impl RelayObserver for SourceMetrics {
             }
             _ => self.other_outage(),
         }
+    }
+
+    fn on_refused_message(&self, rule: &str) {
+        let s = &self.inner;
+        let at = REFUSAL_RULES
+            .iter()
+            .position(|r| *r == rule)
+            .unwrap_or(REFUSAL_RULES.len() - 1);
+        s.refused[at].inc();
     }
 
     /// The one writer of both partition gauges.

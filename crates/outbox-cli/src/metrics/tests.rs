@@ -547,3 +547,27 @@ fn the_claimable_and_xmin_ages_come_from_the_database_read() {
     assert_eq!(of("outbox_slot_retained_bytes"), 8192.0);
     assert_eq!(of("outbox_slot_active"), 1.0);
 }
+
+#[test]
+fn refused_messages_are_counted_by_rule_and_forgotten_with_their_source() {
+    let m = Metrics::new();
+    let s = m.source("public");
+    let sample =
+        |rule: &str| format!("outbox_messages_refused_total{{source=\"public\",rule=\"{rule}\"}}");
+    assert_eq!(
+        value(&m.encode(), &sample("payload")),
+        0.0,
+        "from the start"
+    );
+    s.on_refused_message("payload");
+    s.on_refused_message("payload");
+    s.on_refused_message("duplicate_id");
+    s.on_refused_message("a rule not yet known");
+    let text = m.encode();
+    assert_eq!(value(&text, &sample("payload")), 2.0);
+    assert_eq!(value(&text, &sample("duplicate_id")), 1.0);
+    assert_eq!(value(&text, &sample("other")), 1.0);
+    assert_eq!(value(&text, &sample("length")), 0.0);
+    m.forget_source("public");
+    assert_eq!(find(&m.encode(), &sample("payload")), None);
+}

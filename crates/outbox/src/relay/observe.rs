@@ -17,6 +17,7 @@ pub struct RelayStats {
     outages: AtomicU64,
     batches: AtomicU64,
     fenced_out: AtomicU64,
+    refused_messages: AtomicU64,
 }
 
 /// A copy of [`RelayStats`] at one moment.
@@ -34,6 +35,10 @@ pub struct StatsSnapshot {
     pub batches: u64,
     /// Failure updates refused because the partition changed owner.
     pub fenced_out: u64,
+    /// WAL mode: messages with the outbox's prefix that no row could hold
+    /// (not what `outbox_emit` writes, a value the table refuses, a second
+    /// message with an id already read), logged and never published.
+    pub refused_messages: u64,
 }
 
 impl RelayStats {
@@ -58,6 +63,10 @@ impl RelayStats {
         self.fenced_out.fetch_add(n, Ordering::Relaxed);
     }
 
+    pub(crate) fn add_refused_message(&self) {
+        self.refused_messages.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Reads every counter.
     pub fn snapshot(&self) -> StatsSnapshot {
         StatsSnapshot {
@@ -67,6 +76,7 @@ impl RelayStats {
             outages: self.outages.load(Ordering::Relaxed),
             batches: self.batches.load(Ordering::Relaxed),
             fenced_out: self.fenced_out.load(Ordering::Relaxed),
+            refused_messages: self.refused_messages.load(Ordering::Relaxed),
         }
     }
 }
@@ -108,4 +118,8 @@ pub trait RelayObserver: Send + Sync + 'static {
     fn on_outage(&self, _kind: OutageKind, _error: &str) {}
     /// After every lease round, with the number of partitions held.
     fn on_ownership(&self, _held: usize, _total: usize) {}
+    /// WAL mode: when a message with the outbox's prefix is refused,
+    /// never published (`rule`: `utf8`, `format`, `length`, `nul`,
+    /// `payload`, `duplicate_id`).
+    fn on_refused_message(&self, _rule: &str) {}
 }

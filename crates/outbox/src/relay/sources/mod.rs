@@ -247,6 +247,7 @@ impl Registry {
             sum.outages += one.outages;
             sum.batches += one.batches;
             sum.fenced_out += one.fenced_out;
+            sum.refused_messages += one.refused_messages;
         }
         sum
     }

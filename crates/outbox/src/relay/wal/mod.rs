@@ -9,11 +9,13 @@
 //! | where the replication connection goes | here ([`ReplicationTarget`]) |
 //! | one session on the slot; the server's refusals; one reader per slot | [`session`] |
 //! | the stream: messages into batches at transaction ends, confirming the slot | [`reader`] |
+//! | each message checked as the table would check its row; a second one with an id already read refused | [`check`] |
 //! | one batch published in waves; outages waited out | [`settle`] |
 //! | the slow path: events set aside in the table | [`set_aside`] |
 //! | the confirmed position, saved beside the slot | [`position`] |
 //! | the switch back to the table mode, ended by the reader | [`switch`] |
 
+pub(crate) mod check;
 pub(crate) mod position;
 pub(crate) mod reader;
 pub(crate) mod session;
@@ -89,6 +91,7 @@ impl ReaderParts {
             blocked: Default::default(),
             switch_mark: None,
             fence: 0,
+            admission: Default::default(),
             next_seq: 0,
             wakeup: self.wakeup,
         };

@@ -14,6 +14,7 @@ use futures::FutureExt;
 use pgwire_replication::{Lsn, ReplicationClient, ReplicationEvent};
 use tokio::sync::watch;
 
+use super::check::{Admission, Refusal};
 use super::position::Position;
 use super::session::{self, NotStarted, Session};
 use super::set_aside::{Aside, SetAside};
@@ -24,7 +25,6 @@ use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::relay::backoff::DoublingDelay;
 use crate::relay::config::RelayConfig;
-use crate::relay::decode;
 use crate::relay::deliver::pauses::PauseWatch;
 use crate::relay::deliver::Core;
 use crate::relay::observe::{BatchReport, OutageKind, RelayObserver, RelayStats};
@@ -83,6 +83,9 @@ pub(crate) struct Reader {
     pub next_seq: i64,
     /// This relay's table worker, woken when events are set aside.
     pub wakeup: Arc<Wakeup>,
+    /// The check of each message, the ids read since the last
+    /// confirmation, and the events dead on arrival.
+    pub admission: Admission,
 }
 
 /// How a session ended without an error.
@@ -369,26 +372,38 @@ impl Reader {
         matches!((self.switch_mark, end), (Some(mark), Some(end)) if end >= mark)
     }
 
-    /// The event a message of this schema carries; a message that is not
-    /// one (written by hand with the prefix) is logged and skipped.
+    /// The event a message of this schema carries, checked as the table
+    /// would check its row ([`super::check`]). A message no row could hold
+    /// is refused: logged, counted, never published. One a row can hold
+    /// but that must not be published (headers not an object, a
+    /// `created_at` no server wrote) comes back noted dead on arrival, and
+    /// its batch sets it aside as a dead letter.
     fn decoded(&mut self, content: &[u8]) -> Option<Event> {
         let text = match std::str::from_utf8(content) {
             Ok(text) => text,
             Err(e) => {
-                tracing::error!(prefix = %self.prefix, error = %e, "skipping a message that is not UTF-8 text: only outbox_emit should write with this prefix");
+                self.refuse(None, &Refusal::NotUtf8(e.to_string()));
                 return None;
             }
         };
         let m = match message::decode(text) {
             Ok(m) => m,
             Err(e) => {
-                tracing::error!(prefix = %self.prefix, error = %e, "skipping a message outbox_emit did not write");
+                self.refuse(None, &Refusal::Malformed(e.to_string()));
+                return None;
+            }
+        };
+        let checked = match self.admission.admit(&m, content, self.next_seq + 1) {
+            Ok(checked) => checked,
+            Err(refusal) => {
+                self.refuse(Some(m.id), &refusal);
                 return None;
             }
         };
         self.next_seq += 1;
-        // outbox_emit refuses headers that are not an object.
-        let headers = decode::headers(m.headers).unwrap_or_default();
+        if let Some(why) = checked.dead {
+            self.admission.dead_on_arrival(self.next_seq, why);
+        }
         Some(Event {
             id: m.id,
             seq: self.next_seq,
@@ -396,13 +411,24 @@ impl Reader {
             aggregate_id: m.aggregate_id.to_owned(),
             event_type: m.event_type.to_owned(),
             payload: m.payload.to_owned(),
-            headers,
+            headers: checked.headers,
             topic: m.topic.map(str::to_owned),
             attempts: 0,
-            created_at: chrono::DateTime::from_timestamp_micros(m.created_at_micros)
-                .unwrap_or_default(),
+            created_at: checked.created_at.unwrap_or_else(chrono::Utc::now),
             partition: 0,
         })
+    }
+
+    /// Logs and counts a refused message.
+    fn refuse(&self, id: Option<uuid::Uuid>, refusal: &Refusal) {
+        self.stats.add_refused_message();
+        if let Some(o) = &self.observer {
+            o.on_refused_message(refusal.rule());
+        }
+        let event_id = id
+            .map(|id| id.to_string())
+            .unwrap_or_else(|| "unreadable".to_owned());
+        tracing::error!(prefix = %self.prefix, %event_id, rule = refusal.rule(), "refused a message, never published: {refusal}; {}", refusal.fix());
     }
 
     /// Publishes `batch`, sets its failures aside, then confirms `end` (the
@@ -424,6 +450,7 @@ impl Reader {
         }
         let started = Instant::now();
         let claimed = batch.len();
+        let (batch, dead) = self.admission.dead_among(batch);
         let Some((events, behind)) = self.split_behind(batch).await else {
             return Ok(false);
         };
@@ -441,9 +468,10 @@ impl Reader {
             shutdown: &mut self.shutdown,
             on_outage: &on_outage,
         };
-        let Some(settled) = publishing.batch(events, behind).await else {
+        let Some(mut settled) = publishing.batch(events, behind).await else {
             return Ok(false);
         };
+        settled.add_dead(dead);
         if !self.store_aside(&settled).await? {
             return Ok(false);
         }
@@ -461,6 +489,7 @@ impl Reader {
     fn confirm(&mut self, client: &ReplicationClient, end: Lsn) {
         client.update_applied_lsn(end);
         self.position.confirmed(end);
+        self.admission.confirmed();
     }
 
     /// Splits off the events whose aggregate has an event waiting in the

@@ -53,6 +53,19 @@ impl Settled {
         }
         (s.unsent, s.outage)
     }
+
+    /// Adds events dead on arrival (never published), each with why, in
+    /// stream order among the rest.
+    pub(crate) fn add_dead(&mut self, dead: Vec<(Event, String)>) {
+        if dead.is_empty() {
+            return;
+        }
+        self.aside.extend(
+            dead.into_iter()
+                .map(|(e, error)| (e, Aside::Dead { error })),
+        );
+        self.aside.sort_by_key(|(e, _)| e.seq);
+    }
 }
 
 /// Publishes one batch.

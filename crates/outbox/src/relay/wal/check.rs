@@ -1,0 +1,765 @@
+//! What the reader admits from the slot. Any role that may call
+//! `pg_logical_emit_message` (PUBLIC, unless revoked) can write a message
+//! with the outbox's prefix without going through `outbox_emit`, so every
+//! decoded message is checked as the table's constraints would check its
+//! row ([`check`], pure), and its id against the ids read since the slot
+//! was last confirmed ([`Admission`]). Nothing that fails is published:
+//!
+//! - what the table could not store at all (a name longer than its
+//!   `varchar`, a NUL character, a payload `jsonb` refuses, text that is
+//!   not UTF-8, a message `outbox_emit` did not write, a second message
+//!   with an id already read) is a [`Refusal`]: the reader logs one error
+//!   line naming the rule and the fix and counts it
+//!   (`refused_messages`), and the slot moves past it;
+//! - what a row could hold (headers that are not a JSON object, a
+//!   `created_at` no server clock wrote) is a dead letter with the reason
+//!   ([`Checked::dead`]), stored through the set-aside path.
+//!
+//! Everything admitted can also be stored as a row, which the set-aside
+//! path needs for any event whose publish fails.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::BuildHasher;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::event::{Event, MAX_NAME_CHARS, MAX_TOPIC_CHARS};
+use crate::relay::decode;
+use crate::wal::message::Emitted;
+
+/// 2000-01-01T00:00:00Z in µs since 1970: the earliest `created_at`
+/// admitted. `outbox_emit` writes the server's `now()`, and no server
+/// running PostgreSQL 15 has a clock before 2000; a time before it is a
+/// forged or garbage value (1970 is what a zero decodes to).
+pub(crate) const EARLIEST_CREATED_AT_MICROS: i64 = 946_684_800_000_000;
+
+/// How far past the relay's clock a `created_at` may be: a day. The
+/// server's clock and the relay's differ by seconds, not days; a time a
+/// day ahead is no server's `now()`. A fixed calendar bound would expire;
+/// this one follows the relay's clock.
+pub(crate) const CREATED_AT_AHEAD_MICROS: i64 = 86_400_000_000;
+
+/// Why a message is refused: no row could hold it, so it is logged,
+/// counted and skipped, never published.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The content is not UTF-8 text.
+    NotUtf8(String),
+    /// The content is not what `outbox_emit` writes.
+    Malformed(String),
+    /// A name or the topic is longer than its column.
+    TooLong {
+        field: &'static str,
+        chars: usize,
+        max: usize,
+        start: String,
+    },
+    /// A name or the topic holds a NUL character, which `text` cannot.
+    Nul { field: &'static str },
+    /// The payload is not JSON.
+    PayloadNotJson(String),
+    /// The payload is JSON that `jsonb` refuses.
+    PayloadNotJsonb(&'static str),
+    /// A second message with an id already read since the slot was last
+    /// confirmed, with other contents.
+    DuplicateId,
+}
+
+impl Refusal {
+    /// The rule, as one word for logs and metrics.
+    pub(crate) fn rule(&self) -> &'static str {
+        match self {
+            Refusal::NotUtf8(_) => "utf8",
+            Refusal::Malformed(_) => "format",
+            Refusal::TooLong { .. } => "length",
+            Refusal::Nul { .. } => "nul",
+            Refusal::PayloadNotJson(_) | Refusal::PayloadNotJsonb(_) => "payload",
+            Refusal::DuplicateId => "duplicate_id",
+        }
+    }
+
+    /// What the operator can do about it.
+    pub(crate) fn fix(&self) -> &'static str {
+        match self {
+            Refusal::DuplicateId => {
+                "an event id is used once: a producer that passes its own id to outbox_emit must not reuse it"
+            }
+            _ => {
+                "only outbox_emit should write messages with this prefix: revoke EXECUTE on pg_logical_emit_message from PUBLIC (docs/operations.md, \"Who may publish in the WAL mode\")"
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::NotUtf8(e) => write!(f, "the message is not UTF-8 text ({e})"),
+            Refusal::Malformed(e) => write!(f, "outbox_emit did not write this message ({e})"),
+            Refusal::TooLong {
+                field,
+                chars,
+                max,
+                start,
+            } => write!(
+                f,
+                "{field} {start:?}… has {chars} characters; the column holds at most {max}"
+            ),
+            Refusal::Nul { field } => write!(
+                f,
+                "{field} holds a NUL character, which PostgreSQL text cannot store"
+            ),
+            Refusal::PayloadNotJson(e) => write!(f, "the payload is not JSON ({e})"),
+            Refusal::PayloadNotJsonb(why) => {
+                write!(f, "the payload is JSON that jsonb refuses: {why}")
+            }
+            Refusal::DuplicateId => write!(
+                f,
+                "a message with this event id and other contents was already read (the table refuses a second row with one id)"
+            ),
+        }
+    }
+}
+
+/// A message the table could store: its headers, and whether it goes
+/// straight to the dead letters instead of the broker.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Checked {
+    /// The headers, decoded as the table mode decodes them; empty when
+    /// they are the reason for [`Checked::dead`].
+    pub headers: BTreeMap<String, String>,
+    /// `None` when it is not a time a server wrote: stored as the time
+    /// the relay read it, and [`Checked::dead`] says what it was.
+    pub created_at: Option<DateTime<Utc>>,
+    /// Why it is dead-lettered without being published; `None`: publish.
+    pub dead: Option<String>,
+}
+
+/// Checks one decoded message as the table would check its row:
+/// `aggregate_type`, `aggregate_id` and `event_type` at most 100
+/// characters, the topic at most 255 (as the table, not the library,
+/// counts them: characters, and an empty one is accepted, as the table and
+/// `outbox_emit` accept it), none holding a NUL; the payload JSON that
+/// `jsonb` accepts; the headers a JSON object of values the table mode
+/// decodes; `created_at` from [`EARLIEST_CREATED_AT_MICROS`] to
+/// `not_after_micros` (the relay's clock plus
+/// [`CREATED_AT_AHEAD_MICROS`]). The first two kinds are refused, the last
+/// two dead-lettered.
+pub(crate) fn check(m: &Emitted<'_>, not_after_micros: i64) -> Result<Checked, Refusal> {
+    for (field, value) in [
+        ("aggregate_type", m.aggregate_type),
+        ("aggregate_id", m.aggregate_id),
+        ("event_type", m.event_type),
+    ] {
+        text_column(field, value, MAX_NAME_CHARS)?;
+    }
+    if let Some(topic) = m.topic {
+        text_column("topic", topic, MAX_TOPIC_CHARS)?;
+    }
+    payload(m.payload)?;
+    let mut dead = None;
+    let headers = match decode::headers(m.headers) {
+        Ok(h) if !h.iter().any(|(k, v)| k.contains('\0') || v.contains('\0')) => h,
+        Ok(_) => {
+            dead = Some(
+                "headers hold a NUL character, which the table cannot store; stored without headers"
+                    .to_owned(),
+            );
+            BTreeMap::new()
+        }
+        Err(_) => {
+            dead = Some(format!(
+                "headers {:?} are not a JSON object (the table's check outbox_events_headers_object); stored without headers",
+                prefix_of(m.headers, 60)
+            ));
+            BTreeMap::new()
+        }
+    };
+    let micros = m.created_at_micros;
+    let created_at = if (EARLIEST_CREATED_AT_MICROS..=not_after_micros).contains(&micros) {
+        DateTime::from_timestamp_micros(micros)
+    } else {
+        None
+    };
+    if created_at.is_none() {
+        let shown = DateTime::from_timestamp_micros(micros)
+            .map(|t| t.to_rfc3339())
+            .unwrap_or_else(|| "beyond any calendar".to_owned());
+        let why = format!(
+            "created_at is {micros} µs since 1970 ({shown}), not a time outbox_emit writes (from 2000-01-01 to a day past the relay's clock); stored with the time the relay read it"
+        );
+        dead = Some(match dead {
+            Some(first) => format!("{first}; {why}"),
+            None => why,
+        });
+    }
+    Ok(Checked {
+        headers,
+        created_at,
+        dead,
+    })
+}
+
+/// A `varchar(max)` column's check, as PostgreSQL counts: characters.
+fn text_column(field: &'static str, value: &str, max: usize) -> Result<(), Refusal> {
+    // A character is at least one byte: most values end here.
+    if value.len() > max {
+        let chars = value.chars().count();
+        if chars > max {
+            return Err(Refusal::TooLong {
+                field,
+                chars,
+                max,
+                start: prefix_of(value, 20).to_owned(),
+            });
+        }
+    }
+    if value.as_bytes().contains(&0) {
+        return Err(Refusal::Nul { field });
+    }
+    Ok(())
+}
+
+/// At most `n` characters of `s`, for an error line.
+fn prefix_of(s: &str, n: usize) -> &str {
+    match s.char_indices().nth(n) {
+        Some((at, _)) => &s[..at],
+        None => s,
+    }
+}
+
+/// The payload is JSON (validated without building it: no allocation for
+/// a flat value) that `jsonb` accepts ([`jsonb_refuses`]).
+fn payload(text: &str) -> Result<(), Refusal> {
+    use serde::Deserialize;
+    let mut de = serde_json::Deserializer::from_str(text);
+    serde::de::IgnoredAny::deserialize(&mut de)
+        .and_then(|_| de.end())
+        .map_err(|e| Refusal::PayloadNotJson(e.to_string()))?;
+    jsonb_refuses(text.as_bytes()).map_err(Refusal::PayloadNotJsonb)
+}
+
+/// The largest decimal weight of a `numeric`'s first significant digit
+/// (PostgreSQL's `NUMERIC_WEIGHT_MAX`, 32767 base-10000 digits).
+const NUMERIC_MAX_DECIMAL_WEIGHT: i64 = 131_071;
+/// The most digits after the point a `numeric` keeps (`NUMERIC_DSCALE_MAX`).
+const NUMERIC_MAX_DSCALE: i64 = 16_383;
+/// The exponent `numeric` input refuses from on (`INT_MAX / 2`).
+const NUMERIC_EXPONENT_LIMIT: i64 = 1_073_741_823;
+
+/// What `jsonb` refuses in JSON that serde_json accepts (PostgreSQL 15:
+/// `json_lex_string` and `numeric_in`): a `\u0000` escape, a lone UTF-16
+/// surrogate escape, a number beyond `numeric` (a first significant digit
+/// more than 131,072 places before the point, more than 16,383 digits
+/// after it, or an exponent of a billion). `json` must be valid JSON; one
+/// pass, no allocation.
+fn jsonb_refuses(json: &[u8]) -> Result<(), &'static str> {
+    let mut i = 0;
+    while let Some(&b) = json.get(i) {
+        i = match b {
+            b'"' => string_end(json, i + 1)?,
+            b'-' | b'0'..=b'9' => number_end(json, i)?,
+            _ => i + 1,
+        };
+    }
+    Ok(())
+}
+
+/// Where the string starting at `i` (after its quote) ends, or why
+/// `jsonb` refuses it. Jumps from one quote or backslash to the next.
+fn string_end(json: &[u8], mut i: usize) -> Result<usize, &'static str> {
+    loop {
+        let Some(at) = json
+            .get(i..)
+            .and_then(|rest| memchr::memchr2(b'"', b'\\', rest))
+        else {
+            return Ok(json.len());
+        };
+        i += at;
+        if json[i] == b'"' {
+            return Ok(i + 1);
+        }
+        if json.get(i + 1) != Some(&b'u') {
+            i += 2;
+            continue;
+        }
+        match hex4(json, i + 2) {
+            Some(0) => return Err("\\u0000 (jsonb cannot store a NUL character)"),
+            Some(0xD800..=0xDBFF) => {
+                let low = if json.get(i + 6..i + 8) == Some(b"\\u") {
+                    hex4(json, i + 8)
+                } else {
+                    None
+                };
+                if !matches!(low, Some(0xDC00..=0xDFFF)) {
+                    return Err("a \\u escape of a lone UTF-16 surrogate");
+                }
+                i += 12;
+            }
+            Some(0xDC00..=0xDFFF) => return Err("a \\u escape of a lone UTF-16 surrogate"),
+            _ => i += 6,
+        }
+    }
+}
+
+fn hex4(json: &[u8], at: usize) -> Option<u32> {
+    let digits = std::str::from_utf8(json.get(at..at + 4)?).ok()?;
+    u32::from_str_radix(digits, 16).ok()
+}
+
+/// Where the number starting at `i` ends, or why `numeric` refuses it.
+fn number_end(json: &[u8], mut i: usize) -> Result<usize, &'static str> {
+    let digits = |json: &[u8], mut i: usize| {
+        while json.get(i).is_some_and(u8::is_ascii_digit) {
+            i += 1;
+        }
+        i
+    };
+    if json.get(i) == Some(&b'-') {
+        i += 1;
+    }
+    let int_start = i;
+    i = digits(json, i);
+    let int_len = (i - int_start) as i64;
+    let mut frac = &json[i..i];
+    if json.get(i) == Some(&b'.') {
+        let start = i + 1;
+        i = digits(json, start);
+        frac = &json[start..i];
+    }
+    let mut exponent: i64 = 0;
+    if matches!(json.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        let negative = json.get(i) == Some(&b'-');
+        if matches!(json.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        while let Some(d) = json.get(i).filter(|d| d.is_ascii_digit()) {
+            exponent = (exponent * 10 + i64::from(d - b'0')).min(NUMERIC_EXPONENT_LIMIT);
+            i += 1;
+        }
+        if negative {
+            exponent = -exponent;
+        }
+    }
+    if exponent.abs() >= NUMERIC_EXPONENT_LIMIT {
+        return Err("a number's exponent beyond numeric's range");
+    }
+    if frac.len() as i64 - exponent > NUMERIC_MAX_DSCALE {
+        return Err("a number with more than 16383 digits after the point");
+    }
+    // The decimal weight of the first significant digit: JSON writes no
+    // leading zero but a lone "0" before the point.
+    let first = if json.get(int_start) != Some(&b'0') {
+        Some(int_len - 1)
+    } else {
+        frac.iter().position(|d| *d != b'0').map(|j| -1 - j as i64)
+    };
+    if first.is_some_and(|w| w + exponent > NUMERIC_MAX_DECIMAL_WEIGHT) {
+        return Err("a number with more than 131072 digits before the point");
+    }
+    Ok(i)
+}
+
+/// The ids read since the slot was last confirmed, each with a hash of
+/// the message that carried it: the same id in a message with other
+/// contents is a second event under one id, refused as the table refuses
+/// a second row ([`Refusal::DuplicateId`]); the same message read again
+/// (a session opened again from the confirmed position) is admitted. A
+/// confirmation forgets the ids of the batches published before it, not
+/// those of a transaction still being read. A transaction larger than a
+/// batch is confirmed only at its end, so this holds all of its ids until
+/// then (about 40 bytes each). An id reused after a confirmation is not
+/// caught: docs/producers.md.
+#[derive(Debug, Default)]
+pub(crate) struct Admission {
+    /// Each id's message hash and the `seq` it was last read under.
+    seen: HashMap<Uuid, (u64, i64), foldhash::quality::RandomState>,
+    /// Keyed per process: a forger cannot aim at a collision.
+    hasher: foldhash::quality::RandomState,
+    /// The latest `created_at` admitted, from the relay's clock, read
+    /// again only when a message is past it.
+    not_after_micros: i64,
+    /// Events dead on arrival, by their `seq`, until their batch is
+    /// settled.
+    dead: Vec<(i64, String)>,
+    /// The last `seq` of the batches handed to [`Admission::dead_among`]:
+    /// what the next confirmation covers.
+    published_through: i64,
+}
+
+impl Admission {
+    /// Checks `m`, carried by `content`, and notes its id, for the event
+    /// `seq` it becomes if admitted.
+    pub(crate) fn admit(
+        &mut self,
+        m: &Emitted<'_>,
+        content: &[u8],
+        seq: i64,
+    ) -> Result<Checked, Refusal> {
+        if m.created_at_micros > self.not_after_micros {
+            self.not_after_micros = Utc::now().timestamp_micros() + CREATED_AT_AHEAD_MICROS;
+        }
+        let checked = check(m, self.not_after_micros)?;
+        let hash = self.hasher.hash_one(content);
+        let seen = self.seen.entry(m.id).or_insert((hash, seq));
+        if seen.0 != hash {
+            return Err(Refusal::DuplicateId);
+        }
+        seen.1 = seq;
+        Ok(checked)
+    }
+
+    /// Notes that event `seq` is dead on arrival, for `why`.
+    pub(crate) fn dead_on_arrival(&mut self, seq: i64, why: String) {
+        self.dead.push((seq, why));
+    }
+
+    /// Takes the events of `batch` (in stream order) that are dead on
+    /// arrival out of it, each with why. Notes older than the batch's
+    /// last event are dropped with it: their event was read in a session
+    /// that ended, and is read again under a new seq.
+    pub(crate) fn dead_among(&mut self, batch: Vec<Event>) -> (Vec<Event>, Vec<(Event, String)>) {
+        let Some(last) = batch.last().map(|e| e.seq) else {
+            return (batch, Vec::new());
+        };
+        self.published_through = last;
+        let upto = self.dead.partition_point(|(seq, _)| *seq <= last);
+        if upto == 0 {
+            return (batch, Vec::new());
+        }
+        let mut notes: HashMap<i64, String> = self.dead.drain(..upto).collect();
+        let mut live = Vec::with_capacity(batch.len());
+        let mut dead = Vec::new();
+        for e in batch {
+            match notes.remove(&e.seq) {
+                Some(why) => dead.push((e, why)),
+                None => live.push(e),
+            }
+        }
+        (live, dead)
+    }
+
+    /// The slot is confirmed past every batch published so far: their
+    /// messages cannot be read again.
+    pub(crate) fn confirmed(&mut self) {
+        let through = self.published_through;
+        self.seen.retain(|_, (_, seq)| *seq > through);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wal::message::decode;
+
+    const ID: &str = "0190f3c2-7a4b-7c3d-8e9f-0123456789ab";
+    /// 2024-12-06T19:12:25Z.
+    const NOW: i64 = 1_733_512_345_123_456;
+
+    fn good() -> Emitted<'static> {
+        Emitted {
+            id: Uuid::parse_str(ID).unwrap(),
+            created_at_micros: NOW,
+            aggregate_type: "order",
+            aggregate_id: "42",
+            event_type: "order.created",
+            topic: None,
+            headers: r#"{"traceparent": "00-abc-01"}"#,
+            payload: r#"{"n": 1, "s": "é"}"#,
+        }
+    }
+
+    fn refused(m: &Emitted<'_>) -> Refusal {
+        check(m, NOW + CREATED_AT_AHEAD_MICROS).unwrap_err()
+    }
+
+    fn dead(m: &Emitted<'_>) -> String {
+        let c = check(m, NOW + CREATED_AT_AHEAD_MICROS).unwrap();
+        c.dead.expect("dead-lettered")
+    }
+
+    #[test]
+    fn what_outbox_emit_writes_passes_with_its_headers() {
+        let c = check(&good(), NOW + CREATED_AT_AHEAD_MICROS).unwrap();
+        assert_eq!(c.dead, None);
+        assert_eq!(c.headers["traceparent"], "00-abc-01");
+        assert_eq!(c.created_at.unwrap().timestamp_micros(), NOW);
+    }
+
+    #[test]
+    fn names_are_counted_in_characters_up_to_100_and_an_empty_one_passes_as_in_the_table() {
+        let hundred = "é".repeat(100); // 200 bytes, 100 characters
+        let long = "x".repeat(101);
+        for field in ["aggregate_type", "aggregate_id", "event_type"] {
+            let set = |m: &mut Emitted<'static>, v: &'static str| match field {
+                "aggregate_type" => m.aggregate_type = v,
+                "aggregate_id" => m.aggregate_id = v,
+                _ => m.event_type = v,
+            };
+            let mut m = good();
+            set(&mut m, hundred.clone().leak());
+            assert!(check(&m, NOW + 1).is_ok(), "{field}: 100 characters pass");
+            set(&mut m, "");
+            assert!(check(&m, NOW + 1).is_ok(), "{field}: the table accepts ''");
+            set(&mut m, long.clone().leak());
+            let r = refused(&m);
+            assert!(
+                matches!(r, Refusal::TooLong { field: f, chars: 101, max: 100, .. } if f == field),
+                "{r:?}"
+            );
+            let line = r.to_string();
+            assert!(
+                line.contains(field) && line.contains("101 characters"),
+                "{line}"
+            );
+            set(&mut m, "a\0b");
+            assert_eq!(refused(&m), Refusal::Nul { field });
+        }
+    }
+
+    #[test]
+    fn the_topic_is_at_most_255_characters() {
+        let mut m = good();
+        m.topic = Some("ü".repeat(255).leak());
+        assert!(check(&m, NOW + 1).is_ok());
+        m.topic = Some("t".repeat(1_000).leak());
+        assert!(matches!(
+            refused(&m),
+            Refusal::TooLong {
+                field: "topic",
+                chars: 1_000,
+                max: 255,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_payload_that_is_not_json_is_refused() {
+        for bad in [
+            "",
+            "not json",
+            "{\"a\": 1",
+            "{\"a\": 1} x",
+            "01",
+            "\"\u{1}\"",
+        ] {
+            let mut m = good();
+            m.payload = bad;
+            assert!(matches!(refused(&m), Refusal::PayloadNotJson(_)), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_payload_jsonb_refuses_is_refused_and_one_it_accepts_passes() {
+        // Each agrees with PostgreSQL 15's `::jsonb` (checked against a
+        // server in tests/wal_relay.rs).
+        let refused_ones = [
+            r#""\u0000""#,
+            r#"{"k\u0000": 1}"#,
+            r#""\ud800""#,
+            r#""\udc00""#,
+            r#""\ud800x""#,
+            "1e131072",
+            "1e-16384",
+            "12e-16384",
+            "1.5e-16383",
+            "0.00001e-16379",
+            "0e1073741823",
+            "-0e-1073741823",
+            "-0e-1073741822",
+        ];
+        for bad in refused_ones {
+            assert!(
+                matches!(payload(bad), Err(Refusal::PayloadNotJsonb(_))),
+                "{bad}"
+            );
+        }
+        let accepted = [
+            r#""\\u0000""#,
+            r#""\\\\u0000""#,
+            r#""\ud800\udc00""#,
+            r#""\uD83D\uDE00""#,
+            "1e1000",
+            "1e131071",
+            "1e-16383",
+            "0.00001e-16378",
+            "0.0e16383",
+            "0e1073741822",
+            "-0e99999",
+            "123456789012345678901234567890",
+            "[1e400, -1.5E+3, 0, -0.0]",
+            "null",
+        ];
+        for good in accepted {
+            assert_eq!(payload(good), Ok(()), "{good}");
+        }
+        // Long runs of digits: the first significant one decides.
+        let before = format!("1{}", "0".repeat(131_071));
+        assert_eq!(payload(&before), Ok(()));
+        let too_many = format!("1{}", "0".repeat(131_072));
+        assert!(payload(&too_many).is_err());
+        let after = format!("0.{}", "0".repeat(16_383));
+        assert_eq!(payload(&after), Ok(()));
+        assert!(payload(&format!("{after}0")).is_err());
+    }
+
+    proptest::proptest! {
+        /// The walk for what `jsonb` refuses assumes valid JSON, but never
+        /// panics on anything else.
+        #[test]
+        fn the_jsonb_walk_never_panics(text in "[\\[\\]{}\":, 0-9eE.+\\-\\\\ud80cx]{0,40}") {
+            let _ = jsonb_refuses(text.as_bytes());
+        }
+    }
+
+    #[test]
+    fn headers_that_are_not_an_object_or_hold_a_nul_are_dead_lettered_without_them() {
+        for bad in ["[1, 2]", "\"x\"", "null", "{\"a\": 1"] {
+            let mut m = good();
+            m.headers = bad;
+            let c = check(&m, NOW + 1).unwrap();
+            assert!(c.headers.is_empty());
+            let why = c.dead.unwrap();
+            assert!(
+                why.contains("not a JSON object") && why.contains(&format!("{bad:?}")),
+                "{why}"
+            );
+        }
+        let mut m = good();
+        m.headers = r#"{"a": "x\u0000y"}"#;
+        assert!(dead(&m).contains("NUL"));
+        // Any value the table mode decodes passes: numbers, objects, nulls.
+        m.headers = r#"{"n": 1e400, "o": {"k": [1]}, "z": null}"#;
+        assert_eq!(check(&m, NOW + 1).unwrap().dead, None);
+    }
+
+    #[test]
+    fn a_created_at_before_2000_or_a_day_past_the_relays_clock_is_dead_lettered() {
+        let not_after = NOW + CREATED_AT_AHEAD_MICROS;
+        for (micros, passes) in [
+            (EARLIEST_CREATED_AT_MICROS, true),
+            (EARLIEST_CREATED_AT_MICROS - 1, false),
+            (0, false),
+            (-5, false),
+            (not_after, true),
+            (not_after + 1, false),
+            (i64::MAX, false),
+            (i64::MIN, false),
+        ] {
+            let mut m = good();
+            m.created_at_micros = micros;
+            let c = check(&m, not_after).unwrap();
+            assert_eq!(c.created_at.is_some(), passes, "{micros}");
+            assert_eq!(c.dead.is_none(), passes, "{micros}");
+            if !passes {
+                assert!(c.dead.unwrap().contains(&micros.to_string()));
+            }
+        }
+        // Both flaws are named.
+        let mut m = good();
+        m.headers = "[]";
+        m.created_at_micros = -1;
+        let why = dead(&m);
+        assert!(
+            why.contains("headers") && why.contains("created_at"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn a_second_message_with_one_id_is_refused_until_the_slot_is_confirmed_and_a_reread_passes() {
+        let mut a = Admission::default();
+        let first = format!("{ID} {NOW} 5 order2 427 created- 2 {{}}{{\"n\": 1}}");
+        let other = format!("{ID} {NOW} 5 order2 427 created- 2 {{}}{{\"n\": 2}}");
+        let m1 = decode(&first).unwrap();
+        let m2 = decode(&other).unwrap();
+        assert!(a.admit(&m1, first.as_bytes(), 1).is_ok());
+        assert!(a.admit(&m1, first.as_bytes(), 2).is_ok(), "read again");
+        assert_eq!(a.admit(&m2, other.as_bytes(), 3), Err(Refusal::DuplicateId));
+        assert!(a.admit(&m1, first.as_bytes(), 3).is_ok(), "the first stays");
+        // A confirmation before the batch holding it was published (its
+        // transaction still being read) keeps the id...
+        let _ = a.dead_among(vec![crate::event::test_event(2, "x")]);
+        a.confirmed();
+        assert_eq!(a.admit(&m2, other.as_bytes(), 4), Err(Refusal::DuplicateId));
+        // ...one after forgets it (the documented limit).
+        let _ = a.dead_among(vec![crate::event::test_event(3, "x")]);
+        a.confirmed();
+        assert!(a.admit(&m2, other.as_bytes(), 5).is_ok());
+        // A refused message does not take the id.
+        let mut a = Admission::default();
+        let long = format!("{ID} {NOW} 101 {}2 427 created- 2 {{}}1", "x".repeat(101));
+        let m = decode(&long).unwrap();
+        assert!(matches!(
+            a.admit(&m, long.as_bytes(), 1),
+            Err(Refusal::TooLong { .. })
+        ));
+        assert!(a.admit(&m2, other.as_bytes(), 1).is_ok());
+    }
+
+    #[test]
+    fn dead_events_are_taken_out_of_their_batch_and_stale_notes_dropped() {
+        use crate::event::test_event as ev;
+        let mut a = Admission::default();
+        a.dead_on_arrival(1, "stale".into());
+        a.dead_on_arrival(4, "four".into());
+        a.dead_on_arrival(9, "later".into());
+        let batch = vec![ev(3, "a"), ev(4, "a"), ev(5, "a")];
+        let (live, dead) = a.dead_among(batch);
+        assert_eq!(live.iter().map(|e| e.seq).collect::<Vec<_>>(), [3, 5]);
+        let dead: Vec<(i64, &str)> = dead.iter().map(|(e, w)| (e.seq, w.as_str())).collect();
+        assert_eq!(dead, [(4, "four")]);
+        assert_eq!(a.dead, [(9, "later".to_owned())]);
+        let (live, dead) = a.dead_among(vec![ev(6, "b")]);
+        assert_eq!((live.len(), dead.len()), (1, 0));
+    }
+
+    /// The check's cost per event, printed (not asserted: machines vary):
+    /// `cargo test -p outbox --release --lib check_cost -- --nocapture`.
+    /// A payload as `jsonb` prints it, and the same with an escape (which
+    /// makes the check walk it for what `jsonb` refuses).
+    #[test]
+    fn check_cost() {
+        let plain = r#"{"note": "leave at the door é", "lines": [{"qty": 2, "sku": "A-1", "price": 4999}, {"qty": 1, "sku": "B-7", "price": 3001}], "currency": "EUR", "customer": "c-1842", "order_id": "0190f3c2-7a4b-7c3d-8e9f-0123456789ab", "total_cents": 12999}"#;
+        let escaped = plain.replace("the door", r#"the \"door\""#);
+        for payload in [plain, escaped.as_str()] {
+            let content = format!("{ID} {NOW} 5 order6 c-184212 order.placed- 2 {{}}{payload}");
+            let n = 200_000;
+            let per = |f: &mut dyn FnMut()| {
+                let started = std::time::Instant::now();
+                for _ in 0..n {
+                    f();
+                }
+                started.elapsed().as_nanos() as f64 / n as f64
+            };
+            let decode_ns = per(&mut || {
+                std::hint::black_box(decode(std::hint::black_box(&content)).unwrap());
+            });
+            let check_ns = per(&mut || {
+                let m = decode(std::hint::black_box(&content)).unwrap();
+                let _ = std::hint::black_box(check(&m, NOW + 1));
+            });
+            let mut a = Admission::default();
+            let mut i = 0i64;
+            let admit_ns = per(&mut || {
+                let m = decode(std::hint::black_box(&content)).unwrap();
+                i += 1;
+                let _ = std::hint::black_box(a.admit(&m, content.as_bytes(), i));
+                if i % 200 == 0 {
+                    a.published_through = i;
+                    a.confirmed();
+                }
+            });
+            eprintln!(
+                "{} byte payload{}: decode {decode_ns:.0} ns; the check {:.0} ns more; with the id window {:.0} ns more per event",
+                payload.len(),
+                if payload.contains('\\') { " with an escape" } else { "" },
+                check_ns - decode_ns,
+                admit_ns - decode_ns,
+            );
+        }
+    }
+}
