@@ -3,6 +3,7 @@
 //! line of `--drain` (drawn on a terminal, silent otherwise).
 
 mod common;
+mod console_support;
 
 use common::http_get as get;
 
@@ -316,4 +317,96 @@ async fn drain_progress_is_drawn_on_a_terminal_and_silent_in_a_pipe() {
         shown.contains("relay: drained; delivered 3000 events"),
         "{shown:?}"
     );
+}
+
+/// `/metrics`, `outbox status` and the console read one definition of the
+/// oldest claimable event's age: on the same database they give the same
+/// answer — 0 ("-") for an event held by a pause, which is not late, and
+/// one age (within the seconds between their reads) for one that waits
+/// while the broker is down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_status_and_the_console_agree_on_the_oldest_claimable_age() {
+    let (url, pool) = migrated_db().await;
+    sqlx::query("INSERT INTO outbox_pauses (aggregate_type) VALUES ('order')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, created_at)
+         VALUES ('order', 'a', 'order.created', '{}', now() - interval '60 seconds')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let port = free_port();
+    // A broker that refuses every connection: an outage, no attempt
+    // counted, the event stays claimable once the pause is lifted.
+    let dead_broker = format!("http://127.0.0.1:{}/hook", free_port());
+    let mut relay = common::bin()
+        .env("DATABASE_URL", &url)
+        .env("OUTBOX_HTTP_REFRESH_MS", "100")
+        .env(
+            "OUTBOX_PUBLISHER_HTTP_SECRET",
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        )
+        .args(["relay", "--instance-id", "agree", "--poll-max-ms", "50"])
+        .args(["--publisher", &dead_broker, "--http-addr"])
+        .arg(format!("127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let console = console_support::start(&url, &[], &[]);
+    let c = console_support::client();
+    let status = || {
+        let out = common::run(&["status", "--json"], Some(&url));
+        assert!(out.status.success(), "{}", common::text(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let overview = || async {
+        let (code, json) = console_support::get(&c, &console, "/overview.json").await;
+        assert_eq!(code, 200, "{json}");
+        serde_json::from_str::<serde_json::Value>(&json).unwrap()
+    };
+    let metric = || async {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(m) = scrape(port).await {
+                if let Some(v) = m.get("outbox_oldest_claimable_age_seconds") {
+                    return *v;
+                }
+            }
+            assert!(Instant::now() < deadline, "no claimable age in /metrics");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    // Paused: nothing is late, whoever is asked.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(metric().await, 0.0, "/metrics");
+    let s = status();
+    assert_eq!(s["oldest_claimable_age_seconds"], 0.0, "{s}");
+    assert_eq!(s["paused"], serde_json::json!(["order"]), "{s}");
+    let o = overview().await;
+    assert_eq!(o["oldest_claimable"], "-", "{o}");
+    // Resumed with the broker down: one age, about a minute, everywhere.
+    sqlx::query("DELETE FROM outbox_pauses")
+        .execute(&pool)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let from_metrics = metric().await;
+    let from_status = status()["oldest_claimable_age_seconds"].as_f64().unwrap();
+    let shown = overview().await["oldest_claimable"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for (who, age) in [("/metrics", from_metrics), ("outbox status", from_status)] {
+        assert!((59.0..75.0).contains(&age), "{who}: {age}");
+    }
+    assert!(
+        (from_metrics - from_status).abs() < 5.0,
+        "{from_metrics} vs {from_status}"
+    );
+    assert!(shown.starts_with("1 min "), "{shown}");
+    let _ = sigterm_and_wait(&mut relay);
 }

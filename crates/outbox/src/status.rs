@@ -71,6 +71,15 @@ pub struct Status {
     /// The WAL mode's slot, while the schema has one (in the WAL mode, or
     /// switched back and not yet read to the switch).
     pub slot: Option<SlotStatus>,
+    /// Seconds the oldest claimable event has waited (0 when none):
+    /// [`Status::oldest_claimable_age`].
+    pub oldest_claimable_age_seconds: f64,
+    /// Seconds since the oldest snapshot that holds back vacuum in this
+    /// database was taken (0 when none): [`Status::oldest_snapshot_age`].
+    pub oldest_snapshot_age_seconds: f64,
+    /// The pauses in force: an aggregate type each, `None` for the whole
+    /// outbox.
+    pub paused: Vec<Option<String>>,
 }
 
 impl Status {
@@ -95,7 +104,14 @@ impl Status {
             })
             .collect();
         let (mode, slot) = Status::delivery(conn, schema).await?;
+        let paused: Vec<Option<String>> = sqlx::query_scalar(&schema.render(q::PAUSES_IN_FORCE))
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(Error::db("reading the pauses"))?;
         Ok(Status {
+            oldest_claimable_age_seconds: Status::oldest_claimable_age(conn, schema).await?,
+            oldest_snapshot_age_seconds: Status::oldest_snapshot_age(conn).await?,
+            paused,
             mode: mode.name().to_owned(),
             slot,
             schema: schema.name().to_owned(),
@@ -156,6 +172,29 @@ impl Status {
             .fetch_one(conn)
             .await
             .map_err(Error::db("reading the slot's confirmed position"))
+    }
+
+    /// Seconds the oldest claimable event has waited, 0 when none: one the
+    /// relay could claim now (live, its retry due, its type not paused, its
+    /// aggregate not held back by an earlier event in backoff), counted
+    /// from when it became claimable. What waits on purpose (a backoff, a
+    /// pause) is not late. `/metrics`, `outbox status` and the console all
+    /// read this one definition.
+    pub async fn oldest_claimable_age(conn: &mut PgConnection, schema: &Schema) -> Result<f64> {
+        sqlx::query_scalar(&schema.render(q::OLDEST_CLAIMABLE_AGE))
+            .fetch_one(conn)
+            .await
+            .map_err(Error::db("reading the oldest claimable event's age"))
+    }
+
+    /// Seconds since the oldest snapshot still held in this database was
+    /// taken (prepared transactions included, autovacuum left out), 0 when
+    /// none: what keeps vacuum from removing the outbox's deleted rows.
+    pub async fn oldest_snapshot_age(conn: &mut PgConnection) -> Result<f64> {
+        sqlx::query_scalar(q::OLDEST_SNAPSHOT_AGE)
+            .fetch_one(conn)
+            .await
+            .map_err(Error::db("reading the oldest snapshot's age"))
     }
 
     /// Live events left to deliver (pending, not dead-lettered).

@@ -826,7 +826,10 @@ async fn after_the_documented_revoke_a_role_without_rights_cannot_write_messages
     }
     // Directly, the function itself refuses; through outbox_emit, which
     // the forger may not call at all in the WAL mode, so does outbox_emit.
-    for (sql, function) in [(direct, "pg_logical_emit_message"), (through, "outbox_emit")] {
+    for (sql, function) in [
+        (direct, "pg_logical_emit_message"),
+        (through, "outbox_emit"),
+    ] {
         let err = run(&forger_pool, sql).await.unwrap_err().to_string();
         assert!(
             err.contains(&format!("permission denied for function {function}")),

@@ -41,6 +41,15 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> Result<ExitCode> {
     println!("pending:        {}", status.pending);
     println!("  retrying:     {}", status.retrying);
     println!("oldest pending: {}", oldest(&status));
+    println!(
+        "  claimable:    {} (the oldest event the relay could claim now has waited this long)",
+        if status.oldest_claimable_age_seconds > 0.0 {
+            format!("{:.1} s", status.oldest_claimable_age_seconds)
+        } else {
+            "-".to_owned()
+        }
+    );
+    println!("paused:         {}", paused(&status));
     println!("dead letters:   {}", status.dead_letters);
     let mut owners: BTreeMap<String, Vec<i32>> = BTreeMap::new();
     for p in &status.partitions {
@@ -61,6 +70,23 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> Result<ExitCode> {
         println!("slot:           {}", crate::delivery::slot_line(slot));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What is paused, in words.
+fn paused(status: &Status) -> String {
+    if status.paused.iter().any(Option::is_none) {
+        return "everything (the whole outbox)".to_owned();
+    }
+    if status.paused.is_empty() {
+        return "nothing".to_owned();
+    }
+    let types: Vec<String> = status
+        .paused
+        .iter()
+        .flatten()
+        .map(|t| crate::text::cut(t))
+        .collect();
+    format!("aggregate type {}", types.join(", "))
 }
 
 fn oldest(status: &Status) -> String {

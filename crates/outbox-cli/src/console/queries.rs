@@ -27,16 +27,11 @@ macro_rules! ts {
 /// through the retry index's (`next_attempt_at IS NOT NULL`), dead letters
 /// through the dead-letter index's (migration 12).
 ///
-/// The oldest *claimable* pending age leaves out rows waiting out a backoff
-/// and rows of paused aggregate types (they are not late, they wait on
-/// purpose) and non-finite `created_at` values; it is the oldest
-/// `created_at` among the first `$2` claimable rows in claim (seq) order,
-/// so it reads `$2` rows at most past the ones it skips. (`created_at` is
-/// the producer's transaction start: a row of a transaction that ran
-/// longer than those `$2` rows took to write can be older still.)
-///
-/// The last two columns are the cluster's oldest open transaction and its
-/// age in seconds (what holds back vacuum), from `pg_stat_activity`.
+/// The last column is how many transactions the cluster's oldest snapshot
+/// is behind (what holds back vacuum, and wraparound), from
+/// `pg_stat_activity`. The oldest claimable event's and the oldest
+/// snapshot's ages are the library's (`outbox::Status`), read beside it,
+/// so the console shows what `/metrics` and `outbox status` show.
 pub const OVERVIEW_COUNTS: &str = "
 SELECT
   (SELECT count(*) FROM (SELECT FROM {schema}.outbox_events
@@ -46,16 +41,6 @@ SELECT
     LIMIT $1) r),
   (SELECT count(*) FROM (SELECT FROM {schema}.outbox_events
     WHERE dead_lettered_at IS NOT NULL AND processed_at IS NULL LIMIT $1) d),
-  (SELECT EXTRACT(EPOCH FROM now() - min(c.created_at))::float8 FROM (
-     SELECT e.created_at FROM {schema}.outbox_events e
-     WHERE e.processed_at IS NULL AND e.dead_lettered_at IS NULL AND isfinite(e.created_at)
-       AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= now())
-       AND NOT EXISTS (SELECT FROM {schema}.outbox_pauses p
-                       WHERE p.aggregate_type IS NULL OR p.aggregate_type = e.aggregate_type)
-     ORDER BY e.seq
-     LIMIT $2) c),
-  (SELECT EXTRACT(EPOCH FROM now() - min(xact_start))::float8 FROM pg_stat_activity
-    WHERE (backend_xid IS NOT NULL OR backend_xmin IS NOT NULL) AND pid <> pg_backend_pid()),
   (SELECT max(age(backend_xmin))::bigint FROM pg_stat_activity
     WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid())";
 

@@ -23,8 +23,6 @@ use super::rate::{self, Deletions, Rate};
 /// compiling it (JIT took ~10 ms of a 100 ms overview on a large table).
 const READ_SETTINGS: &str = "SELECT set_config('statement_timeout', '5s', true), \
      set_config('plan_cache_mode', 'force_custom_plan', true), set_config('jit', 'off', true)";
-/// Claimable rows the oldest-claimable age looks at, in claim order.
-const OLDEST_AMONG: i64 = 1_000;
 /// Oldest failing events of each kind the stuck aggregates are found among.
 const STUCK_AMONG: i64 = 2_000;
 
@@ -36,9 +34,11 @@ pub struct Overview {
     pub dead_letters: Count,
     /// Delivered per second over the last minute, when known.
     pub delivered: Option<Rate>,
-    /// Age of the oldest pending event that can be claimed now.
+    /// Age of the oldest event that can be claimed now
+    /// (`outbox::Status::oldest_claimable_age`).
     pub oldest_claimable_s: Option<f64>,
-    /// Age of the cluster's oldest open transaction.
+    /// Age of this database's oldest snapshot
+    /// (`outbox::Status::oldest_snapshot_age`).
     pub oldest_xact_s: Option<f64>,
     /// Transactions between the oldest snapshot's xmin and now.
     pub oldest_xmin_age: Option<i64>,
@@ -231,7 +231,6 @@ impl Store {
         let mut tx = self.read().await?;
         let c = sqlx::query(&self.counts)
             .bind(COUNT_BOUND + 1)
-            .bind(OLDEST_AMONG)
             .fetch_one(&mut *tx)
             .await
             .context("reading the overview's counts")?;
@@ -275,15 +274,23 @@ impl Store {
         let (mode, slot) = outbox::Status::delivery(&mut tx, &self.schema)
             .await
             .context("reading the delivery mode")?;
+        // 0 is "none": shown as "-".
+        let shown = |age: f64| Some(age).filter(|a| *a > 0.0);
+        let oldest_claimable = outbox::Status::oldest_claimable_age(&mut tx, &self.schema)
+            .await
+            .context("reading the oldest claimable event")?;
+        let oldest_snapshot = outbox::Status::oldest_snapshot_age(&mut tx)
+            .await
+            .context("reading the oldest snapshot")?;
         Ok(Overview {
             delivery: crate::delivery::shown(mode, slot.as_ref()),
             pending,
             retrying,
             dead_letters,
             delivered,
-            oldest_claimable_s: c.try_get(3)?,
-            oldest_xact_s: c.try_get(4)?,
-            oldest_xmin_age: c.try_get(5)?,
+            oldest_claimable_s: shown(oldest_claimable),
+            oldest_xact_s: shown(oldest_snapshot),
+            oldest_xmin_age: c.try_get(3)?,
             relays,
             unowned,
             pauses,

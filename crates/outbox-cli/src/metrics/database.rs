@@ -6,38 +6,6 @@
 use outbox::{Schema, Status};
 use sqlx::PgConnection;
 
-/// Seconds the oldest claimable pending event has waited: one the relay
-/// could claim now (live, its retry due, its aggregate not held back by an
-/// earlier event waiting out a backoff), measured from when it became
-/// claimable (`created_at`, or its due retry time). Events waiting out a
-/// backoff, and those queued behind them, are left out: they wait on
-/// purpose. 0 when there is none. `{schema}` is the outbox schema.
-pub const OLDEST_CLAIMABLE_AGE: &str = "
-SELECT coalesce(EXTRACT(EPOCH FROM now() - min(greatest(created_at, next_attempt_at)))::float8, 0)
-FROM {schema}.outbox_events
-WHERE processed_at IS NULL AND dead_lettered_at IS NULL AND isfinite(created_at)
-  AND (next_attempt_at IS NULL OR next_attempt_at <= now())
-  AND aggregate_id NOT IN (
-      SELECT aggregate_id FROM {schema}.outbox_events
-      WHERE next_attempt_at > now() AND next_attempt_at <= 'infinity'
-        AND processed_at IS NULL AND dead_lettered_at IS NULL)";
-
-/// Seconds since the oldest transaction still holding a snapshot (its
-/// `backend_xmin`) in this database began, prepared transactions included;
-/// 0 when none but this one. Rows deleted after it began cannot be
-/// vacuumed, so a high-churn outbox table bloats behind it. Autovacuum
-/// workers are left out: vacuum ignores their snapshots. Sessions of
-/// other roles are visible only to a role with `pg_read_all_stats` (or a
-/// superuser): without it, they are not counted.
-pub const OLDEST_XMIN_AGE: &str = "
-SELECT coalesce(EXTRACT(EPOCH FROM now() - min(began))::float8, 0) FROM (
-    SELECT xact_start AS began FROM pg_stat_activity
-    WHERE datname = current_database() AND backend_xmin IS NOT NULL
-      AND pid <> pg_backend_pid() AND backend_type <> 'autovacuum worker'
-    UNION ALL
-    SELECT prepared FROM pg_prepared_xacts WHERE database = current_database()
-) AS holders";
-
 /// Pauses in force (migration 10; the console writes them), for
 /// `outbox_paused`. `{schema}` is the outbox schema.
 pub const PAUSE_COUNT: &str = "SELECT count(*) FROM {schema}.outbox_pauses";
@@ -47,9 +15,10 @@ pub const PAUSE_COUNT: &str = "SELECT count(*) FROM {schema}.outbox_pauses";
 pub struct DbGauges {
     /// The status counters.
     pub status: Status,
-    /// [`OLDEST_CLAIMABLE_AGE`].
+    /// [`Status::oldest_claimable_age`]: the one definition `outbox
+    /// status` and the console read too.
     pub oldest_claimable_age_seconds: f64,
-    /// [`OLDEST_XMIN_AGE`].
+    /// [`Status::oldest_snapshot_age`].
     pub oldest_xmin_age_seconds: f64,
     /// [`PAUSE_COUNT`].
     pub paused: i64,
@@ -61,15 +30,8 @@ impl DbGauges {
         let status = Status::read(conn, schema)
             .await
             .map_err(|e| format!("{e:#}"))?;
-        let claimable = OLDEST_CLAIMABLE_AGE.replace("{schema}", schema.name());
-        let oldest_claimable_age_seconds: f64 = sqlx::query_scalar(&claimable)
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(|e| format!("reading the oldest claimable age: {e}"))?;
-        let oldest_xmin_age_seconds: f64 = sqlx::query_scalar(OLDEST_XMIN_AGE)
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(|e| format!("reading the oldest snapshot's age: {e}"))?;
+        let oldest_claimable_age_seconds = status.oldest_claimable_age_seconds;
+        let oldest_xmin_age_seconds = status.oldest_snapshot_age_seconds;
         let paused: i64 = sqlx::query_scalar(&PAUSE_COUNT.replace("{schema}", schema.name()))
             .fetch_one(&mut *conn)
             .await

@@ -63,6 +63,9 @@ fn status(pending: i64) -> Status {
         partitions: Vec::new(),
         mode: "table".into(),
         slot: None,
+        oldest_claimable_age_seconds: 0.0,
+        oldest_snapshot_age_seconds: 0.0,
+        paused: Vec::new(),
     }
 }
 
@@ -520,6 +523,9 @@ fn the_claimable_and_xmin_ages_come_from_the_database_read() {
             oldest_pending_age_seconds: Some(90.0),
             partitions: Vec::new(),
             mode: "wal".into(),
+            oldest_claimable_age_seconds: 12.5,
+            oldest_snapshot_age_seconds: 700.0,
+            paused: vec![None, Some("order".into())],
             slot: Some(outbox::SlotStatus {
                 name: "outbox_public".into(),
                 exists: true,

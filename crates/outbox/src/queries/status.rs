@@ -57,3 +57,42 @@ pub const SLOT_CONFIRMED_TO: &str = "
 SELECT coalesce((SELECT s.confirmed_flush_lsn >= $1::text::pg_lsn
                  FROM {schema}.outbox_wal w
                  JOIN pg_replication_slots s ON s.slot_name = w.slot_name), true)";
+
+/// Seconds the oldest claimable event has waited: one the relay could
+/// claim now (live, its retry due, its aggregate type not paused, its
+/// aggregate not held back by an earlier event waiting out a backoff),
+/// measured from when it became claimable (`created_at`, or its due retry
+/// time). Events waiting out a backoff or a pause, and those queued behind
+/// them, wait on purpose and are left out. 0 when there is none. The one
+/// definition `/metrics`, `outbox status` and the console read.
+pub const OLDEST_CLAIMABLE_AGE: &str = "
+SELECT coalesce(EXTRACT(EPOCH FROM now() - min(greatest(e.created_at, e.next_attempt_at)))::float8, 0)
+FROM {schema}.outbox_events e
+WHERE e.processed_at IS NULL AND e.dead_lettered_at IS NULL AND isfinite(e.created_at)
+  AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= now())
+  AND NOT EXISTS (SELECT FROM {schema}.outbox_pauses p
+                  WHERE p.aggregate_type IS NULL OR p.aggregate_type = e.aggregate_type)
+  AND e.aggregate_id NOT IN (
+      SELECT aggregate_id FROM {schema}.outbox_events
+      WHERE next_attempt_at > now() AND next_attempt_at <= 'infinity'
+        AND processed_at IS NULL AND dead_lettered_at IS NULL)";
+
+/// Seconds since the oldest transaction still holding a snapshot (its
+/// `backend_xmin`) in this database began, prepared transactions included;
+/// 0 when none but this one. Rows deleted after it began cannot be
+/// vacuumed, so a high-churn outbox table bloats behind it. Autovacuum
+/// workers are left out: vacuum ignores their snapshots. Sessions of
+/// other roles are visible only to a role with `pg_read_all_stats` (or a
+/// superuser): without it, they are not counted.
+pub const OLDEST_SNAPSHOT_AGE: &str = "
+SELECT coalesce(EXTRACT(EPOCH FROM now() - min(began))::float8, 0) FROM (
+    SELECT xact_start AS began FROM pg_stat_activity
+    WHERE datname = current_database() AND backend_xmin IS NOT NULL
+      AND pid <> pg_backend_pid() AND backend_type <> 'autovacuum worker'
+    UNION ALL
+    SELECT prepared FROM pg_prepared_xacts WHERE database = current_database()
+) AS holders";
+
+/// The pauses in force: one row each, `NULL` for the whole outbox.
+pub const PAUSES_IN_FORCE: &str =
+    "SELECT aggregate_type::text FROM {schema}.outbox_pauses ORDER BY aggregate_type NULLS FIRST";
