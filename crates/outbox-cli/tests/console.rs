@@ -694,3 +694,43 @@ async fn the_database_password_shows_on_no_page_and_in_no_log_line() {
         console.log()
     );
 }
+
+/// The pause a switch back to the table mode holds is the relay's to lift,
+/// once it has read the slot to the switch: the console's *Resume* leaves
+/// it, and says why (rows lifted early could overtake the events still in
+/// the slot).
+#[tokio::test]
+async fn resume_leaves_the_pause_of_a_switch_back_to_the_table_mode_and_says_why() {
+    let (db, pool) = migrated_test_db().await;
+    sqlx::query(
+        "INSERT INTO outbox_pauses (aggregate_type, paused_by)
+         VALUES (NULL, 'outbox migrate --mode table: until the relay has read the slot to the switch')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let console = start(&db.url, &[], &[]);
+    let c = client();
+    let (_, page) = get(&c, &console, "/").await;
+    let token = csrf(&page);
+    let (status, _, _) = post(
+        &c,
+        &console,
+        "/resume",
+        &[("scope", "all"), ("csrf", &token)],
+    )
+    .await;
+    assert_eq!(status, 303);
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM outbox_pauses").await,
+        1,
+        "the switch's pause stays"
+    );
+    let (_, page) = get(&c, &console, "/").await;
+    assert!(
+        page.contains(
+            "Delivery stays paused for everything: the schema is switching back to the table mode"
+        ),
+        "{page}"
+    );
+}

@@ -148,10 +148,17 @@ async fn act(
                 .map(|t| format!("aggregate type {t}"))
                 .unwrap_or_else(|| "everything".into());
             let by = format!("console ({peer})");
+            let mut switching = false;
             let changed = if path == "/pause" {
                 app.store.pause_add(scope.as_deref(), &by).await
             } else {
-                app.store.pause_remove(scope.as_deref()).await
+                app.store
+                    .pause_remove(scope.as_deref())
+                    .await
+                    .map(|(lifted, held)| {
+                        switching = held;
+                        lifted
+                    })
             };
             let verb = if path == "/pause" { "pause" } else { "resume" };
             let changed = match changed {
@@ -172,6 +179,7 @@ async fn act(
                 wake(app).await;
             }
             let message = match (path == "/pause", changed) {
+                _ if switching => "Delivery stays paused for everything: the schema is switching back to the table mode, and the relay lifts this pause once it has read the replication slot to the switch (rows written since must not overtake the events still in it).".to_owned(),
                 (true, true) => format!("Delivery paused for {shown}."),
                 (true, false) => format!("Delivery was already paused for {shown}."),
                 (false, true) => format!("Delivery resumed for {shown}."),

@@ -119,10 +119,21 @@ INSERT INTO {schema}.outbox_pauses (aggregate_type, paused_by) VALUES ($1, $2)
 ON CONFLICT ((aggregate_type IS NULL), (coalesce(aggregate_type, ''))) DO NOTHING";
 
 /// Resumes delivery of aggregate type `$1` (NULL: the whole-outbox pause
-/// only; a type paused on its own stays paused).
+/// only; a type paused on its own stays paused): how many pauses it
+/// lifted, and whether the whole outbox stays paused by a switch back to
+/// the table mode. That pause is never lifted here: it holds the table's
+/// rows behind the events still in the slot, and the relay lifts it once
+/// it has read the slot to the switch.
 pub const PAUSE_REMOVE: &str = "
-DELETE FROM {schema}.outbox_pauses
-WHERE aggregate_type IS NOT DISTINCT FROM $1";
+WITH lifted AS (
+    DELETE FROM {schema}.outbox_pauses
+    WHERE aggregate_type IS NOT DISTINCT FROM $1
+      AND paused_by NOT LIKE 'outbox migrate --mode table:%'
+    RETURNING 1)
+SELECT (SELECT count(*) FROM lifted),
+       $1::text IS NULL AND EXISTS (
+           SELECT FROM {schema}.outbox_pauses
+           WHERE aggregate_type IS NULL AND paused_by LIKE 'outbox migrate --mode table:%')";
 
 /// Aggregates held up by a failing event: among the oldest `$2` retrying
 /// events and the oldest `$2` dead letters (each read through its own

@@ -348,15 +348,16 @@ impl Store {
         Ok(done.rows_affected() > 0)
     }
 
-    /// Resumes `aggregate_type` (`None`: the whole-outbox pause); false if
-    /// it was not paused.
-    pub async fn pause_remove(&self, aggregate_type: Option<&str>) -> Result<bool> {
-        let done = sqlx::query(&self.pause_remove)
+    /// Resumes `aggregate_type` (`None`: the whole-outbox pause): whether
+    /// a pause was lifted, and whether a switch back to the table mode
+    /// keeps everything paused (it is not the console's to lift).
+    pub async fn pause_remove(&self, aggregate_type: Option<&str>) -> Result<(bool, bool)> {
+        let (lifted, switching): (i64, bool) = sqlx::query_as(&self.pause_remove)
             .bind(aggregate_type)
-            .execute(&self.pool)
+            .fetch_one(&self.pool)
             .await
             .context("resuming")?;
-        Ok(done.rows_affected() > 0)
+        Ok((lifted > 0, switching))
     }
 
     pub async fn stuck_list(&self, limit: i64) -> Result<Vec<Stuck>> {
