@@ -121,9 +121,14 @@ pub async fn run(ctx: &Ctx, args: &RelayArgs, plan: SourcesPlan) -> Result<ExitC
     let (pools, url_of) = connect_databases(&plan).await?;
     // Entries with the same publisher settings share one publisher.
     let mut publishers: Vec<(String, Arc<dyn Publisher>)> = Vec::new();
+    let export = crate::telemetry::Export::start(&c.tracing)?;
     let mut builder = Sources::builder()
         .settings(plan.settings.clone())
         .observer(Arc::new(Labelled(metrics.clone())));
+    #[cfg(feature = "opentelemetry")]
+    if let Some(export) = &export {
+        builder = builder.tracer(export.tracer());
+    }
     let mut names = Vec::new();
     for s in &plan.sources {
         let schema_for_envelope = match &s.selector {
@@ -217,6 +222,9 @@ pub async fn run(ctx: &Ctx, args: &RelayArgs, plan: SourcesPlan) -> Result<ExitC
     };
     for task in &background {
         task.abort();
+    }
+    if let Some(export) = export {
+        export.shutdown().await;
     }
     let stats = match result {
         Ok(stats) => stats,

@@ -119,6 +119,8 @@ impl Sources {
             defs: Vec::new(),
             settings: SourcesSettings::default(),
             observer: None,
+            #[cfg(feature = "opentelemetry")]
+            tracer: None,
         }
     }
 }
@@ -128,6 +130,8 @@ pub struct SourcesBuilder {
     defs: Vec<SourceDef>,
     settings: SourcesSettings,
     observer: Option<Arc<dyn SourceObserver>>,
+    #[cfg(feature = "opentelemetry")]
+    tracer: Option<Arc<crate::trace::PublishTracer>>,
 }
 
 impl SourcesBuilder {
@@ -146,6 +150,19 @@ impl SourcesBuilder {
     /// Is told of sources as they come and go.
     pub fn observer(mut self, observer: Arc<dyn SourceObserver>) -> Self {
         self.observer = Some(observer);
+        self
+    }
+
+    /// Traces every source's publishing with `tracer`, as
+    /// [`RelayBuilder::tracer`](crate::RelayBuilder::tracer) does for a
+    /// relay of one source, in either delivery mode.
+    #[cfg(feature = "opentelemetry")]
+    pub fn tracer<T>(mut self, tracer: T) -> Self
+    where
+        T: opentelemetry::trace::Tracer + Send + Sync + 'static,
+        T::Span: Send + Sync + 'static,
+    {
+        self.tracer = Some(Arc::new(crate::trace::PublishTracer::new(tracer)));
         self
     }
 
@@ -201,6 +218,8 @@ impl SourcesBuilder {
                 registry: registry.clone(),
                 observer: self.observer.clone(),
                 stopping: stopping.clone(),
+                #[cfg(feature = "opentelemetry")]
+                tracer: self.tracer.clone(),
             })));
         }
         tracing::info!(instance = %instance_id, databases = tasks.len(), "relay of many sources started");

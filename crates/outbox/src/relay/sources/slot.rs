@@ -101,7 +101,7 @@ impl SlotReader {
             shutdown: stop.clone(),
             wakeup: src.wakeup.clone(),
             #[cfg(feature = "opentelemetry")]
-            tracer: None,
+            tracer: ctx.tracer.clone(),
         };
         let (task, state) = parts.spawn(slot, publication, None);
         // When it ends, the source wakes to look at why.

@@ -121,6 +121,9 @@ pub(crate) struct SourceCtx {
     pub dormant_after: Duration,
     /// Where a WAL-mode schema's slot is read from.
     pub replication: Option<crate::relay::wal::ReplicationTarget>,
+    /// Opens publish spans (feature `opentelemetry`).
+    #[cfg(feature = "opentelemetry")]
+    pub tracer: Option<Arc<crate::trace::PublishTracer>>,
 }
 
 /// Runs the source until `stop`: dormant until woken, then a worker and its
@@ -256,7 +259,7 @@ async fn serve(
             observer: Some(observer.clone()),
             channel,
             #[cfg(feature = "opentelemetry")]
-            tracer: None,
+            tracer: ctx.tracer.clone(),
             dormant_after: Some(ctx.dormant_after),
         });
         let mut running = tokio::spawn(worker.run().instrument(tracing::Span::current()));

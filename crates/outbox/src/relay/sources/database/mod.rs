@@ -31,6 +31,8 @@ pub(super) struct Database {
     pub registry: Arc<Registry>,
     pub observer: Option<Arc<dyn SourceObserver>>,
     pub stopping: watch::Receiver<bool>,
+    #[cfg(feature = "opentelemetry")]
+    pub tracer: Option<Arc<crate::trace::PublishTracer>>,
 }
 
 /// A source served now.
@@ -186,6 +188,8 @@ impl State {
             instance_id: self.db.instance_id.clone(),
             dormant_after: self.db.settings.dormant_after,
             replication: d.replication.clone(),
+            #[cfg(feature = "opentelemetry")]
+            tracer: self.db.tracer.clone(),
         };
         let (stop, stopped) = watch::channel(false);
         let span = tracing::info_span!("source", source = %name);

@@ -1,0 +1,450 @@
+//! The relay's defining behaviours, written once and run in every
+//! combination (DESIGN.md, "Two delivery modes, one engine"): events as
+//! rows or as WAL messages, read by a relay of one source or by a
+//! `[[source]]` entry of a relay of many. A behaviour that holds in one
+//! combination and not another fails here.
+//!
+//! Crash recovery is tried with processes (SIGKILL) in
+//! `crates/outbox-cli/tests/{crash,wal_mode,sources}.rs`.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::logical::{database, logical_cluster};
+use common::{event, position, LONG};
+use outbox::sources::{SchemaSelector, SourceDef, Sources, SourcesHandle, SourcesSettings};
+use outbox::{
+    migrate, DeliveryMode, MigrateOptions, NewEvent, Outbox, Relay, RelayHandle, ReplicationTarget,
+    Schema, StatsSnapshot,
+};
+use outbox_testkit::{assert_delivered_once_in_order, wait_until, Fail, Match, TestPublisher};
+use sqlx::{Connection, PgPool};
+use uuid::Uuid;
+
+/// How events travel, and which assembly reads them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Combo {
+    Table,
+    Wal,
+    SourceTable,
+    SourceWal,
+}
+
+const EVERY: [Combo; 4] = [
+    Combo::Table,
+    Combo::Wal,
+    Combo::SourceTable,
+    Combo::SourceWal,
+];
+
+impl Combo {
+    fn mode(self) -> DeliveryMode {
+        match self {
+            Combo::Table | Combo::SourceTable => DeliveryMode::Table,
+            Combo::Wal | Combo::SourceWal => DeliveryMode::Wal,
+        }
+    }
+}
+
+enum Running {
+    One(RelayHandle),
+    Many(SourcesHandle),
+}
+
+/// A fresh database in `combo`'s mode, its relay publishing to
+/// `publisher`, and the producer that writes as that mode's producers do.
+struct Harness {
+    combo: Combo,
+    pool: PgPool,
+    outbox: Outbox,
+    running: Running,
+}
+
+#[cfg(feature = "opentelemetry")]
+type Tracer = opentelemetry_sdk::trace::SdkTracer;
+#[cfg(not(feature = "opentelemetry"))]
+type Tracer = ();
+
+async fn harness(combo: Combo, publisher: &TestPublisher, tracer: Option<Tracer>) -> Harness {
+    let (url, pool) = database(logical_cluster().await).await;
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    migrate(
+        &mut conn,
+        &Schema::default(),
+        &MigrateOptions {
+            mode: Some(combo.mode()),
+            ..MigrateOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let target = ReplicationTarget::from_url(&url).unwrap();
+    let config = common::fast_config(&format!("{combo:?}"));
+    let running = match combo {
+        Combo::Table | Combo::Wal => {
+            let builder = Relay::builder(pool.clone(), publisher.clone())
+                .config(config)
+                .replication(target);
+            #[cfg(feature = "opentelemetry")]
+            let builder = match tracer {
+                Some(t) => builder.tracer(t),
+                None => builder,
+            };
+            #[cfg(not(feature = "opentelemetry"))]
+            let _ = tracer;
+            Running::One(builder.spawn().await.unwrap())
+        }
+        Combo::SourceTable | Combo::SourceWal => {
+            let builder = Sources::builder()
+                .source(SourceDef {
+                    name: "entry".to_owned(),
+                    database: "db".to_owned(),
+                    pool: pool.clone(),
+                    selector: SchemaSelector::Schema(Schema::default()),
+                    config,
+                    publisher: Arc::new(publisher.clone()),
+                    replication: Some(target),
+                })
+                .settings(SourcesSettings {
+                    check_interval: Duration::from_millis(200),
+                    dormant_after: Duration::from_millis(300),
+                    ..SourcesSettings::default()
+                });
+            #[cfg(feature = "opentelemetry")]
+            let builder = match tracer {
+                Some(t) => builder.tracer(t),
+                None => builder,
+            };
+            #[cfg(not(feature = "opentelemetry"))]
+            let _ = tracer;
+            Running::Many(builder.spawn().await.unwrap())
+        }
+    };
+    let outbox = match combo.mode() {
+        DeliveryMode::Wal => Outbox::new().with_delivery(DeliveryMode::Wal),
+        _ => Outbox::new(),
+    };
+    Harness {
+        combo,
+        pool,
+        outbox,
+        running,
+    }
+}
+
+impl Harness {
+    /// Writes `events` in one transaction, as a producer of the mode does.
+    async fn emit(&self, events: &[NewEvent]) {
+        let mut tx = self.pool.begin().await.unwrap();
+        self.outbox.enqueue_many(&mut *tx, events).await.unwrap();
+        tx.commit().await.unwrap();
+        self.outbox.wake();
+    }
+
+    fn stats(&self) -> StatsSnapshot {
+        match &self.running {
+            Running::One(r) => r.stats(),
+            Running::Many(r) => r.stats(),
+        }
+    }
+
+    async fn stop(self) {
+        match self.running {
+            Running::One(r) => {
+                r.shutdown().await.unwrap();
+            }
+            Running::Many(r) => {
+                r.shutdown_within(Duration::from_secs(30)).await.unwrap();
+            }
+        }
+    }
+
+    async fn sql(&self, sql: &str) {
+        sqlx::query(sql).execute(&self.pool).await.unwrap();
+    }
+
+    async fn count(&self, sql: &str) -> i64 {
+        sqlx::query_scalar(sql).fetch_one(&self.pool).await.unwrap()
+    }
+}
+
+fn check(combo: Combo, expected: &[Uuid], publisher: &TestPublisher) {
+    let got: Vec<(Uuid, String, i64)> = publisher
+        .deliveries()
+        .iter()
+        .map(|e| (e.id, e.aggregate_id.clone(), position(e)))
+        .collect();
+    let view: Vec<(Uuid, &str, i64)> = got.iter().map(|(i, a, n)| (*i, a.as_str(), *n)).collect();
+    assert_delivered_once_in_order(&format!("{combo:?}"), expected, &view);
+}
+
+async fn delivered(combo: Combo, publisher: &TestPublisher, n: usize) {
+    wait_until(&format!("{combo:?}: {n} delivered"), LONG, || async {
+        publisher.delivered_count() >= n
+    })
+    .await;
+}
+
+fn invoice(agg: &str, n: i64) -> NewEvent {
+    NewEvent::json(
+        "invoice",
+        agg,
+        "invoice.issued",
+        serde_json::json!({ "n": n }),
+    )
+}
+
+#[tokio::test]
+async fn every_event_is_delivered_once_in_its_aggregates_order() {
+    for combo in EVERY {
+        let publisher = TestPublisher::new();
+        let h = harness(combo, &publisher, None).await;
+        let mut expected = Vec::new();
+        for n in 1..=20 {
+            let events: Vec<NewEvent> = ["a", "b", "c", "d"].iter().map(|a| event(a, n)).collect();
+            expected.extend(events.iter().map(|e| e.id));
+            h.emit(&events).await;
+        }
+        delivered(combo, &publisher, expected.len()).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        check(combo, &expected, &publisher);
+        h.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_poison_event_is_dead_lettered_and_holds_nothing_but_its_aggregate() {
+    for combo in EVERY {
+        let publisher = TestPublisher::new();
+        let h = harness(combo, &publisher, None).await;
+        let poison = event("p", 1);
+        publisher.fail(Match::Id(poison.id), Fail::Reject, None);
+        let mut ok = vec![];
+        h.emit(std::slice::from_ref(&poison)).await;
+        for n in 2..=10 {
+            let events = [event("p", n), event("ok", n)];
+            ok.extend(events.iter().map(|e| e.id));
+            h.emit(&events).await;
+        }
+        delivered(combo, &publisher, ok.len()).await;
+        wait_until(&format!("{combo:?}: the dead letter"), LONG, || async {
+            h.count("SELECT count(*) FROM outbox_dead_letters").await == 1
+        })
+        .await;
+        let reason: String =
+            sqlx::query_scalar("SELECT last_error FROM outbox_events WHERE id = $1")
+                .bind(poison.id)
+                .fetch_one(&h.pool)
+                .await
+                .unwrap();
+        assert!(reason.contains("test rejection"), "{combo:?}: {reason}");
+        check(combo, &ok, &publisher);
+        // Retrying the dead letter delivers it.
+        let mut conn = h.pool.acquire().await.unwrap();
+        publisher.heal();
+        let retried = outbox::DeadLetters::new(&Schema::default())
+            .retry(&mut conn, &outbox::Selector::ids([poison.id]))
+            .await
+            .unwrap();
+        assert_eq!(retried, 1, "{combo:?}");
+        drop(conn);
+        h.outbox.wake();
+        wait_until(
+            &format!("{combo:?}: the retried dead letter"),
+            LONG,
+            || async { publisher.deliveries().iter().any(|e| e.id == poison.id) },
+        )
+        .await;
+        h.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_broker_outage_burns_no_attempts_and_everything_arrives_after_it() {
+    for combo in EVERY {
+        let publisher = TestPublisher::new();
+        let h = harness(combo, &publisher, None).await;
+        publisher.set_down(true);
+        let mut expected = Vec::new();
+        for n in 1..=10 {
+            let events = [event("a", n), event("b", n)];
+            expected.extend(events.iter().map(|e| e.id));
+            h.emit(&events).await;
+        }
+        wait_until(&format!("{combo:?}: the outage seen"), LONG, || async {
+            publisher.unavailable_calls() >= 2
+        })
+        .await;
+        assert_eq!(
+            h.count("SELECT count(*) FROM outbox_events WHERE attempts > 0")
+                .await,
+            0,
+            "{combo:?}: no attempt counted"
+        );
+        publisher.set_down(false);
+        delivered(combo, &publisher, expected.len()).await;
+        check(combo, &expected, &publisher);
+        let stats = h.stats();
+        assert_eq!((stats.retried, stats.dead_lettered), (0, 0), "{combo:?}");
+        h.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_paused_type_and_a_paused_outbox_wait_and_are_delivered_in_order_after_resume() {
+    for combo in EVERY {
+        let publisher = TestPublisher::new();
+        let h = harness(combo, &publisher, None).await;
+        h.sql("INSERT INTO outbox_pauses (aggregate_type) VALUES ('order')")
+            .await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut expected = Vec::new();
+        for n in 1..=5 {
+            let events = [event("o", n), invoice("i", n)];
+            expected.extend(events.iter().map(|e| e.id));
+            h.emit(&events).await;
+        }
+        delivered(combo, &publisher, 5).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            publisher
+                .deliveries()
+                .iter()
+                .all(|e| e.aggregate_type == "invoice"),
+            "{combo:?}: a paused type was delivered"
+        );
+        h.sql("DELETE FROM outbox_pauses").await;
+        h.outbox.wake();
+        delivered(combo, &publisher, 10).await;
+        // The whole outbox.
+        h.sql("INSERT INTO outbox_pauses (aggregate_type) VALUES (NULL)")
+            .await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for n in 6..=8 {
+            let events = [event("o", n), invoice("i", n)];
+            expected.extend(events.iter().map(|e| e.id));
+            h.emit(&events).await;
+        }
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert_eq!(
+            publisher.delivered_count(),
+            10,
+            "{combo:?}: delivered while everything was paused"
+        );
+        h.sql("DELETE FROM outbox_pauses").await;
+        h.outbox.wake();
+        delivered(combo, &publisher, expected.len()).await;
+        check(combo, &expected, &publisher);
+        h.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn payloads_and_headers_arrive_byte_for_byte_as_stored() {
+    let payloads = [
+        r#"{"emoji": "😀", "quote": "\"", "nl": "a\nb", "tab": "\t"}"#,
+        r#"{"big": 123456789012345678901234567890, "float": 1.50, "exp": 1e-7}"#,
+        r#"[1, "two", null, true, {"deep": {"deeper": []}}]"#,
+        r#""just a string""#,
+        "{\"rtl\": \"\u{202e}abc\", \"zero-width\": \"a\u{200b}b\", \"escaped\": \"\\u00e9\"}",
+    ];
+    for combo in EVERY {
+        let publisher = TestPublisher::new();
+        let h = harness(combo, &publisher, None).await;
+        let mut events = Vec::new();
+        for (n, p) in payloads.iter().enumerate() {
+            let e = NewEvent::new(
+                "order",
+                format!("h{n}"),
+                "order.odd",
+                &serde_json::from_str::<serde_json::Value>(p).unwrap(),
+            )
+            .unwrap()
+            .header("x-quote", "\"a\" 'b'")
+            .header("x-unicode", "é 😀 \u{202e}");
+            events.push(e);
+        }
+        h.emit(&events).await;
+        delivered(combo, &publisher, events.len()).await;
+        for (e, sent) in events.iter().zip(payloads) {
+            // What the producer wrote, as the server stores it (the
+            // library's JSON value: serde's numbers are f64).
+            let written =
+                serde_json::to_string(&serde_json::from_str::<serde_json::Value>(sent).unwrap())
+                    .unwrap();
+            let stored: String = sqlx::query_scalar("SELECT $1::jsonb::text")
+                .bind(written)
+                .fetch_one(&h.pool)
+                .await
+                .unwrap();
+            let got = publisher
+                .deliveries()
+                .into_iter()
+                .find(|d| d.id == e.id)
+                .unwrap();
+            assert_eq!(
+                got.payload, stored,
+                "{combo:?}: the payload as jsonb prints it"
+            );
+            assert_eq!(got.headers["x-quote"], "\"a\" 'b'", "{combo:?}");
+            assert_eq!(got.headers["x-unicode"], "é 😀 \u{202e}", "{combo:?}");
+        }
+        h.stop().await;
+    }
+}
+
+#[cfg(feature = "opentelemetry")]
+#[tokio::test]
+async fn each_publish_is_a_span_whose_parent_is_the_producers() {
+    use opentelemetry::trace::TracerProvider as _;
+    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+    use tracing::Instrument;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    for combo in EVERY {
+        let exporter = InMemorySpanExporter::default();
+        let provider = SdkTracerProvider::builder()
+            .with_simple_exporter(exporter.clone())
+            .build();
+        let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("shop"));
+        let _subscriber =
+            tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
+        let publisher = TestPublisher::new();
+        let h = harness(combo, &publisher, Some(provider.tracer("outbox"))).await;
+        let e = event("a", 1);
+        h.emit(std::slice::from_ref(&e))
+            .instrument(tracing::info_span!("place_order"))
+            .await;
+        let named = |prefix: &str| {
+            exporter
+                .get_finished_spans()
+                .unwrap()
+                .into_iter()
+                .filter(|s| s.name.starts_with(prefix))
+                .collect::<Vec<_>>()
+        };
+        wait_until(&format!("{combo:?}: the publish span"), LONG, || async {
+            !named("publish").is_empty()
+        })
+        .await;
+        let producer = named("place_order").remove(0);
+        let publish = named("publish").remove(0);
+        assert_eq!(
+            publish.parent_span_id,
+            producer.span_context.span_id(),
+            "{combo:?}"
+        );
+        assert_eq!(
+            publisher.deliveries()[0].headers["traceparent"],
+            format!(
+                "00-{}-{}-01",
+                publish.span_context.trace_id(),
+                publish.span_context.span_id()
+            ),
+            "{combo:?}: the message names the publish span"
+        );
+        h.stop().await;
+    }
+}
