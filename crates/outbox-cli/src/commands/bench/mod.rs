@@ -274,9 +274,6 @@ pub async fn warm_up(pool: &PgPool, n: u32) -> Result<()> {
     Ok(())
 }
 
-/// `--wakeup-trigger`: the modes of `outbox migrate --wakeup-trigger`.
-pub use crate::commands::migrate::parse_wakeup_trigger;
-
 pub async fn run(ctx: &Ctx, args: BenchArgs) -> Result<ExitCode> {
     let fsync = !args.no_fsync;
     let scenario = async {
