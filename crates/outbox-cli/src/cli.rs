@@ -9,8 +9,6 @@ use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 
 use crate::commands;
-#[cfg(feature = "bench")]
-use crate::commands::bench::BenchArgs;
 use crate::commands::cleanup::CleanupArgs;
 use crate::commands::config::ConfigCommand;
 use crate::commands::dead_letters::DeadLettersCommand;
@@ -21,6 +19,8 @@ use crate::commands::relay::RelayArgs;
 use crate::commands::status::StatusArgs;
 use crate::config::{self, Flags};
 use crate::ctx::Ctx;
+#[cfg(feature = "bench")]
+use outbox_bench::BenchArgs;
 
 /// A transactional outbox for PostgreSQL: write events in your transaction,
 /// relay them to a broker at least once, in order per aggregate.

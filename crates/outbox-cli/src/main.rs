@@ -1,4 +1,9 @@
-//! `outbox`: migrate, relay, status and demo for the PostgreSQL outbox.
+//! `outbox`, the program of the PostgreSQL outbox: its commands (`migrate`,
+//! `relay`, `status`, `dead-letters`, `cleanup`, `config`, `healthcheck`,
+//! `console`, `demo`) in `commands/`, the relay's runtime beside them
+//! (metrics, HTTP probes, telemetry), and the web console in `console/`.
+//! `outbox bench` (feature `bench`) runs the benchmarks of crate
+//! `outbox-bench`.
 #![forbid(unsafe_code)]
 
 mod age;

@@ -119,6 +119,31 @@ impl WakeupTrigger {
             WakeupTrigger::Off => "off",
         }
     }
+
+    /// Parses [`WakeupTrigger::name`]; the error says which names exist.
+    pub fn parse(s: &str) -> Result<Self> {
+        use WakeupTrigger as W;
+        [W::Idle, W::EveryInsert, W::Off]
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "wake-up trigger",
+                    format!(
+                        "{} is not a wake-up mode: use idle, every-insert or off",
+                        crate::redact::quoted(s)
+                    ),
+                )
+            })
+    }
+}
+
+impl std::str::FromStr for WakeupTrigger {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        WakeupTrigger::parse(s)
+    }
 }
 
 /// What [`migrate`] should do.
@@ -548,4 +573,24 @@ pub async fn ensure_migrated(conn: &mut PgConnection, schema: &Schema) -> Result
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wakeup_trigger_parses_from_its_name_and_nothing_else() {
+        for w in [
+            WakeupTrigger::Idle,
+            WakeupTrigger::EveryInsert,
+            WakeupTrigger::Off,
+        ] {
+            assert_eq!(w.name().parse::<WakeupTrigger>().unwrap(), w);
+        }
+        for bad in ["", "Idle", "every_insert", "sometimes"] {
+            let e = WakeupTrigger::parse(bad).unwrap_err().to_string();
+            assert!(e.contains("use idle, every-insert or off"), "{bad}: {e}");
+        }
+    }
 }

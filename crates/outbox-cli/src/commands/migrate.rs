@@ -22,7 +22,7 @@ pub struct MigrateArgs {
     /// lock, about a third less producer throughput at 8 producers); `off`
     /// leaves relays to their poll (at most `poll_max_ms` late). Left out,
     /// an existing schema keeps its mode.
-    #[arg(long, value_name = "MODE", value_parser = parse_wakeup_trigger)]
+    #[arg(long, value_name = "MODE")]
     pub wakeup_trigger: Option<outbox::WakeupTrigger>,
     /// Older switch: `true` is `--wakeup-trigger every-insert`, `false` is
     /// `--wakeup-trigger idle`.
@@ -58,15 +58,6 @@ pub struct MigrateArgs {
     /// again resumes it.
     #[arg(long, value_name = "SECS", default_value_t = outbox::DEFAULT_SWITCH_TIMEOUT.as_secs())]
     pub switch_timeout: u64,
-}
-
-/// `--wakeup-trigger`: idle, every-insert or off.
-pub fn parse_wakeup_trigger(s: &str) -> Result<outbox::WakeupTrigger, String> {
-    use outbox::WakeupTrigger as W;
-    [W::Idle, W::EveryInsert, W::Off]
-        .into_iter()
-        .find(|m| m.name() == s)
-        .ok_or_else(|| format!("{s:?} is not a wake-up mode: use idle, every-insert or off"))
 }
 
 pub async fn run(ctx: &Ctx, args: MigrateArgs) -> Result<ExitCode> {

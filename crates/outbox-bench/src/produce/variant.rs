@@ -287,7 +287,7 @@ mod tests {
     use super::SEED_TABLE;
 
     /// Migration 1, whose columns the seed-like table is a subset of.
-    const MIGRATION_1: &str = include_str!("../../../../../outbox/migrations/0001_outbox.sql");
+    const MIGRATION_1: &str = include_str!("../../../outbox/migrations/0001_outbox.sql");
 
     fn columns(ddl: &str) -> Vec<(String, String)> {
         let body = &ddl[ddl.find("outbox_events (").expect("a CREATE TABLE") + 15..];

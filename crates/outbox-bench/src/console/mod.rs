@@ -114,7 +114,7 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: ConsoleArgs) -> Result<serde_json
         started.elapsed().as_secs_f64()
     );
 
-    let addr = crate::console::spawn_loopback(pool.clone(), &schema, "127.0.0.1:0").await?;
+    let addr = (ctx.serve_console)(pool.clone(), schema.clone()).await?;
     let base = format!("http://{addr}");
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))

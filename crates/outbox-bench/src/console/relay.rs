@@ -31,11 +31,9 @@ pub async fn relay_with_and_without(
 ) -> Result<serde_json::Value> {
     // `bench latency` on this same server: its Server helper uses a
     // configured database URL as it is.
-    let mut loaded = ctx.loaded.clone();
-    loaded.config.database_url = Some(server.url.clone());
     let same_server = Ctx {
-        loaded,
-        schema: ctx.schema.clone(),
+        database_url: Some(server.url.clone()),
+        ..ctx.clone()
     };
     let latency_args = || LatencyArgs {
         rate: args.rate,

@@ -1,9 +1,15 @@
-//! `outbox bench`: the project measured against a reference on the same
-//! server in the same run, so results are ratios that hold on a noisy
-//! machine.
+//! The benchmarks of the outbox, run as `outbox bench` (the `outbox`
+//! program's `bench` feature hands them [`BenchArgs`] and a [`Ctx`]): the
+//! project measured against a reference on the same server in the same
+//! run, so results are ratios that hold on a noisy machine. Every scenario
+//! and its references live here, with the brokers' own clients they need;
+//! a relay built without the feature links none of it.
+#![forbid(unsafe_code)]
 
 mod child_relay;
 mod console;
+mod ctx;
+mod db;
 mod drain;
 mod drain_wal;
 mod e2e;
@@ -24,8 +30,7 @@ use outbox::Schema;
 use outbox_embedded_pg::{PgCluster, PgOptions};
 use sqlx::{ConnectOptions, PgConnection, PgPool};
 
-use crate::ctx::Ctx;
-use crate::db;
+pub use crate::ctx::{Ctx, ServeConsole};
 
 /// Options shared by every scenario.
 #[derive(Debug, Args)]
@@ -274,9 +279,8 @@ pub async fn warm_up(pool: &PgPool, n: u32) -> Result<()> {
     Ok(())
 }
 
-/// `--wakeup-trigger`: the modes of `outbox migrate --wakeup-trigger`.
-pub use crate::commands::migrate::parse_wakeup_trigger;
-
+/// Runs the scenario `args` asks for, printing its figures (and with
+/// `--json` one JSON object of them as the last line).
 pub async fn run(ctx: &Ctx, args: BenchArgs) -> Result<ExitCode> {
     let fsync = !args.no_fsync;
     let scenario = async {

@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use crate::commands::bench::held_snapshot::cpu_seconds;
+use crate::held_snapshot::cpu_seconds;
 
 /// CPU seconds so far of the bench's own process: the consumer (the
 /// webhook receiver) and, during the reference, the broker's client. NaN

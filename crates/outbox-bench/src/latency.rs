@@ -37,8 +37,7 @@ use super::recvlogical;
 use super::relay_cpu::{core_share, cpu_report, Cpu};
 use super::stats::{ms, quantile};
 use super::{
-    create_orders, fresh_schema, fresh_wal_schema, insert_order, order_insert,
-    parse_wakeup_trigger, warm_up, Server,
+    create_orders, fresh_schema, fresh_wal_schema, insert_order, order_insert, warm_up, Server,
 };
 use crate::ctx::Ctx;
 
@@ -84,7 +83,7 @@ pub struct LatencyArgs {
     /// The schema's wake-up trigger, as `outbox migrate --wakeup-trigger`:
     /// idle, every-insert or off [default: idle with --producer sql, off
     /// with --producer library].
-    #[arg(long, value_name = "MODE", value_parser = parse_wakeup_trigger)]
+    #[arg(long, value_name = "MODE")]
     pub wakeup_trigger: Option<WakeupTrigger>,
     /// With --producer sql: seconds the relay has been idle (its idle
     /// announcement live) when the schedule starts, 2 to 3600.
