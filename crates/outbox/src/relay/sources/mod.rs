@@ -23,6 +23,7 @@
 //! with work, never the whole pool.
 
 mod database;
+mod shared;
 mod slot;
 mod source;
 mod sql;
@@ -39,7 +40,7 @@ use super::{RelayConfig, RelayObserver, StatsSnapshot};
 use crate::error::{Error, Result};
 use crate::publisher::Publisher;
 use crate::schema::Schema;
-use source::SourceShared;
+use shared::SourceShared;
 
 /// Which schemas of a database a source entry serves.
 #[derive(Debug, Clone)]

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::source::{SourceCtx, SourceShared};
+use super::shared::{SourceCtx, SourceShared};
 use crate::relay::backoff::DoublingDelay;
 use crate::relay::observe::{OutageKind, RelayObserver};
 use crate::relay::wal::{ReaderParts, SlotState};

@@ -1,130 +1,32 @@
-//! One source: what is kept while it is served ([`SourceShared`]), and the
-//! task that runs its worker while it has work and waits while it is
-//! dormant ([`supervise`]).
+//! One source's task: its worker while it has work, dormant between
+//! ([`supervise`]), and its slot reader when its schema is in the WAL mode
+//! (`slot.rs`). What is kept of it while it is served is in `shared.rs`.
 
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 use tracing::Instrument;
 
+use super::shared::{SourceCtx, SourceShared};
 use super::slot::SlotReader;
-use super::{SourceState, SourceStatus};
+use super::SourceState;
 use crate::event::Event;
 use crate::publisher::{Outcome, Publisher, Unavailable};
 use crate::relay::backoff::DoublingDelay;
 use crate::relay::lease::{lease_loop, LeaseLoop};
-use crate::relay::observe::{BatchReport, OutageKind, RelayObserver, RelayStats};
+use crate::relay::observe::{BatchReport, OutageKind, RelayObserver};
 use crate::relay::ownership::Ownership;
 use crate::relay::store::Store;
 use crate::relay::worker::{self, Exit, Worker};
-use crate::relay::{RelayConfig, Retention};
+use crate::relay::Retention;
 use crate::schema::Schema;
-use crate::wakeup::Wakeup;
 
 /// The longest wait before a source whose start failed (tables missing,
 /// database down) is tried again.
 const RETRY_MAX_MS: u64 = 30_000;
-
-/// What is kept of a source while it is served, across its workers.
-pub(crate) struct SourceShared {
-    pub name: String,
-    pub database: String,
-    pub schema: Schema,
-    /// Producers' commits (through the database's listener) and the dormant
-    /// check wake it here.
-    pub wakeup: Arc<Wakeup>,
-    /// Another instance announced a partition change on its channel.
-    pub rebalance: Arc<Notify>,
-    pub stats: Arc<RelayStats>,
-    state: Mutex<SourceState>,
-    /// The database's problem (down, tables missing), cleared by a lease
-    /// round or a check that succeeds.
-    database_problem: Mutex<Option<String>>,
-    /// The broker's, cleared by a batch that got through.
-    broker_problem: Mutex<Option<String>>,
-    held: AtomicUsize,
-    /// The inserts its table had seen at the last cheap check
-    /// ([`UNCOUNTED`] before the first).
-    pub inserts_seen: AtomicI64,
-}
-
-/// [`SourceShared::inserts_seen`] before the first count.
-pub(crate) const UNCOUNTED: i64 = i64::MIN;
-
-impl SourceShared {
-    pub fn new(name: String, database: String, schema: Schema) -> Self {
-        SourceShared {
-            name,
-            database,
-            schema,
-            wakeup: Wakeup::local(),
-            rebalance: Arc::new(Notify::new()),
-            stats: Arc::new(RelayStats::default()),
-            state: Mutex::new(SourceState::Dormant),
-            database_problem: Mutex::new(None),
-            broker_problem: Mutex::new(None),
-            held: AtomicUsize::new(0),
-            inserts_seen: AtomicI64::new(UNCOUNTED),
-        }
-    }
-
-    pub fn state(&self) -> SourceState {
-        *self.state.lock().expect("source lock")
-    }
-
-    fn set_state(&self, state: SourceState) {
-        *self.state.lock().expect("source lock") = state;
-    }
-
-    /// Sets or clears the database's problem; a new one is logged once.
-    pub fn database_problem(&self, problem: Option<String>) {
-        let mut slot = self.database_problem.lock().expect("source lock");
-        match (&*slot, &problem) {
-            (None, Some(p)) => {
-                tracing::warn!(source = %self.name, problem = %p, "source unhealthy; retrying")
-            }
-            (Some(_), None) => tracing::info!(source = %self.name, "source healthy again"),
-            _ => {}
-        }
-        *slot = problem;
-    }
-
-    pub fn status(&self) -> SourceStatus {
-        let problem = self
-            .database_problem
-            .lock()
-            .expect("source lock")
-            .clone()
-            .or_else(|| self.broker_problem.lock().expect("source lock").clone());
-        SourceStatus {
-            name: self.name.clone(),
-            database: self.database.clone(),
-            schema: self.schema.name().to_owned(),
-            state: self.state(),
-            problem,
-            held: self.held.load(Ordering::Relaxed),
-            stats: self.stats.snapshot(),
-        }
-    }
-}
-
-/// What a source's task needs besides its [`SourceShared`].
-pub(crate) struct SourceCtx {
-    pub pool: sqlx::PgPool,
-    pub config: RelayConfig,
-    pub publisher: Arc<dyn Publisher>,
-    pub observer: Option<Arc<dyn RelayObserver>>,
-    pub instance_id: String,
-    pub dormant_after: Duration,
-    /// Where a WAL-mode schema's slot is read from.
-    pub replication: Option<crate::relay::wal::ReplicationTarget>,
-    /// Opens publish spans (feature `opentelemetry`).
-    #[cfg(feature = "opentelemetry")]
-    pub tracer: Option<Arc<crate::trace::PublishTracer>>,
-}
 
 /// Runs the source until `stop`: dormant until woken, then a worker and its
 /// lease round until the worker goes dormant again (or fails: then a wait

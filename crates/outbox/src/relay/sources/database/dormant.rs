@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::queries as q;
-use crate::relay::sources::source::{SourceShared, UNCOUNTED};
+use crate::relay::sources::shared::{SourceShared, UNCOUNTED};
 use crate::relay::sources::{sql, SchemaSelector, SourceState};
 use crate::schema::Schema;
 

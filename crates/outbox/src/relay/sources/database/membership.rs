@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::relay::sources::source::SourceShared;
+use crate::relay::sources::shared::SourceShared;
 use crate::relay::sources::SchemaSelector;
 use crate::schema::Schema;
 

@@ -17,7 +17,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use super::source::{supervise, SourceCtx, SourceShared};
+use super::shared::{SourceCtx, SourceShared};
+use super::source::supervise;
 use super::{Registry, SchemaSelector, SourceDef, SourceObserver, SourceState, SourcesSettings};
 use crate::queries as q;
 use crate::schema::Schema;
