@@ -15,6 +15,7 @@ use super::answer::{failed, html, plain, redirect, Answer, App};
 use super::forms::{self, Action, FieldError, Params};
 use super::metrics::{action_of, Outcome};
 use super::pages::{self, View};
+use super::selection::Selection;
 
 pub async fn run(
     app: &App,
@@ -218,44 +219,6 @@ async fn selected_ids(
         return Err(html(StatusCode::BAD_REQUEST, page));
     }
     Ok(ids)
-}
-
-/// The dead letters a confirmation showed: how many, and a fingerprint of
-/// their ids (SHA-256 of the sorted ids, 128 bits shown), carried by its
-/// form as `selection` so the action runs on exactly these or is refused.
-pub struct Selection {
-    pub count: usize,
-    fingerprint: String,
-}
-
-impl Selection {
-    pub fn of(ids: &[uuid::Uuid]) -> Self {
-        use sha2::Digest;
-        let mut sorted = ids.to_vec();
-        sorted.sort_unstable();
-        let mut hash = sha2::Sha256::new();
-        for id in &sorted {
-            hash.update(id.as_bytes());
-        }
-        let fingerprint = hash.finalize()[..16]
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        Selection {
-            count: ids.len(),
-            fingerprint,
-        }
-    }
-
-    /// `COUNT-FINGERPRINT`, the form's `selection` value.
-    pub fn token(&self) -> String {
-        format!("{}-{}", self.count, self.fingerprint)
-    }
-
-    /// The count a `selection` value names, if it names one.
-    pub fn count_of(token: &str) -> Option<usize> {
-        token.split_once('-')?.0.parse().ok()
-    }
 }
 
 /// Wakes idle relays now instead of at their next poll (the same NOTIFY a

@@ -12,6 +12,7 @@ mod metrics;
 mod pages;
 mod queries;
 mod rate;
+mod selection;
 mod server;
 mod store;
 

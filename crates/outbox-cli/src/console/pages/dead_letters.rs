@@ -5,8 +5,8 @@ use maud::{html, Markup};
 
 use super::events::{next_link, table};
 use super::layout::{csrf, field_error, link, notice, page, View};
-use crate::console::actions::Selection;
 use crate::console::forms::{Action, FieldError, Params};
+use crate::console::selection::Selection;
 use crate::console::store::{EventRow, Page};
 
 /// The filter fields, as hidden inputs (carried into the action forms).
