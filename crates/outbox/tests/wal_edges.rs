@@ -809,3 +809,26 @@ async fn a_reader_whose_session_ended_sets_nothing_aside_once_another_reader_hol
     first.abort();
     second.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_message_written_outside_a_transaction_is_refused_and_counted_not_dropped_silently() {
+    let (url, pool) = wal_db().await;
+    let publisher = TestPublisher::new();
+    let relay = start(&url, &pool, &publisher, "r1").await;
+    sqlx::query("SELECT pg_logical_emit_message(false, 'outbox:public', 'not an event')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let e = event("a", 1);
+    emit_one(&pool, &Outbox::new().with_delivery(DeliveryMode::Wal), &e).await;
+    wait_until("the event delivered", LONG, || async {
+        publisher.delivered_count() >= 1
+    })
+    .await;
+    wait_until("the refusal counted", LONG, || async {
+        relay.stats().refused_messages == 1
+    })
+    .await;
+    check(&[e.id], &publisher);
+    relay.shutdown().await.unwrap();
+}

@@ -64,6 +64,9 @@ pub(crate) enum Refusal {
     /// A second message with an id already read since the slot was last
     /// confirmed, with other contents.
     DuplicateId,
+    /// Written outside any transaction (`pg_logical_emit_message(false,
+    /// …)`): not tied to a commit, so not an event.
+    NotTransactional,
 }
 
 impl Refusal {
@@ -76,6 +79,7 @@ impl Refusal {
             Refusal::Nul { .. } => "nul",
             Refusal::PayloadNotJson(_) | Refusal::PayloadNotJsonb(_) => "payload",
             Refusal::DuplicateId => "duplicate_id",
+            Refusal::NotTransactional => "not_transactional",
         }
     }
 
@@ -117,6 +121,10 @@ impl std::fmt::Display for Refusal {
             Refusal::DuplicateId => write!(
                 f,
                 "a message with this event id and other contents was already read (the table refuses a second row with one id)"
+            ),
+            Refusal::NotTransactional => write!(
+                f,
+                "the message was written outside a transaction (pg_logical_emit_message(false, ...)), so no commit stands behind it; outbox_emit writes transactional ones"
             ),
         }
     }

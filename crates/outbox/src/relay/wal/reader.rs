@@ -289,6 +289,13 @@ impl Reader {
                     txn_marks = false;
                 }
                 ReplicationEvent::Message {
+                    prefix,
+                    transactional: false,
+                    ..
+                } if prefix == self.prefix => {
+                    self.refuse(None, &Refusal::NotTransactional);
+                }
+                ReplicationEvent::Message {
                     prefix, content, ..
                 } if prefix == self.prefix => {
                     if content.as_ref() == SWITCH_TO_TABLE.as_bytes() {
