@@ -213,6 +213,9 @@ pub async fn run(ctx: &Ctx, args: &RelayArgs, plan: SourcesPlan) -> Result<ExitC
     state.stopping.store(true, Ordering::Relaxed);
     let deadline = Duration::from_secs(c.shutdown_timeout_secs);
     tracing::info!(%reason, timeout_secs = c.shutdown_timeout_secs, "relay stopping: finishing in-flight batches and releasing partitions");
+    // As a relay of one source: past the deadline and its grace, the
+    // process ends whatever is still running.
+    super::exit_after(deadline + super::HARD_EXIT_GRACE, c.shutdown_timeout_secs);
     let result = tokio::select! {
         r = relay.shutdown_within(deadline) => r,
         again = signals.next() => {
