@@ -832,3 +832,64 @@ async fn a_message_written_outside_a_transaction_is_refused_and_counted_not_drop
     check(&[e.id], &publisher);
     relay.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn an_operators_pause_in_force_at_the_switch_holds_through_it_and_is_given_back() {
+    let (url, pool) = wal_db().await;
+    let wal = Outbox::new().with_delivery(DeliveryMode::Wal);
+    sqlx::query("INSERT INTO outbox_pauses (aggregate_type, paused_by) VALUES (NULL, 'operator')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let before = event("a", 1);
+    emit_one(&pool, &wal, &before).await;
+    switch(&url, DeliveryMode::Table).await;
+    // While the slot is read, the pause is the switch's: no Resume (the
+    // console's leaves the switch's pause alone) lifts it before then.
+    let during: String =
+        sqlx::query_scalar("SELECT paused_by FROM outbox_pauses WHERE aggregate_type IS NULL")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert!(
+        during.starts_with("outbox migrate --mode table:") && during.ends_with("[kept: operator]"),
+        "{during}"
+    );
+    let after = event("a", 2);
+    emit_one(&pool, &Outbox::new(), &after).await;
+    let publisher = TestPublisher::new();
+    let relay = start(&url, &pool, &publisher, "r1").await;
+    wait_until("the switch ended", LONG, || async {
+        slots(&pool).await == 0
+    })
+    .await;
+    let by: Vec<Option<String>> =
+        sqlx::query_scalar("SELECT paused_by FROM outbox_pauses WHERE aggregate_type IS NULL")
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(Some)
+            .collect();
+    assert_eq!(
+        by,
+        vec![Some("operator".to_owned())],
+        "the operator's pause, as it was"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        publisher.delivered_count(),
+        0,
+        "nothing delivered while paused"
+    );
+    sqlx::query("DELETE FROM outbox_pauses")
+        .execute(&pool)
+        .await
+        .unwrap();
+    wait_until("both delivered after the resume", LONG, || async {
+        publisher.delivered_count() >= 2
+    })
+    .await;
+    check(&[before.id, after.id], &publisher);
+    relay.shutdown().await.unwrap();
+}

@@ -341,10 +341,12 @@ pub const PAUSES_PAYLOAD: &str = "pauses";
 /// reader): one row per pause, `NULL` for the whole outbox. The pause that
 /// `outbox migrate --mode table` holds while the slot is read to its mark
 /// is not one: it holds the table's rows back behind the slot's events,
-/// which the reader is there to publish.
+/// which the reader is there to publish; unless it took over an operator's
+/// pause of the whole outbox (`[kept: …]`), which still holds.
 pub const PAUSES_HELD: &str = "
 SELECT aggregate_type::text FROM {schema}.outbox_pauses
-WHERE aggregate_type IS NOT NULL OR paused_by NOT LIKE 'outbox migrate --mode table:%'";
+WHERE aggregate_type IS NOT NULL OR paused_by NOT LIKE 'outbox migrate --mode table:%'
+   OR paused_by LIKE 'outbox migrate --mode table:% [kept: %]'";
 
 /// Gives partitions up so another instance can take them at once.
 pub const PARTITION_RELEASE: &str = "

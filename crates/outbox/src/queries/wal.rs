@@ -162,18 +162,28 @@ pub const WAL_TABLE_WRITE: &str = "SET LOCAL outbox.table_write = 'on'";
 /// the switch back to the table mode (`paused_by` names it, so a pause of
 /// the operator's is never taken for it). Written by `outbox migrate --mode
 /// table` with [`WAL_SWITCH_MARK`], in the transaction that switches.
+///
+/// An operator's pause of the whole outbox already in force is taken over,
+/// its `paused_by` kept in brackets: no *Resume* can lift it before the slot
+/// is read (the console's leaves the switch's pause alone), and
+/// [`WAL_SWITCH_DONE`] gives it back as it was.
 pub const WAL_SWITCH_PAUSE: &str = "
-INSERT INTO {schema}.outbox_pauses (aggregate_type, paused_by)
+INSERT INTO {schema}.outbox_pauses AS p (aggregate_type, paused_by)
 VALUES (NULL, 'outbox migrate --mode table: until the relay has read the slot to the switch')
-ON CONFLICT DO NOTHING";
+ON CONFLICT ((aggregate_type IS NULL), (coalesce(aggregate_type, ''))) DO UPDATE
+SET paused_by = EXCLUDED.paused_by || ' [kept: ' || p.paused_by || ']'
+WHERE p.paused_by NOT LIKE 'outbox migrate --mode table:%'";
 
-/// Keeps a range of a million seq values for the events the relay sets
-/// aside while it reads the slot to the switch (`WAL_EVENTS_SET_ASIDE`):
-/// every row written after the switch comes after them.
+/// Keeps a range of 10^12 seq values for the events the relay sets aside
+/// while it reads the slot to the switch (`WAL_EVENTS_SET_ASIDE`): every
+/// row written after the switch comes after them. No slot holds that many
+/// events, so the range never runs out (a sequence's gaps cost nothing,
+/// and a `bigint` holds nine million such ranges).
 pub const WAL_SWITCH_KEEP_SEQS: &str = "
 WITH r AS (SELECT nextval(pg_get_serial_sequence('{schema}.outbox_events', 'seq')) AS first)
 UPDATE {schema}.outbox_wal SET switch_seq_next = r.first,
-    switch_seq_end = setval(pg_get_serial_sequence('{schema}.outbox_events', 'seq'), r.first + 1000000)
+    switch_seq_end = setval(pg_get_serial_sequence('{schema}.outbox_events', 'seq'),
+                            r.first + 1000000000000)
 FROM r";
 
 /// The switch's mark in the stream, and where it is: written once every
@@ -248,11 +258,17 @@ SELECT n.nspname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnames
 WHERE c.relname = 'outbox_wal' AND c.relkind = 'r' AND n.nspname <> $1";
 
 /// Ends the switch once the relay has read the slot to its mark: lifts the
-/// switch's pause (not an operator's) and forgets the slot.
+/// switch's pause, gives back an operator's pause it took over (as it was),
+/// and forgets the slot.
 pub const WAL_SWITCH_DONE: &str = "
-WITH lifted AS (
+WITH given_back AS (
+    UPDATE {schema}.outbox_pauses
+    SET paused_by = substring(paused_by FROM ' \\[kept: (.*)\\]$')
+    WHERE aggregate_type IS NULL AND paused_by LIKE 'outbox migrate --mode table:% [kept: %]'),
+lifted AS (
     DELETE FROM {schema}.outbox_pauses
-    WHERE aggregate_type IS NULL AND paused_by LIKE 'outbox migrate --mode table:%')
+    WHERE aggregate_type IS NULL AND paused_by LIKE 'outbox migrate --mode table:%'
+      AND paused_by NOT LIKE 'outbox migrate --mode table:% [kept: %]')
 DELETE FROM {schema}.outbox_wal";
 
 /// Drops replication slot `$1` if it exists and no session reads it.
