@@ -1,5 +1,6 @@
 //! `outbox demo`: a small order service on a throwaway PostgreSQL, its
-//! events relayed to stdout.
+//! events relayed to stdout, in either delivery mode (`--mode table`, the
+//! default, or `--mode wal`).
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -7,8 +8,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use outbox::{NewEvent, Outbox, Publisher, Relay, RelayConfig, Status};
-use outbox_embedded_pg::PgCluster;
+use outbox::{
+    DeliveryMode, MigrateOptions, NewEvent, Outbox, Publisher, Relay, RelayConfig,
+    ReplicationTarget, Status,
+};
+use outbox_embedded_pg::{PgCluster, PgOptions};
 use outbox_publishers::stream::NullPublisher;
 use outbox_publishers::StdoutPublisher;
 use rand::Rng;
@@ -29,6 +33,47 @@ pub struct DemoArgs {
     /// Do not print the events, only the summary.
     #[arg(long)]
     pub quiet: bool,
+    /// The delivery mode to show: `table` (events are rows the relay
+    /// claims and deletes) or `wal` (producers call `outbox_emit`, the relay
+    /// streams the schema's replication slot; the throwaway PostgreSQL is
+    /// started with `wal_level = logical`, a server given by DATABASE_URL
+    /// must already run with it).
+    #[arg(long, value_name = "MODE", default_value = "table")]
+    pub mode: DeliveryMode,
+}
+
+/// The throwaway server's settings for `mode`: the WAL mode needs logical
+/// decoding, a replication slot and a WAL sender for the relay.
+fn cluster_options(mode: DeliveryMode) -> PgOptions {
+    let extra_conf = match mode {
+        DeliveryMode::Wal => [
+            ("wal_level", "logical"),
+            ("max_replication_slots", "4"),
+            ("max_wal_senders", "4"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+        _ => Vec::new(),
+    };
+    PgOptions {
+        extra_conf,
+        ..PgOptions::default()
+    }
+}
+
+/// Refuses the WAL mode on a server given by DATABASE_URL that does not run
+/// with `wal_level = logical`, before anything is written to it.
+async fn require_logical(pool: &sqlx::PgPool) -> Result<()> {
+    let level: String = sqlx::query_scalar("SELECT current_setting('wal_level')")
+        .fetch_one(pool)
+        .await?;
+    if level != "logical" {
+        bail!(
+            "outbox demo --mode wal needs wal_level = logical, and the server of DATABASE_URL runs with wal_level = {level}: run ALTER SYSTEM SET wal_level = logical and restart PostgreSQL, or unset DATABASE_URL to let the demo start its own"
+        );
+    }
+    Ok(())
 }
 
 pub async fn run(ctx: &Ctx, args: DemoArgs) -> Result<ExitCode> {
@@ -36,24 +81,36 @@ pub async fn run(ctx: &Ctx, args: DemoArgs) -> Result<ExitCode> {
     if args.orders == 0 || args.producers == 0 {
         bail!("--orders and --producers must be at least 1");
     }
+    let wal = args.mode == DeliveryMode::Wal;
     let (_cluster, url) = match ctx.database_url() {
         Some(url) => (None, url.clone()),
         None => {
-            let cluster = tokio::task::spawn_blocking(PgCluster::start)
+            let options = cluster_options(args.mode);
+            let cluster = tokio::task::spawn_blocking(move || PgCluster::start_with(options))
                 .await?
                 .context("cannot start a throwaway PostgreSQL for the demo (or set DATABASE_URL to use a running server)")?;
             eprintln!(
-                "demo: started a throwaway PostgreSQL on 127.0.0.1:{} (removed on exit)",
-                cluster.port()
+                "demo: started a throwaway PostgreSQL on 127.0.0.1:{}{} (removed on exit)",
+                cluster.port(),
+                if wal { " with wal_level = logical" } else { "" }
             );
             let url = cluster.url();
             (Some(cluster), url)
         }
     };
     let pool = db::connect(&url, args.producers + 5).await?;
-    {
+    if wal && ctx.database_url().is_some() {
+        require_logical(&pool).await?;
+    }
+    let slot = {
         let mut conn = pool.acquire().await?;
-        outbox::migrate(&mut conn, schema, &Default::default()).await?;
+        // `--mode table` leaves the schema's mode as a demo without the
+        // flag always has.
+        let options = MigrateOptions {
+            mode: wal.then_some(DeliveryMode::Wal),
+            ..Default::default()
+        };
+        let report = outbox::migrate(&mut conn, schema, &options).await?;
         sqlx::raw_sql(
             "CREATE TABLE IF NOT EXISTS outbox_demo_orders (
                  id          BIGINT PRIMARY KEY,
@@ -63,23 +120,30 @@ pub async fn run(ctx: &Ctx, args: DemoArgs) -> Result<ExitCode> {
         )
         .execute(&mut *conn)
         .await?;
-    }
+        report.slot
+    };
 
-    let outbox = Outbox::with_schema(schema.clone());
+    // In the WAL mode `enqueue` calls `outbox_emit`: a logical message, no
+    // row.
+    let outbox = Outbox::with_schema(schema.clone()).with_delivery(args.mode);
     let publisher: Arc<dyn Publisher> = if args.quiet {
         Arc::new(NullPublisher::default())
     } else {
         Arc::new(StdoutPublisher)
     };
-    let relay = Relay::builder(pool.clone(), publisher)
+    let mut builder = Relay::builder(pool.clone(), publisher)
         .schema(schema.clone())
         .wakeup(outbox.wakeup())
         .config(RelayConfig {
             instance_id: Some(format!("demo-{}", std::process::id())),
             ..RelayConfig::default()
-        })
-        .spawn()
-        .await?;
+        });
+    if wal {
+        // The relay reads the slot over a replication connection to the
+        // same server.
+        builder = builder.replication(ReplicationTarget::from_url(&url)?);
+    }
+    let relay = builder.spawn().await?;
 
     let started = Instant::now();
     let first_id: i64 = sqlx::query_scalar("SELECT COALESCE(max(id), 0) FROM outbox_demo_orders")
@@ -133,14 +197,39 @@ pub async fn run(ctx: &Ctx, args: DemoArgs) -> Result<ExitCode> {
     }
     let committed = Instant::now();
 
+    // In the WAL mode the events are delivered once the slot is read past
+    // the last commit (those that failed wait in the table, as pending).
+    // That is the WAL's insert position: the write position
+    // (`Status::wal_end`) can be short of commits already acknowledged
+    // when they were made with `synchronous_commit = off`, as the
+    // throwaway server runs.
+    let wal_end: Option<String> = if wal {
+        Some(
+            sqlx::query_scalar("SELECT pg_current_wal_insert_lsn()::text")
+                .fetch_one(&pool)
+                .await?,
+        )
+    } else {
+        None
+    };
     let deadline = Instant::now() + Duration::from_secs(120);
-    let pending = loop {
+    let (pending, slot_read) = loop {
         let mut conn = pool.acquire().await?;
         let pending = Status::pending(&mut conn, schema).await?;
-        if pending == 0 || Instant::now() > deadline {
-            break pending;
+        let slot_read = match &wal_end {
+            Some(lsn) => Status::slot_confirmed_to(&mut conn, schema, lsn).await?,
+            None => true,
+        };
+        if (pending == 0 && slot_read) || Instant::now() > deadline {
+            break (pending, slot_read);
         }
-        progress.update(relay.stats().delivered, Some(pending as u64));
+        let delivered = relay.stats().delivered;
+        // The slot does not say how many events it still holds.
+        let left = match wal {
+            true => u64::from(args.orders).saturating_sub(delivered),
+            false => pending as u64,
+        };
+        progress.update(delivered, Some(left));
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     progress.finish();
@@ -149,6 +238,13 @@ pub async fn run(ctx: &Ctx, args: DemoArgs) -> Result<ExitCode> {
     let mut conn = pool.acquire().await?;
     let status = Status::read(&mut conn, schema).await?;
     let secs = elapsed.as_secs_f64();
+    if wal {
+        eprintln!(
+            "demo: delivery mode wal: producers called {}.outbox_emit, the relay read replication slot {}",
+            schema.name(),
+            slot.as_deref().unwrap_or("(none)"),
+        );
+    }
     eprintln!(
         "demo: {} orders committed by {} producers in {:.2} s; {} events relayed in {:.2} s ({:.0} events/s); pending {}, dead letters {}",
         args.orders,
@@ -160,6 +256,20 @@ pub async fn run(ctx: &Ctx, args: DemoArgs) -> Result<ExitCode> {
         status.pending,
         status.dead_letters,
     );
+    if wal && ctx.database_url().is_some() {
+        // A slot nobody reads keeps the server from removing WAL.
+        eprintln!(
+            "demo: schema {} stays in the WAL mode: slot {} holds WAL on this server until a relay reads it (docs/operations.md, \"The WAL mode\")",
+            schema.name(),
+            slot.as_deref().unwrap_or("(none)"),
+        );
+    }
+    if !slot_read {
+        bail!(
+            "replication slot {} was not read past the last order after 120 s",
+            slot.as_deref().unwrap_or("(none)")
+        );
+    }
     if pending != 0 {
         bail!("{pending} events were still pending after 120 s");
     }

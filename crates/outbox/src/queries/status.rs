@@ -46,8 +46,10 @@ LEFT JOIN pg_replication_slots s ON s.slot_name = w.slot_name
 LEFT JOIN pg_stat_replication r ON r.pid = s.active_pid";
 
 /// The server's WAL position now, as text: what `--drain` waits for the
-/// slot to be confirmed to.
-pub const WAL_END: &str = "SELECT pg_current_wal_lsn()::text";
+/// slot to be confirmed to. The insert position, not the write position:
+/// a commit that has returned under `synchronous_commit = off` may lie
+/// past what has been written.
+pub const WAL_END: &str = "SELECT pg_current_wal_insert_lsn()::text";
 
 /// Whether the schema's slot is confirmed to `$1` (an LSN as text): every
 /// message written before it is delivered, or set aside in the table. True
