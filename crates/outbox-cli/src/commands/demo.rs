@@ -199,16 +199,9 @@ pub async fn run(ctx: &Ctx, args: DemoArgs) -> Result<ExitCode> {
 
     // In the WAL mode the events are delivered once the slot is read past
     // the last commit (those that failed wait in the table, as pending).
-    // That is the WAL's insert position: the write position
-    // (`Status::wal_end`) can be short of commits already acknowledged
-    // when they were made with `synchronous_commit = off`, as the
-    // throwaway server runs.
     let wal_end: Option<String> = if wal {
-        Some(
-            sqlx::query_scalar("SELECT pg_current_wal_insert_lsn()::text")
-                .fetch_one(&pool)
-                .await?,
-        )
+        let mut conn = pool.acquire().await?;
+        Some(Status::wal_end(&mut conn).await?)
     } else {
         None
     };
