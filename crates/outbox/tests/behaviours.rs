@@ -56,7 +56,6 @@ enum Running {
 /// A fresh database in `combo`'s mode, its relay publishing to
 /// `publisher`, and the producer that writes as that mode's producers do.
 struct Harness {
-    combo: Combo,
     pool: PgPool,
     outbox: Outbox,
     running: Running,
@@ -127,7 +126,6 @@ async fn harness(combo: Combo, publisher: &TestPublisher, tracer: Option<Tracer>
         _ => Outbox::new(),
     };
     Harness {
-        combo,
         pool,
         outbox,
         running,
