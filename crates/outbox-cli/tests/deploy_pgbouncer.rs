@@ -214,19 +214,9 @@ async fn in_wal_mode_the_relay_refuses_a_pooler_naming_the_fix() {
             .await
             .unwrap();
     }
-    let dir = tempfile::tempdir().unwrap();
-    let out = common::bin()
-        .env("DATABASE_URL", &pooled)
-        .args(["relay", "--publisher"])
-        .arg(format!("file:{}", dir.path().join("e.jsonl").display()))
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = common::text(&out.stderr);
-    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error")).collect();
-    assert_eq!(errors.len(), 1, "one error line: {err}");
+    let line = common::one_error_line(&common::relay_to_a_file(&pooled));
     assert!(
-        errors[0].contains("PgBouncer") && errors[0].contains("server's own address"),
-        "{err}"
+        line.contains("PgBouncer") && line.contains("server's own address"),
+        "{line}"
     );
 }

@@ -176,21 +176,10 @@ async fn a_slot_the_server_invalidated_stops_the_relay_in_one_line_and_status_sa
         said.contains("INVALIDATED") && said.contains("outbox migrate --mode wal"),
         "{said}"
     );
-    let dir = tempfile::tempdir().unwrap();
-    let out = common::bin()
-        .env("DATABASE_URL", &url)
-        .args(["relay", "--publisher"])
-        .arg(format!("file:{}", dir.path().join("e.jsonl").display()))
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = common::text(&out.stderr);
-    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error")).collect();
-    assert_eq!(errors.len(), 1, "one error line: {err}");
+    let line = common::one_error_line(&common::relay_to_a_file(&url));
     assert!(
-        errors[0].contains("invalidated") && errors[0].contains("outbox migrate --mode wal"),
-        "{}",
-        errors[0]
+        line.contains("invalidated") && line.contains("outbox migrate --mode wal"),
+        "{line}"
     );
     // The way out works: a new slot, read from now on.
     let out = migrate(&url, &["--mode", "wal"]);

@@ -158,11 +158,7 @@ async fn sigkills_and_postgres_restarts_lose_nothing_and_reorder_nothing_with_tw
 /// The first line of what `out` printed on stderr, which must be its only
 /// error line, and the exit must be non-zero.
 fn one_line_error(out: &std::process::Output) -> String {
-    assert!(!out.status.success(), "should have failed");
-    let err = common::text(&out.stderr);
-    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error")).collect();
-    assert_eq!(errors.len(), 1, "one error line: {err}");
-    errors[0].to_owned()
+    common::one_error_line(out)
 }
 
 async fn slots(url: &str) -> i64 {

@@ -84,6 +84,34 @@ async fn emit_one(pool: &PgPool, outbox: &Outbox, e: &NewEvent) {
     tx.commit().await.unwrap();
 }
 
+/// Drops this database's slot, as a restore or a failover would.
+async fn drop_slot(pool: &PgPool) {
+    sqlx::query(
+        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+         WHERE database = current_database()",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// Five rows written by plain table-mode producers, delivered once in
+/// order by a relay started after them; the relay.
+async fn five_rows_delivered(url: &str, pool: &PgPool) -> RelayHandle {
+    let rows: Vec<NewEvent> = (1..=5).map(|n| event("a", n)).collect();
+    for e in &rows {
+        emit_one(pool, &Outbox::new(), e).await;
+    }
+    let publisher = TestPublisher::new();
+    let relay = start(url, pool, &publisher, "r1").await;
+    wait_until("the five rows delivered", LONG, || async {
+        publisher.delivered_count() >= 5
+    })
+    .await;
+    check(&rows.iter().map(|e| e.id).collect::<Vec<_>>(), &publisher);
+    relay
+}
+
 #[tokio::test]
 async fn events_committed_by_transactions_open_across_the_switch_back_are_delivered_before_the_tables_next(
 ) {
@@ -279,13 +307,7 @@ async fn a_mark_that_no_switch_wrote_is_not_obeyed() {
 #[tokio::test]
 async fn switching_back_with_the_slot_gone_ends_at_once_saying_so_and_rows_are_delivered() {
     let (url, pool) = wal_db().await;
-    sqlx::query(
-        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
-         WHERE database = current_database()",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
+    drop_slot(&pool).await;
     let report = switch(&url, DeliveryMode::Table).await;
     assert_eq!(report.mode, DeliveryMode::Table);
     assert_eq!(report.slot, None, "the slot is forgotten");
@@ -298,17 +320,7 @@ async fn switching_back_with_the_slot_gone_ends_at_once_saying_so_and_rows_are_d
         report.warnings
     );
     assert_eq!(scalar(&pool, "SELECT count(*) FROM outbox_pauses").await, 0);
-    let rows: Vec<NewEvent> = (1..=5).map(|n| event("a", n)).collect();
-    for e in &rows {
-        emit_one(&pool, &Outbox::new(), e).await;
-    }
-    let publisher = TestPublisher::new();
-    let relay = start(&url, &pool, &publisher, "r1").await;
-    wait_until("the five rows delivered", LONG, || async {
-        publisher.delivered_count() >= 5
-    })
-    .await;
-    check(&rows.iter().map(|e| e.id).collect::<Vec<_>>(), &publisher);
+    let relay = five_rows_delivered(&url, &pool).await;
     relay.shutdown().await.unwrap();
     // And the WAL mode can be entered again.
     let report = switch(&url, DeliveryMode::Wal).await;
@@ -319,24 +331,8 @@ async fn switching_back_with_the_slot_gone_ends_at_once_saying_so_and_rows_are_d
 async fn a_slot_dropped_while_the_switch_waits_for_it_ends_the_switch_and_rows_flow() {
     let (url, pool) = wal_db().await;
     switch(&url, DeliveryMode::Table).await;
-    sqlx::query(
-        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
-         WHERE database = current_database()",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
-    let rows: Vec<NewEvent> = (1..=5).map(|n| event("a", n)).collect();
-    for e in &rows {
-        emit_one(&pool, &Outbox::new(), e).await;
-    }
-    let publisher = TestPublisher::new();
-    let relay = start(&url, &pool, &publisher, "r1").await;
-    wait_until("the five rows delivered", LONG, || async {
-        publisher.delivered_count() >= 5
-    })
-    .await;
-    check(&rows.iter().map(|e| e.id).collect::<Vec<_>>(), &publisher);
+    drop_slot(&pool).await;
+    let relay = five_rows_delivered(&url, &pool).await;
     assert_eq!(scalar(&pool, "SELECT count(*) FROM outbox_wal").await, 0);
     assert!(!relay.is_finished(), "the table relay goes on");
     relay.shutdown().await.unwrap();
@@ -348,13 +344,7 @@ async fn a_slot_dropped_while_the_switch_waits_for_it_ends_the_switch_and_rows_f
 #[tokio::test]
 async fn a_wal_mode_relay_whose_slot_is_gone_refuses_to_start_naming_the_way_out() {
     let (url, pool) = wal_db().await;
-    sqlx::query(
-        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
-         WHERE database = current_database()",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
+    drop_slot(&pool).await;
     let err = Relay::builder(pool.clone(), TestPublisher::new())
         .config(common::fast_config("r1"))
         .replication(ReplicationTarget::from_url(&url).unwrap())
@@ -644,13 +634,7 @@ async fn only_roles_that_may_insert_into_the_table_may_emit_in_the_wal_mode() {
     .unwrap();
     drop((s, p));
     // Dropping the slot lets the switch back end at once.
-    sqlx::query(
-        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
-         WHERE database = current_database()",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
+    drop_slot(&pool).await;
     switch(&url, DeliveryMode::Table).await;
     // Back in the table mode: the INSERT inside checks, as it always did.
     let mut s = as_role(stranger).await;

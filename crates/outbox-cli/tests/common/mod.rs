@@ -566,3 +566,24 @@ pub fn assert_lines_as_stored<'a>(
         assert_eq!(line.headers.len(), *headers, "no header dropped: {id}");
     }
 }
+
+/// The one `error` line a failed command printed (it must have failed, and
+/// printed exactly one).
+pub fn one_error_line(out: &Output) -> String {
+    assert!(!out.status.success(), "should have failed");
+    let err = text(&out.stderr);
+    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error")).collect();
+    assert_eq!(errors.len(), 1, "one error line: {err}");
+    errors[0].to_owned()
+}
+
+/// `outbox relay` on `url`, publishing to a file of its own, run to its end.
+pub fn relay_to_a_file(url: &str) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    bin()
+        .env("DATABASE_URL", url)
+        .args(["relay", "--publisher"])
+        .arg(format!("file:{}", dir.path().join("e.jsonl").display()))
+        .output()
+        .unwrap()
+}
