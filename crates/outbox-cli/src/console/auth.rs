@@ -68,7 +68,10 @@ pub fn is_loopback(listen: &str) -> Result<bool> {
         .to_socket_addrs()
         .with_context(|| format!("--listen {listen:?} is not HOST:PORT"))?
         .collect();
-    Ok(!addrs.is_empty() && addrs.iter().all(|a| a.ip().is_loopback()))
+    Ok(!addrs.is_empty()
+        && addrs
+            .iter()
+            .all(|a| a.ip().is_loopback() || crate::db::is_mapped_loopback(a.ip())))
 }
 
 /// Refuses to serve a non-loopback address without a password.
@@ -109,7 +112,7 @@ pub fn loopback_host(host: Option<&str>) -> bool {
         return true;
     }
     name.parse::<std::net::IpAddr>()
-        .is_ok_and(|ip| ip.is_loopback())
+        .is_ok_and(|ip| ip.is_loopback() || crate::db::is_mapped_loopback(ip))
 }
 
 /// Equality whose time does not depend on where `a` and `b` differ.
@@ -309,6 +312,15 @@ mod tests {
         assert!(!ct_eq(b"abc", b"abd"));
         assert!(!ct_eq(b"abc", b"abcd"));
         assert!(!ct_eq(b"", b"a"));
+    }
+
+    #[test]
+    fn an_ipv4_mapped_loopback_address_is_loopback_too() {
+        assert!(is_loopback("[::ffff:127.0.0.1]:8080").unwrap());
+        assert!(check_exposure("[::ffff:127.0.0.1]:8080", false).is_ok());
+        assert!(!is_loopback("[::ffff:10.0.0.1]:8080").unwrap());
+        assert!(loopback_host(Some("[::ffff:127.0.0.1]:8080")));
+        assert!(!loopback_host(Some("[::ffff:192.0.2.1]")));
     }
 
     #[test]
