@@ -91,9 +91,34 @@ async fn get_readyz(target: &str) -> std::io::Result<(u16, String)> {
 }
 
 /// Ready or not, and the line that says why, from `/readyz`'s answer.
+///
+/// Ready means an answer a relay gives: HTTP 200 with `"status":
+/// "ready"`. Anything else on the port (another server's 200, a body that
+/// is not the relay's) is not ready, and the line says what came.
 pub fn verdict(status: u16, body: &str) -> (bool, String) {
     let json: Option<Value> = serde_json::from_str(body).ok();
     match (status, json) {
+        (200, Some(v)) if v["status"] != "ready" => (
+            false,
+            format!(
+                "not ready: HTTP 200 from /readyz, but not a relay's answer (its \"status\" is {})",
+                crate::text::cut(&v["status"].to_string())
+            ),
+        ),
+        (200, None) => (
+            false,
+            "not ready: HTTP 200 from /readyz, but not a relay's answer (not JSON)".to_owned(),
+        ),
+        (200, Some(v)) if v["checks"]["sources"].is_object() => {
+            let sources = &v["checks"]["sources"];
+            (
+                true,
+                format!(
+                    "ready: {} of {} sources healthy",
+                    sources["healthy"], sources["total"]
+                ),
+            )
+        }
         (200, Some(v)) => {
             let relay = &v["checks"]["relay"];
             let state = relay["state"].as_str().unwrap_or("running");
@@ -104,7 +129,6 @@ pub fn verdict(status: u16, body: &str) -> (bool, String) {
                 format!("ready: {state}, {owned} of {total} partitions held"),
             )
         }
-        (200, None) => (true, "ready".to_owned()),
         (_, Some(v)) => {
             let problems: Vec<&str> = v["problems"]
                 .as_array()
@@ -133,6 +157,15 @@ mod tests {
         assert_eq!(probe_address(":9090"), "127.0.0.1:9090");
         assert_eq!(probe_address("10.0.0.5:9090"), "10.0.0.5:9090");
         assert_eq!(probe_address("relay.internal:9090"), "relay.internal:9090");
+    }
+
+    #[test]
+    fn only_a_relays_ready_answer_is_ready() {
+        for body in ["ok", "{\"ready\": false}", "{\"status\": \"alive\"}", ""] {
+            let (ready, line) = verdict(200, body);
+            assert!(!ready, "{body:?}: {line}");
+            assert!(line.contains("not a relay's answer"), "{line}");
+        }
     }
 
     #[test]
