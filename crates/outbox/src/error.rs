@@ -87,6 +87,17 @@ impl Error {
         out.replace(['\n', '\r'], " ")
     }
 
+    /// The SQLSTATE PostgreSQL answered with, if it answered.
+    pub(crate) fn sqlstate(&self) -> Option<String> {
+        match self {
+            Error::Database {
+                source: sqlx::Error::Database(db),
+                ..
+            } => db.code().map(|c| c.into_owned()),
+            _ => None,
+        }
+    }
+
     pub(crate) fn db(during: &'static str) -> impl FnOnce(sqlx::Error) -> Self {
         move |source| Error::Database { during, source }
     }

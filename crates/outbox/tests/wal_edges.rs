@@ -877,3 +877,68 @@ async fn an_operators_pause_in_force_at_the_switch_holds_through_it_and_is_given
     check(&[before.id, after.id], &publisher);
     relay.shutdown().await.unwrap();
 }
+
+/// Collects the relay's outage reports.
+#[derive(Default)]
+struct Outages(std::sync::Mutex<Vec<(outbox::OutageKind, String)>>);
+
+impl outbox::RelayObserver for Outages {
+    fn on_outage(&self, kind: outbox::OutageKind, error: &str) {
+        self.0.lock().unwrap().push((kind, error.to_owned()));
+    }
+}
+
+#[tokio::test]
+async fn a_set_aside_the_table_refuses_holds_the_slot_names_the_cause_and_its_fix_and_is_delivered_once_fixed(
+) {
+    let (url, pool) = wal_db().await;
+    let wal = Outbox::new().with_delivery(DeliveryMode::Wal);
+    // A constraint added by hand refuses the rows of aggregate "poison".
+    sqlx::query(
+        "ALTER TABLE outbox_events ADD CONSTRAINT refuse_poison CHECK (aggregate_id <> 'poison') NOT VALID",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let publisher = TestPublisher::new();
+    let e1 = event("poison", 1);
+    publisher.fail(Match::Id(e1.id), Fail::Retry, Some(1));
+    let outages = std::sync::Arc::new(Outages::default());
+    let relay = Relay::builder(pool.clone(), publisher.clone())
+        .config(common::fast_config("r1"))
+        .replication(ReplicationTarget::from_url(&url).unwrap())
+        .observer(outages.clone())
+        .spawn()
+        .await
+        .unwrap();
+    emit_one(&pool, &wal, &e1).await;
+    wait_until("the refusal reported with its fix", LONG, || async {
+        outages.0.lock().unwrap().iter().any(|(kind, error)| {
+            *kind == outbox::OutageKind::Database
+                && error.contains("refuse_poison")
+                && error.contains("a constraint of outbox_events refuses the rows")
+        })
+    })
+    .await;
+    let e2 = event("other", 1);
+    emit_one(&pool, &wal, &e2).await;
+    // Nothing is confirmed past the batch meanwhile: e2, behind it in the
+    // slot, is not published, and the slot keeps both.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !publisher.deliveries().iter().any(|e| e.id == e2.id),
+        "nothing behind the refused batch is published"
+    );
+    assert_eq!(scalar(&pool, "SELECT count(*) FROM outbox_events").await, 0);
+    sqlx::query("ALTER TABLE outbox_events DROP CONSTRAINT refuse_poison")
+        .execute(&pool)
+        .await
+        .unwrap();
+    wait_until("both delivered once the cause is fixed", LONG, || async {
+        let d = publisher.deliveries();
+        d.iter().any(|e| e.id == e1.id) && d.iter().any(|e| e.id == e2.id)
+    })
+    .await;
+    check(&[e1.id, e2.id], &publisher);
+    relay.shutdown().await.unwrap();
+}

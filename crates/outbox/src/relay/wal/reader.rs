@@ -599,10 +599,20 @@ impl Reader {
     }
 
     /// Logs a database failure and waits `wait`; `false` if the relay is
-    /// told to stop meanwhile.
+    /// told to stop meanwhile. Either way the slot holds the batch: a
+    /// server that is down is waited for; one that refuses what is asked
+    /// (a permission, a constraint added by hand, a read-only server) is
+    /// said to as an error with its fix, and asked again after each wait
+    /// until the cause is fixed.
     async fn database_down(&mut self, e: &Error, wait: Duration) -> bool {
-        let error = e.with_causes().to_string();
-        tracing::warn!(%error, "database unavailable; the slot holds the batch");
+        let mut error = e.with_causes();
+        if e.is_retriable() {
+            tracing::warn!(%error, "database unavailable; the slot holds the batch");
+        } else {
+            let fix = refused_fix(e.sqlstate().as_deref());
+            tracing::error!(%error, "the database refuses what the WAL reader asks of it; the slot holds the batch (nothing is lost) and it is asked again every {} s until the cause is fixed: {fix}", wait.as_secs().max(1));
+            error = format!("{error}; {fix}");
+        }
         self.stats.add_outage();
         if let Some(o) = &self.observer {
             o.on_outage(OutageKind::Database, &error);
@@ -637,5 +647,22 @@ impl Reader {
         if let Some(o) = &self.observer {
             o.on_batch(&report);
         }
+    }
+}
+
+/// What fixes a database error that waiting does not, by its SQLSTATE.
+fn refused_fix(sqlstate: Option<&str>) -> &'static str {
+    match sqlstate {
+        Some("42501") => {
+            "grant the relay's role SELECT, INSERT, UPDATE and DELETE on the schema's outbox tables"
+        }
+        Some(c) if c.starts_with("23") => {
+            "a constraint of outbox_events refuses the rows: drop the constraint added to the table by hand, or run outbox migrate to restore its definition"
+        }
+        Some("25006") => {
+            "the database URL reaches a read-only server: point the relay at the primary"
+        }
+        Some("42P01" | "3F000") => "the outbox's tables are missing: run outbox migrate",
+        _ => "read the error above; nothing is confirmed past the batch meanwhile",
     }
 }
