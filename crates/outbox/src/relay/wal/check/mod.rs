@@ -244,8 +244,8 @@ fn prefix_of(s: &str, n: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use uuid::Uuid;
     use crate::wal::message::decode;
+    use uuid::Uuid;
 
     const ID: &str = "0190f3c2-7a4b-7c3d-8e9f-0123456789ab";
     /// 2024-12-06T19:12:25Z.
