@@ -85,6 +85,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "channel_names_fit",
         include_str!("../migrations/0016_channel_names_fit.sql"),
     ),
+    (
+        17,
+        "pauses_in_the_stream",
+        include_str!("../migrations/0017_pauses_in_the_stream.sql"),
+    ),
 ];
 
 const TRIGGER_ON: &str = include_str!("../migrations/notify_trigger_on.sql");
@@ -289,7 +294,8 @@ pub async fn migrate(
         let sql = schema
             .render(sql)
             .replace("{partitions}", &partitions.to_string())
-            .replace("{channel}", &schema.channel());
+            .replace("{channel}", &schema.channel())
+            .replace("{prefix}", &wal::message_prefix(schema));
         sqlx::raw_sql(&sql)
             .execute(&mut *tx)
             .await

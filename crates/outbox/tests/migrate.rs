@@ -64,7 +64,8 @@ async fn migrating_twice_is_a_no_op() {
             "0013_emit".to_owned(),
             "0014_wal_switch_mark".to_owned(),
             "0015_pauses_notify".to_owned(),
-            "0016_channel_names_fit".to_owned()
+            "0016_channel_names_fit".to_owned(),
+            "0017_pauses_in_the_stream".to_owned()
         ]
     );
     assert_eq!(first.partitions, 32);
@@ -261,7 +262,8 @@ async fn upgrading_a_first_release_schema_keeps_pending_events_and_their_order()
             "0013_emit",
             "0014_wal_switch_mark",
             "0015_pauses_notify",
-            "0016_channel_names_fit"
+            "0016_channel_names_fit",
+            "0017_pauses_in_the_stream"
         ]
     );
     assert_eq!(report.partitions, 32);

@@ -747,6 +747,60 @@ async fn pausing_the_whole_outbox_holds_the_wal_stream_until_resumed() {
 }
 
 #[tokio::test]
+async fn a_pause_holds_every_event_that_commits_after_it_even_before_its_notification_arrives() {
+    let (url, pool) = wal_db().await;
+    let publisher = TestPublisher::new();
+    let relay = start(&url, &pool, &publisher, "r1").await;
+    let first = event("a", 1);
+    emit_one(&pool, &Outbox::new().with_delivery(DeliveryMode::Wal), &first).await;
+    wait_until("delivered before the pause", LONG, || async {
+        publisher.delivered_count() >= 1
+    })
+    .await;
+    // The pause and the events commit together, ten times: the relay reads
+    // them from the slot at once, with the pause's NOTIFY still on its way.
+    let mut expected = vec![first.id];
+    for n in 2..=11 {
+        let e = event("a", n);
+        expected.push(e.id);
+        let mut tx = pool.begin().await.unwrap();
+        sqlx::query(
+            "INSERT INTO outbox_pauses (aggregate_type, paused_by) VALUES (NULL, 'test')
+             ON CONFLICT DO NOTHING",
+        )
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+        sqlx::query("SELECT outbox_emit($1, $2, $3, $4::jsonb, '{}', NULL, $5)")
+            .bind(&e.aggregate_type)
+            .bind(&e.aggregate_id)
+            .bind(&e.event_type)
+            .bind(e.payload.to_string())
+            .bind(e.id)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(
+        publisher.delivered_count(),
+        1,
+        "nothing that committed with the pause is delivered while it holds"
+    );
+    sqlx::query("DELETE FROM outbox_pauses")
+        .execute(&pool)
+        .await
+        .unwrap();
+    wait_until("everything delivered after resume", LONG, || async {
+        publisher.delivered_count() >= expected.len()
+    })
+    .await;
+    check(&expected, &publisher);
+    relay.shutdown().await.unwrap();
+}
+
+#[tokio::test]
 async fn a_reader_whose_session_ended_sets_nothing_aside_once_another_reader_holds_the_slot() {
     let (url, pool) = wal_db().await;
     let wal = Outbox::new().with_delivery(DeliveryMode::Wal);

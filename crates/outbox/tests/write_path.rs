@@ -247,7 +247,8 @@ async fn migration_11_keeps_pending_retrying_and_dead_events_and_their_order() {
             "0013_emit",
             "0014_wal_switch_mark",
             "0015_pauses_notify",
-            "0016_channel_names_fit"
+            "0016_channel_names_fit",
+            "0017_pauses_in_the_stream"
         ]
     );
     assert_eq!(report.wakeup, outbox::WakeupTrigger::Idle);

@@ -101,6 +101,11 @@ pub(crate) async fn recorded_slot_if_any(
     recorded_slot(&mut *conn, schema).await
 }
 
+/// The content of the message a pause's change writes with the schema's
+/// prefix (migration 17): the reader reads the pauses again from there on.
+/// No event's message is this (each starts with its id).
+pub(crate) const PAUSES_CHANGED: &str = "pauses";
+
 /// The prefix of the schema's logical messages: the relay decodes only
 /// messages that carry it, so schemas sharing a database never read each
 /// other's events.

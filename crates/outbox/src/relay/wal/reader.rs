@@ -20,6 +20,7 @@ use super::session::{self, NotStarted, Session};
 use super::set_aside::{Aside, SetAside};
 use super::settle::{Publishing, Settled};
 use super::switch::{self, Gone, Mark, SWITCH_TO_TABLE};
+use crate::wal::PAUSES_CHANGED;
 use super::ReplicationTarget;
 use crate::error::{Error, Result};
 use crate::event::Event;
@@ -250,6 +251,8 @@ impl Reader {
     ) -> std::result::Result<Ended, String> {
         let mut txn: Vec<Event> = Vec::new();
         let mut txn_marks = false;
+        // Whether the transaction being read changed a pause.
+        let mut txn_pauses = false;
         let mut batch: Vec<Event> = Vec::new();
         let mut batch_end: Option<Lsn> = None;
         loop {
@@ -287,6 +290,7 @@ impl Reader {
                 ReplicationEvent::Begin { .. } => {
                     txn.clear();
                     txn_marks = false;
+                    txn_pauses = false;
                 }
                 ReplicationEvent::Message {
                     prefix,
@@ -300,6 +304,8 @@ impl Reader {
                 } if prefix == self.prefix => {
                     if content.as_ref() == SWITCH_TO_TABLE.as_bytes() {
                         txn_marks = true;
+                    } else if content.as_ref() == PAUSES_CHANGED.as_bytes() {
+                        txn_pauses = true;
                     } else if let Some(e) = self.decoded(&content) {
                         txn.push(e);
                     }
@@ -317,6 +323,17 @@ impl Reader {
                     }
                 }
                 ReplicationEvent::Commit { end_lsn, .. } => {
+                    if std::mem::take(&mut txn_pauses) {
+                        // A pause changed: what committed before it is
+                        // published first, what commits from here on under
+                        // the pauses read again.
+                        let end = batch_end.take();
+                        if !self.flush(&client, std::mem::take(&mut batch), end).await? {
+                            client.stop();
+                            return Ok(Ended::Stopped);
+                        }
+                        self.pauses.forget();
+                    }
                     batch.append(&mut txn);
                     batch_end = Some(end_lsn);
                     if std::mem::take(&mut txn_marks) {
