@@ -20,7 +20,6 @@ use super::session::{self, NotStarted, Session};
 use super::set_aside::{Aside, SetAside};
 use super::settle::{Publishing, Settled};
 use super::switch::{self, Gone, Mark, SWITCH_TO_TABLE};
-use crate::wal::PAUSES_CHANGED;
 use super::ReplicationTarget;
 use crate::error::{Error, Result};
 use crate::event::Event;
@@ -31,6 +30,7 @@ use crate::relay::deliver::Core;
 use crate::relay::observe::{BatchReport, OutageKind, RelayObserver, RelayStats};
 use crate::wakeup::Wakeup;
 use crate::wal::message;
+use crate::wal::PAUSES_CHANGED;
 
 /// What the relay's owner can read of the reader while it runs.
 #[derive(Debug, Default)]
