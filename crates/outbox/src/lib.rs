@@ -54,6 +54,7 @@ pub use wal::switch_back::DEFAULT_SWITCH_TIMEOUT;
 pub use wal::{default_slot_name, DeliveryMode};
 
 /// Not part of the API: what the crate's own integration tests reach of
-/// its insides. No stability promise; do not use.
+/// its insides, behind the feature `test-seam` that only they turn on.
+#[cfg(feature = "test-seam")]
 #[doc(hidden)]
 pub use relay::test_seam;

@@ -14,6 +14,7 @@ mod ownership;
 mod replan;
 pub mod sources;
 mod store;
+#[cfg(feature = "test-seam")]
 #[doc(hidden)]
 pub mod test_seam;
 pub(crate) mod wal;
