@@ -752,7 +752,12 @@ async fn a_pause_holds_every_event_that_commits_after_it_even_before_its_notific
     let publisher = TestPublisher::new();
     let relay = start(&url, &pool, &publisher, "r1").await;
     let first = event("a", 1);
-    emit_one(&pool, &Outbox::new().with_delivery(DeliveryMode::Wal), &first).await;
+    emit_one(
+        &pool,
+        &Outbox::new().with_delivery(DeliveryMode::Wal),
+        &first,
+    )
+    .await;
     wait_until("delivered before the pause", LONG, || async {
         publisher.delivered_count() >= 1
     })

@@ -48,9 +48,9 @@
 /// assigned before. It is assigned only when rows come back (the column is
 /// evaluated with the first row), and its commit is not flushed.
 ///
-/// A row's partition is `outbox_partition(aggregate_id)` (migration 11: a
-/// function, no longer a stored column the producer pays for), a filter
-/// on the rows each index scan returns, as the column was.
+/// A row's partition is `outbox_partition(aggregate_id)` (a function,
+/// migration 11: producers store no partition column), a filter on the
+/// rows each index scan returns.
 ///
 /// Paused delivery (migration 10, `outbox_pauses`): an aggregate type
 /// paused there is skipped like a blocked aggregate, and a pause of the
