@@ -3,7 +3,8 @@
 //! (librdkafka's mock cluster) and RabbitMQ (a real server from the test
 //! kit); a malformed `traceparent` is delivered untouched, never blocked.
 //! With `OTEL_EXPORTER_OTLP_ENDPOINT` set, an in-process OTLP receiver
-//! decodes the exported publish span and the Kafka message names it.
+//! decodes the exported publish span and the Kafka message names it, in
+//! the table mode and in the WAL mode (events emitted with `outbox_emit`).
 //! `OUTBOX_SKIP_BROKER_TESTS` naming `kafka` or `rabbitmq` skips a test.
 
 #[path = "common/brokers.rs"]
@@ -202,22 +203,64 @@ fn kafka_read_back(bootstrap: &str, expected: usize) -> Received {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_messages_keep_the_rows_trace_id_and_name_the_exported_publish_span() {
+    let (db, pool) = outbox_testkit::postgres::migrated_test_db().await;
+    kafka_trace(&db.url, &pool, |p, h| async move { insert(&p, h).await }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_the_wal_mode_kafka_messages_keep_the_trace_id_and_name_the_exported_publish_span() {
+    let cluster = tokio::task::spawn_blocking(|| outbox_testkit::postgres::logical_cluster(&[]))
+        .await
+        .unwrap();
+    let url = cluster.url();
+    let out = common::run(&["migrate", "--mode", "wal"], Some(&url));
+    assert!(out.status.success(), "{}", common::text(&out.stderr));
+    let pool = PgPool::connect(&url).await.unwrap();
+    kafka_trace(&url, &pool, |p, h| async move { emit(&p, h).await }).await;
+}
+
+/// An event emitted in the WAL mode, with `headers`; its id.
+async fn emit(pool: &PgPool, headers: serde_json::Value) -> Uuid {
+    sqlx::query_scalar(
+        "SELECT outbox_emit('order', gen_random_uuid()::text, 'order.created', '{}', $1)",
+    )
+    .bind(headers)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// Three events written by `write` (traced, malformed, plain), drained by
+/// `outbox relay` to librdkafka's mock cluster with an OTLP exporter: the
+/// one publish span, its parent the row's, named in the traced message.
+async fn kafka_trace<F, Fut>(url: &str, pool: &PgPool, write: F)
+where
+    F: Fn(PgPool, serde_json::Value) -> Fut,
+    Fut: std::future::Future<Output = Uuid>,
+{
     let Some((mock, bootstrap)) = brokers::kafka_mock_or_skip(1, KAFKA_TOPIC, 1) else {
         return;
     };
     let otlp = Otlp::default();
     let collector = otlp.start().await;
-    let (db, pool) = outbox_testkit::postgres::migrated_test_db().await;
-    let rows = insert_rows(&pool).await;
+    let rows = Rows {
+        traced: write(
+            pool.clone(),
+            serde_json::json!({"traceparent": hand_written(), "tracestate": TRACESTATE}),
+        )
+        .await,
+        malformed: write(pool.clone(), serde_json::json!({"traceparent": MALFORMED})).await,
+        plain: write(pool.clone(), serde_json::json!({})).await,
+    };
 
     let mut cmd = common::bin();
-    cmd.env("DATABASE_URL", &db.url)
+    cmd.env("DATABASE_URL", url)
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{collector}"))
         .env("OTEL_SERVICE_NAME", SERVICE)
         .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
         .args(["relay", "--drain", "--instance-id", "traced"])
         .args(["--publisher", &format!("kafka://{bootstrap}")]);
-    common::drain(cmd, &pool).await;
+    common::drain(cmd, pool).await;
 
     let got = tokio::task::spawn_blocking(move || kafka_read_back(&bootstrap, 3))
         .await
