@@ -247,3 +247,80 @@ async fn cookie_less_visits_do_not_end_the_operators_session() {
     );
     assert_eq!(count(&pool, "SELECT count(*) FROM outbox_pauses").await, 1);
 }
+
+/// 128 idle connections answered one probe in four and 200 none: the
+/// console kept 64 connections and gave each 10 s to send a request head,
+/// so the rest waited in the listen queue. It now serves through the
+/// relay's accept loop, whose limits held 300: with 300 connections that
+/// send nothing (each reopened as soon as the console closes it), every
+/// probe of `/login` and `/metrics` is answered, within a bound generous
+/// enough never to flake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_hundred_idle_connections_do_not_lock_the_console_out() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    use tokio::io::AsyncReadExt;
+
+    const IDLE: usize = 300;
+    let (db, _pool) = migrated_test_db().await;
+    let console = start(&db.url, &[], &[("OUTBOX_CONSOLE_PASSWORD", "s3cret")]);
+    let addr = console.base.trim_start_matches("http://").to_owned();
+    let opened = Arc::new(AtomicUsize::new(0));
+    let (stop, _) = tokio::sync::watch::channel(false);
+    for _ in 0..IDLE {
+        let (addr, opened, mut stop) = (addr.clone(), opened.clone(), stop.subscribe());
+        tokio::spawn(async move {
+            while !*stop.borrow() {
+                if let Ok(mut s) = tokio::net::TcpStream::connect(&addr).await {
+                    opened.fetch_add(1, Ordering::Relaxed);
+                    let mut buf = [0u8; 64];
+                    tokio::select! {
+                        _ = s.read(&mut buf) => {}
+                        _ = stop.changed() => return,
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while opened.load(Ordering::Relaxed) < IDLE && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        opened.load(Ordering::Relaxed) >= IDLE,
+        "idle connections not opened"
+    );
+
+    let mut failures = Vec::new();
+    let mut slowest = Duration::ZERO;
+    for i in 0..10 {
+        let path = if i % 2 == 0 { "/login" } else { "/metrics" };
+        // A fresh connection per probe, as a monitor opens one.
+        let probe = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .timeout(Duration::from_secs(5))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap();
+        let t = Instant::now();
+        match probe.get(console.url(path)).send().await {
+            Ok(r) if r.status() == 200 => slowest = slowest.max(t.elapsed()),
+            Ok(r) => failures.push(format!("{path}: {}", r.status())),
+            Err(e) => failures.push(format!("{path} after {:?}: {e}", t.elapsed())),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = stop.send(true);
+    eprintln!(
+        "{IDLE} idle connections: {} of 10 probes answered, slowest {slowest:?}",
+        10 - failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of 10 probes unanswered with {IDLE} idle connections open:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}

@@ -3,7 +3,6 @@
 //! checks in front of every route, security headers on every answer, and
 //! the routes themselves (each a few lines over the store and a page).
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,9 +11,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CACHE_CONTROL, SET_COOKIE};
 use hyper::{Method, Request, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use uuid::Uuid;
 
 use super::answer::{answer, failed, html, plain, redirect, Answer, App};
@@ -24,12 +21,12 @@ use super::metrics::{action_of, Outcome};
 use super::pages::{self, View};
 use crate::db::redact_text;
 
-/// Connections served at once; more wait to be accepted.
-const MAX_CONNECTIONS: usize = 64;
-/// Time a client has to send a request head.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest form accepted.
 const MAX_BODY: usize = 1 << 20;
+/// Time a client has to send a form once its request head is in: a
+/// connection sending its body slowly is busy to the accept loop, which
+/// never closes it to make room, so the console ends it.
+const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Rows per page of events and dead letters.
 pub const PAGE_SIZE: usize = 50;
 /// Stuck aggregates shown.
@@ -38,38 +35,15 @@ const STUCK_LIMIT: i64 = 200;
 const JS: &str = include_str!("assets/console.js");
 const CSS: &str = include_str!("assets/console.css");
 
-/// Serves `app` on `listener` until the task ends.
+/// Serves `app` on `listener` until the task ends, through the relay's
+/// accept loop and its limits (connections, header timeout), so idle and
+/// slow clients lock `outbox console` out no more than the relay.
 pub async fn serve(listener: TcpListener, app: Arc<App>) {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    loop {
-        let Ok(permit) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        let (stream, peer) = match listener.accept().await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "console accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
+    crate::http::accept_loop(listener, move |req, peer| {
         let app = app.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let app = app.clone();
-                async move { Ok::<_, Infallible>(answer_request(&app, req, peer).await) }
-            });
-            let served = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-            if let Err(e) = served {
-                tracing::debug!(%peer, error = %e, "console connection ended with an error");
-            }
-            drop(permit);
-        });
-    }
+        async move { answer_request(&app, req, peer).await }
+    })
+    .await
 }
 
 /// The console's answer to `req` from `peer`, timed (`Server-Timing`):
@@ -142,9 +116,16 @@ async fn handle(app: &App, req: Request<Incoming>, peer: SocketAddr) -> Answer {
     let origin = header(&req, "origin").map(str::to_owned);
     let host = header(&req, "host").map(str::to_owned);
     let form = if method == Method::POST {
-        match Limited::new(req.into_body(), MAX_BODY).collect().await {
-            Ok(body) => Params::parse(&String::from_utf8_lossy(&body.to_bytes())),
-            Err(_) => return plain(StatusCode::PAYLOAD_TOO_LARGE, "form too large"),
+        let body = Limited::new(req.into_body(), MAX_BODY).collect();
+        match tokio::time::timeout(BODY_TIMEOUT, body).await {
+            Ok(Ok(body)) => Params::parse(&String::from_utf8_lossy(&body.to_bytes())),
+            Ok(Err(_)) => return plain(StatusCode::PAYLOAD_TOO_LARGE, "form too large"),
+            Err(_) => {
+                return plain(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "refused: the form did not arrive within 10 s",
+                )
+            }
         }
     } else {
         Params::default()
