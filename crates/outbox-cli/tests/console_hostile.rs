@@ -1,7 +1,7 @@
 //! `outbox console` over HTTP against hostile and careless requests: input
 //! PostgreSQL cannot store, bulk actions whose selection grows after the
-//! confirmation, anonymous visits, guessing, and methods a route does not
-//! take. Each answer must be the one a careful operator expects: a 4xx
+//! confirmation, anonymous visits, guessing passwords in parallel, idle
+//! connections, and methods a route does not take. Each answer must be the one a careful operator expects: a 4xx
 //! naming the field or the method, never a 500 or a changed database.
 
 mod common;
@@ -323,4 +323,86 @@ async fn three_hundred_idle_connections_do_not_lock_the_console_out() {
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// Wrong passwords were answered after 0.3 s each but in parallel (150–204
+/// guesses a second), each with a log line. Fifty sent at once from one
+/// address now get three answers (the free guesses) and 47 refusals (429
+/// with `Retry-After`), the log sums them up in one line instead of fifty,
+/// and the operator signing in from another address meanwhile gets in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_wrong_guesses_are_refused_and_summed_up_while_the_operator_signs_in() {
+    use std::time::{Duration, Instant};
+
+    let (db, _pool) = migrated_test_db().await;
+    let console = start(&db.url, &[], &[("OUTBOX_CONSOLE_PASSWORD", "s3cret")]);
+    let attacker = reqwest::Client::new();
+    let url = console.url("/login");
+    let guesses = (0..50).map(|i| {
+        let (attacker, url) = (attacker.clone(), url.clone());
+        tokio::spawn(async move {
+            let r = attacker
+                .post(&url)
+                .form(&[("password", format!("guess-{i}"))])
+                .send()
+                .await
+                .unwrap();
+            let retry_after = r
+                .headers()
+                .get("retry-after")
+                .map(|v| v.to_str().unwrap().parse::<u64>().unwrap());
+            (r.status().as_u16(), retry_after)
+        })
+    });
+    let mut answers = Vec::new();
+    for g in futures::future::join_all(guesses).await {
+        answers.push(g.unwrap());
+    }
+    let wrong = answers.iter().filter(|a| **a == (401, None)).count();
+    let refused = answers
+        .iter()
+        .filter(|(s, after)| *s == 429 && after.is_some_and(|s| s >= 1))
+        .count();
+    assert_eq!((wrong, refused), (3, 47), "{answers:?}");
+
+    // The right password from the guessing address waits too…
+    let (status, _, body) = post(&client(), &console, "/login", &[("password", "s3cret")]).await;
+    assert_eq!(status, 429, "{body}");
+    assert!(body.contains("Too many sign-in attempts"), "{body}");
+    // …while the operator, elsewhere, gets in.
+    let operator = reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .cookie_store(true)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let r = operator
+        .post(&url)
+        .form(&[("password", "s3cret")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    assert_eq!(r.headers()["location"], "/");
+    let r = operator.get(console.url("/")).send().await.unwrap();
+    assert_eq!(r.status(), 200, "the operator's session does not serve");
+
+    // One summary line, not a line per guess.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let summary = loop {
+        let log = console.log();
+        if let Some(l) = log.iter().find(|l| l.contains("console sign-ins failed")) {
+            break l.clone();
+        }
+        assert!(Instant::now() < deadline, "no summary line in {log:#?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        summary.contains("3 wrong passwords and 48 refused as too many")
+            && summary.contains("most from 127.0.0.1 (51)"),
+        "{summary}"
+    );
+    let log = console.log();
+    let about_guesses = log.iter().filter(|l| l.contains("wrong")).count();
+    assert_eq!(about_guesses, 1, "{log:#?}");
 }

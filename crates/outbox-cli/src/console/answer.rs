@@ -32,6 +32,10 @@ pub struct App {
     pub trace_link: Option<String>,
     /// The actions counted, served at `/metrics`.
     pub metrics: super::metrics::ConsoleMetrics,
+    /// Who may try a password now.
+    pub throttle: std::sync::Mutex<super::throttle::Throttle>,
+    /// Failed sign-ins since the last summary in the log.
+    pub tally: std::sync::Arc<std::sync::Mutex<super::throttle::Tally>>,
 }
 
 fn with_headers(mut r: Answer) -> Answer {

@@ -5,11 +5,11 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, CACHE_CONTROL, SET_COOKIE};
+use hyper::header::{HeaderValue, CACHE_CONTROL, RETRY_AFTER, SET_COOKIE};
 use hyper::{Method, Request, StatusCode};
 use tokio::net::TcpListener;
 use uuid::Uuid;
@@ -19,6 +19,7 @@ use super::auth::{self, Refusal, Session, COOKIE};
 use super::forms::{self, Params};
 use super::metrics::{action_of, Outcome};
 use super::pages::{self, View};
+use super::throttle::{Client, Failure, Verdict, TALLY_WINDOW};
 use crate::db::redact_text;
 
 /// Largest form accepted.
@@ -226,7 +227,7 @@ async fn login(
         return redirect("/");
     };
     if *method != Method::POST {
-        return html(StatusCode::OK, pages::layout::login(false));
+        return html(StatusCode::OK, pages::layout::login(None));
     }
     if origin.is_some_and(|o| !auth::same_origin(o, host)) {
         app.metrics.action("sign_in", Outcome::Refused);
@@ -238,17 +239,65 @@ async fn login(
         .find(|(k, _)| k == "password")
         .map(|(_, v)| v.as_str())
         .unwrap_or("");
-    if !auth::ct_eq(given.as_bytes(), password.as_bytes()) {
-        tracing::warn!(%peer, "console sign-in refused: wrong password");
+    let client = Client::of(peer.ip());
+    if let Verdict::Wait(wait) = lock(&app.throttle).attempt(Instant::now(), client) {
         app.metrics.action("sign_in", Outcome::Refused);
+        note_failure(app, client, Failure::Refused);
+        return too_many(wait);
+    }
+    if !auth::ct_eq(given.as_bytes(), password.as_bytes()) {
+        app.metrics.action("sign_in", Outcome::Refused);
+        note_failure(app, client, Failure::Wrong);
         // Slows guessing down; the answer is the same whatever was wrong.
         tokio::time::sleep(Duration::from_millis(300)).await;
-        return html(StatusCode::UNAUTHORIZED, pages::layout::login(true));
+        return html(
+            StatusCode::UNAUTHORIZED,
+            pages::layout::login(Some("Wrong password.")),
+        );
     }
+    lock(&app.throttle).succeeded(client);
     let (id, _) = app.sessions.open(true, true);
     tracing::warn!(%peer, "console sign-in");
     app.metrics.action("sign_in", Outcome::Changed);
     set_cookie(redirect("/"), &id, None)
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Counts a failed sign-in; the first of a window schedules the window's
+/// one log line.
+fn note_failure(app: &App, client: Client, failure: Failure) {
+    if !lock(&app.tally).note(Instant::now(), client, failure) {
+        return;
+    }
+    let tally = app.tally.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(TALLY_WINDOW).await;
+        let summary = lock(&tally).take(Instant::now());
+        if let Some(s) = summary {
+            tracing::warn!(
+                wrong = s.wrong,
+                refused = s.refused,
+                "console sign-ins failed: {s}"
+            );
+        }
+    });
+}
+
+/// 429 to a client that must wait before its next sign-in, with when in
+/// `Retry-After` and on the page.
+fn too_many(wait: Duration) -> Answer {
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    let secs = secs.max(1);
+    let why = format!("Too many sign-in attempts from your address: try again in {secs} s.");
+    let mut r = html(
+        StatusCode::TOO_MANY_REQUESTS,
+        pages::layout::login(Some(&why)),
+    );
+    r.headers_mut().insert(RETRY_AFTER, HeaderValue::from(secs));
+    r
 }
 
 async fn get(app: &App, path: &str, query: &Params, sid: &str, view: &View) -> Answer {

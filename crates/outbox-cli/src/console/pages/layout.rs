@@ -69,8 +69,8 @@ pub fn csrf(view: &View) -> Markup {
     html! { input type="hidden" name="csrf" value=(view.csrf); }
 }
 
-/// The sign-in page; `failed` after a wrong password.
-pub fn login(failed: bool) -> Markup {
+/// The sign-in page, with why the last try failed if it did.
+pub fn login(failed: Option<&str>) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -82,7 +82,7 @@ pub fn login(failed: bool) -> Markup {
             body {
                 main.login {
                     h1 { "outbox console" }
-                    @if failed { p.error role="alert" { "Wrong password." } }
+                    @if let Some(why) = failed { p.error role="alert" { (why) } }
                     form method="post" action="/login" {
                         label { "Password " input type="password" name="password" autofocus required; }
                         button type="submit" { "Sign in" }
