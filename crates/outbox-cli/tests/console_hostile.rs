@@ -406,3 +406,185 @@ async fn parallel_wrong_guesses_are_refused_and_summed_up_while_the_operator_sig
     let about_guesses = log.iter().filter(|l| l.contains("wrong")).count();
     assert_eq!(about_guesses, 1, "{log:#?}");
 }
+
+/// A method a route does not take was answered 404 (`GET /pause`) or
+/// handled as another route's: it is 405 with the route's methods in
+/// `Allow`. An action posted without the selection its confirmation
+/// carries acted on whatever matched: it is refused with 400 naming the
+/// missing field, nothing changed.
+#[tokio::test]
+async fn a_wrong_method_is_405_with_allow_and_an_unconfirmed_action_is_refused() {
+    use reqwest::Method;
+
+    let (db, pool) = migrated_test_db().await;
+    insert(&pool, "dead-1", 1, true).await;
+    let console = start(&db.url, &[], &[]);
+    let c = client();
+    let (_, page) = get(&c, &console, "/").await;
+    let token = csrf(&page);
+
+    for (method, path, allow) in [
+        (Method::GET, "/pause", "POST"),
+        (Method::GET, "/dead-letters/apply", "POST"),
+        (Method::POST, "/events", "GET, HEAD"),
+        (Method::POST, "/metrics", "GET, HEAD"),
+        (Method::PUT, "/", "GET, HEAD"),
+        (Method::DELETE, "/login", "GET, HEAD, POST"),
+        (
+            Method::POST,
+            "/events/00000000-0000-0000-0000-000000000000",
+            "GET, HEAD",
+        ),
+    ] {
+        let r = c
+            .request(method.clone(), console.url(path))
+            .form(&[("csrf", token.as_str())])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 405, "{method} {path}");
+        assert_eq!(
+            r.headers().get("allow").map(|v| v.to_str().unwrap()),
+            Some(allow),
+            "{method} {path}"
+        );
+    }
+    assert_eq!(get(&c, &console, "/no-such-page").await.0, 404);
+
+    let (status, _, body) = post(
+        &c,
+        &console,
+        "/dead-letters/apply",
+        &[
+            ("action", "discard"),
+            ("scope", "matching"),
+            ("csrf", &token),
+        ],
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("Cannot read <code>selection</code>") && body.contains("confirm first"),
+        "{body}"
+    );
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM outbox_dead_letters").await,
+        1
+    );
+}
+
+/// Every U+202E (right-to-left override) of `html` shown as text, outside
+/// a `<bdi>`: none when stored text is isolated from what surrounds it.
+fn unisolated_overrides(html: &str) -> Vec<String> {
+    let (mut in_tag, mut depth, mut found) = (false, 0i32, Vec::new());
+    for (i, c) in html.char_indices() {
+        let rest = &html[i..];
+        match c {
+            '<' => {
+                in_tag = true;
+                if rest.starts_with("<bdi>") || rest.starts_with("<bdi ") {
+                    depth += 1;
+                } else if rest.starts_with("</bdi>") {
+                    depth -= 1;
+                }
+            }
+            '>' => in_tag = false,
+            '\u{202e}' if !in_tag && depth == 0 => {
+                let from = html[..i].char_indices().rev().nth(60).map_or(0, |(j, _)| j);
+                found.push(html[from..i].to_owned());
+            }
+            _ => {}
+        }
+    }
+    found
+}
+
+/// A U+202E in a stored aggregate type, aggregate id, event type, error or
+/// `paused_by` reversed the rest of the sentence or cell it sat in
+/// ("aggregate type X" in the pauses table, `type/id` in the events
+/// table). Each stored value is now isolated in a `<bdi>` on the overview,
+/// the stuck aggregates, the dead letters, the event page and the notice
+/// after a pause.
+#[tokio::test]
+async fn stored_text_with_bidi_controls_is_isolated_wherever_it_is_shown() {
+    let (db, pool) = migrated_test_db().await;
+    let rlo = "\u{202e}";
+    sqlx::query("INSERT INTO outbox_pauses (aggregate_type, paused_by) VALUES ($1, $2)")
+        .bind(format!("ord{rlo}er"))
+        .bind(format!("ops{rlo} (10.0.0.1)"))
+        .execute(&pool)
+        .await
+        .unwrap();
+    let id: uuid::Uuid = sqlx::query_scalar(
+        "INSERT INTO outbox_events
+             (aggregate_type, aggregate_id, event_type, payload, attempts, last_error,
+              dead_lettered_at, topic)
+         VALUES ($1, $1, $1, '{}', 10, $1, now(), $1) RETURNING id",
+    )
+    .bind(format!("x{rlo}y"))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let console = start(&db.url, &[], &[]);
+    let c = client();
+    let (_, overview) = get(&c, &console, "/").await;
+    assert!(
+        overview.contains(&format!("<bdi><code>ord{rlo}er</code></bdi>"))
+            && overview.contains(&format!("<bdi>ops{rlo} (10.0.0.1)</bdi>")),
+        "{overview}"
+    );
+    let token = csrf(&overview);
+    let (status, _, _) = post(
+        &c,
+        &console,
+        "/pause",
+        &[
+            ("scope", "type"),
+            ("aggregate_type", &format!("b{rlo}c")),
+            ("csrf", &token),
+        ],
+    )
+    .await;
+    assert_eq!(status, 303);
+    let (_, after_pause) = get(&c, &console, "/").await;
+    assert!(
+        after_pause.contains(&format!(
+            "Delivery paused for aggregate type <bdi><code>b{rlo}c</code></bdi>."
+        )),
+        "{after_pause}"
+    );
+    for path in [
+        "/".to_owned(),
+        "/stuck".to_owned(),
+        "/dead-letters".to_owned(),
+        format!("/events?aggregate_type=x{rlo}y&aggregate_id=x{rlo}y"),
+        format!("/events/{id}"),
+    ] {
+        let (status, page) = get(&c, &console, &path).await;
+        assert_eq!(status, 200, "{path}: {page}");
+        assert!(page.contains(rlo), "{path} shows no stored value: {page}");
+        let loose = unisolated_overrides(&page);
+        assert!(loose.is_empty(), "{path}: not isolated after {loose:#?}");
+    }
+}
+
+/// A failed read showed the database's message twice ("reading pauses:
+/// error returned from database: relation … does not exist: relation …
+/// does not exist"). It is said once, after what was being done.
+#[tokio::test]
+async fn a_database_error_is_shown_once_after_what_was_being_done() {
+    let (db, pool) = migrated_test_db().await;
+    let console = start(&db.url, &[], &[]);
+    let c = client();
+    assert_eq!(get(&c, &console, "/").await.0, 200);
+    sqlx::query("ALTER TABLE outbox_pauses RENAME TO outbox_pauses_gone")
+        .execute(&pool)
+        .await
+        .unwrap();
+    for path in ["/", "/overview.json"] {
+        let (status, body) = get(&c, &console, path).await;
+        assert_eq!(status, 500, "{path}: {body}");
+        assert_eq!(body.matches("does not exist").count(), 1, "{path}: {body}");
+        assert!(body.contains("reading "), "{path}: {body}");
+    }
+}

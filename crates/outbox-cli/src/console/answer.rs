@@ -80,13 +80,21 @@ pub(super) fn redirect(to: &str) -> Answer {
     r
 }
 
+/// `e` as the console shows it: `doing X: the database's message`, each
+/// cause once, the URL's password redacted.
+pub(super) fn failure_text(e: &anyhow::Error) -> String {
+    redact_text(&crate::text::error_chain(e))
+}
+
 pub(super) fn plain(status: StatusCode, text: &str) -> Answer {
     answer(status, "text/plain; charset=utf-8", format!("{text}\n"))
 }
 
-/// A database failure as a page, the URL's password redacted.
+/// A database failure as a page, the URL's password redacted: what was
+/// being done, then the database's message once (the driver repeats it as
+/// its own cause).
 pub(super) fn failed(view: &View, e: anyhow::Error) -> Answer {
-    let text = redact_text(&format!("{e:#}"));
+    let text = failure_text(&e);
     tracing::warn!(error = %text, "console read failed");
     html(
         StatusCode::INTERNAL_SERVER_ERROR,

@@ -9,18 +9,17 @@ use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, CACHE_CONTROL, RETRY_AFTER, SET_COOKIE};
+use hyper::header::{HeaderValue, ALLOW, CACHE_CONTROL, RETRY_AFTER, SET_COOKIE};
 use hyper::{Method, Request, StatusCode};
 use tokio::net::TcpListener;
 use uuid::Uuid;
 
-use super::answer::{answer, failed, html, plain, redirect, Answer, App};
+use super::answer::{answer, failed, failure_text, html, plain, redirect, Answer, App};
 use super::auth::{self, Refusal, Session, COOKIE};
 use super::forms::{self, Params};
 use super::metrics::{action_of, Outcome};
 use super::pages::{self, View};
 use super::throttle::{Client, Failure, Verdict, TALLY_WINDOW};
-use crate::db::redact_text;
 
 /// Largest form accepted.
 const MAX_BODY: usize = 1 << 20;
@@ -95,6 +94,21 @@ async fn handle(app: &App, req: Request<Incoming>, peer: SocketAddr) -> Answer {
         );
     }
     let path = req.uri().path().to_owned();
+    if let Some(allow) = allowed_methods(&path) {
+        let m = req.method().as_str();
+        if !allow.split(", ").any(|a| a == m) {
+            if req.method() == Method::POST {
+                app.metrics.action(action_of(&path, None), Outcome::Refused);
+            }
+            let mut r = plain(
+                StatusCode::METHOD_NOT_ALLOWED,
+                &format!("refused: {path} takes {allow}"),
+            );
+            r.headers_mut()
+                .insert(ALLOW, HeaderValue::from_static(allow));
+            return r;
+        }
+    }
     match path.as_str() {
         "/assets/console.js" => return asset("text/javascript; charset=utf-8", JS),
         "/assets/console.css" => return asset("text/css; charset=utf-8", CSS),
@@ -196,6 +210,32 @@ async fn handle(app: &App, req: Request<Incoming>, peer: SocketAddr) -> Answer {
         r = set_cookie(r, &sid, None);
     }
     r
+}
+
+/// The methods a console route takes (`Allow`), `None` for a path that
+/// is no route (404).
+fn allowed_methods(path: &str) -> Option<&'static str> {
+    match path {
+        "/"
+        | "/overview.json"
+        | "/stuck"
+        | "/events"
+        | "/dead-letters"
+        | "/metrics"
+        | "/assets/console.js"
+        | "/assets/console.css" => Some("GET, HEAD"),
+        "/login" => Some("GET, HEAD, POST"),
+        "/logout" | "/pause" | "/resume" | "/dead-letters/confirm" | "/dead-letters/apply" => {
+            Some("POST")
+        }
+        _ if path
+            .strip_prefix("/events/")
+            .is_some_and(|id| Uuid::parse_str(id).is_ok()) =>
+        {
+            Some("GET, HEAD")
+        }
+        _ => None,
+    }
 }
 
 /// Why a POST without a live session is refused: a console without a
@@ -322,10 +362,7 @@ async fn get(app: &App, path: &str, query: &Params, sid: &str, view: &View) -> A
                     serde_json::Value::Object(map).to_string(),
                 )
             }
-            Err(e) => plain(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                &redact_text(&format!("{e:#}")),
-            ),
+            Err(e) => plain(StatusCode::INTERNAL_SERVER_ERROR, &failure_text(&e)),
         },
         "/stuck" => match app.store.stuck_list(STUCK_LIMIT).await {
             Ok(rows) => html(

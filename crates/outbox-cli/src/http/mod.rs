@@ -257,10 +257,13 @@ async fn route(app: &App, req: Request<Incoming>, peer: SocketAddr) -> Response<
         );
     }
     if req.method() != Method::GET && req.method() != Method::HEAD {
-        return json(
+        let mut r = json(
             StatusCode::METHOD_NOT_ALLOWED,
             serde_json::json!({"error": "use GET"}),
         );
+        r.headers_mut()
+            .insert(hyper::header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return r;
     }
     match path {
         "/metrics" => {

@@ -118,9 +118,10 @@ pub fn refused(view: &View, e: &FieldError, path: &str) -> Markup {
     )
 }
 
-/// A notice after an action.
-pub fn notice(text: Option<&str>) -> Markup {
-    html! { @if let Some(t) = text { p.notice role="status" { (t) } } }
+/// A notice after an action: HTML the action composed (its stored values
+/// escaped and isolated in `<bdi>`).
+pub fn notice(html: Option<&str>) -> Markup {
+    html! { @if let Some(t) = html { p.notice role="status" { (maud::PreEscaped(t)) } } }
 }
 
 /// `path?k=v&…`, with the pairs URL-encoded and blank ones left out.
