@@ -7,7 +7,7 @@
 mod common;
 mod console_support;
 
-use console_support::{client, count, csrf, get, insert, post, start, ticked_ids};
+use console_support::{client, count, csrf, get, insert, post, selection, start, ticked_ids};
 use outbox_testkit::postgres::migrated_test_db;
 
 const HOSTILE_ID: &str = "<script>alert(1)</script>";
@@ -316,11 +316,14 @@ async fn retry_and_discard_say_how_many_first_and_retried_ones_are_delivered_in_
         5,
         "confirm changed rows"
     );
-    let (status, location, _) = post(&c, &console, "/dead-letters/apply", &retry_a).await;
+    let shown = selection(&confirm).unwrap();
+    let mut confirmed = retry_a.to_vec();
+    confirmed.push(("selection", &shown));
+    let (status, location, _) = post(&c, &console, "/dead-letters/apply", &confirmed).await;
     assert_eq!((status, location.as_deref()), (303, Some("/dead-letters")));
     let (_, after) = get(&c, &console, "/dead-letters").await;
     assert!(
-        after.contains("Retried 3 dead letters (aggregate id a)."),
+        after.contains("Retried 3 dead letters (<bdi>aggregate id a</bdi>)."),
         "{after}"
     );
     assert_eq!(ticked_ids(&after), vec![b1, b2]);
@@ -349,7 +352,10 @@ async fn retry_and_discard_say_how_many_first_and_retried_ones_are_delivered_in_
         confirm.contains(r#"<strong id="confirm-count">1</strong> dead letter "#),
         "{confirm}"
     );
-    post(&c, &console, "/dead-letters/apply", &discard).await;
+    let shown = selection(&confirm).unwrap();
+    let mut confirmed = discard.to_vec();
+    confirmed.push(("selection", &shown));
+    post(&c, &console, "/dead-letters/apply", &confirmed).await;
     let left: Vec<uuid::Uuid> = sqlx::query_scalar("SELECT id FROM outbox_dead_letters")
         .fetch_all(&pool)
         .await
@@ -473,7 +479,7 @@ async fn a_pause_from_the_console_holds_a_running_relay_and_shows_in_its_metrics
     );
     let (_, overview) = get(&c, &console, "/").await;
     assert!(
-        overview.contains("aggregate type <code>order</code>"),
+        overview.contains("aggregate type <bdi><code>order</code></bdi>"),
         "{overview}"
     );
 
@@ -550,7 +556,10 @@ async fn dead_letters_filter_by_error_text_and_all_matching_acts_on_exactly_thos
         "{confirm}"
     );
     assert!(confirm.contains("last error containing"), "{confirm}");
-    post(&c, &console, "/dead-letters/apply", &form("timeout")).await;
+    let shown = selection(&confirm).unwrap();
+    let mut confirmed = form("timeout");
+    confirmed.push(("selection", &shown));
+    post(&c, &console, "/dead-letters/apply", &confirmed).await;
     let left: Vec<String> = sqlx::query_scalar("SELECT last_error FROM outbox_dead_letters")
         .fetch_all(&pool)
         .await
@@ -568,8 +577,13 @@ async fn dead_letters_filter_by_error_text_and_all_matching_acts_on_exactly_thos
     .await;
     assert_eq!(status, 200);
     assert!(confirm.contains("Nothing to discard"), "{confirm}");
-    let (status, _, _) = post(&c, &console, "/dead-letters/apply", &form("no such error")).await;
-    assert_eq!(status, 303);
+    // Nothing to confirm, so no selection: an action without one is refused.
+    let (status, _, body) = post(&c, &console, "/dead-letters/apply", &form("no such error")).await;
+    assert_eq!(status, 400);
+    assert!(
+        body.contains("Cannot read <code>selection</code>"),
+        "{body}"
+    );
     assert_eq!(
         count(&pool, "SELECT count(*) FROM outbox_dead_letters").await,
         2

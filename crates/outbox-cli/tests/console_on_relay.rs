@@ -72,6 +72,13 @@ async fn the_relay_serves_the_console_beside_its_probes_and_counts_its_actions()
         "{metrics}"
     );
     assert_eq!(metrics.matches("# EOF").count(), 1, "{metrics}");
+    // A method the probes do not take: 405 naming the ones they do.
+    let r = c.post(format!("{base}/healthz")).send().await.unwrap();
+    assert_eq!(r.status(), 405);
+    assert_eq!(r.headers()["allow"], "GET, HEAD");
+    let r = c.delete(format!("{base}/stuck")).send().await.unwrap();
+    assert_eq!(r.status(), 405);
+    assert_eq!(r.headers()["allow"], "GET, HEAD");
 }
 
 #[tokio::test]

@@ -102,3 +102,21 @@ fn nothing_listening_fails_saying_so() {
         common::text(&out.stderr)
     );
 }
+
+/// The address was echoed as given: an ANSI escape or a line break in
+/// `--http-addr` reached the terminal raw. It is shown quoted, escaped.
+#[test]
+fn an_address_with_control_characters_is_shown_escaped() {
+    let given = "\u{1b}[31mred\u{202e}\nline:1";
+    let out = healthcheck(&["--http-addr", given, "--timeout-ms", "2000"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let line = said(&out);
+    assert!(
+        !line.contains('\u{1b}') && !line.contains('\u{202e}') && line.lines().count() == 1,
+        "{line:?}"
+    );
+    assert!(
+        line.starts_with(r#"not ready: nothing answers on "\u{1b}[31mred\u{202e}\nline:1": "#),
+        "{line:?}"
+    );
+}

@@ -40,17 +40,15 @@ pub async fn run(ctx: &Ctx, args: HealthcheckArgs) -> Result<ExitCode> {
         );
     };
     let target = probe_address(&addr);
+    let shown = shown_address(&target);
     let timeout = Duration::from_millis(args.timeout_ms);
     let (ready, line) = match tokio::time::timeout(timeout, get_readyz(&target)).await {
         Ok(Ok((status, body))) => verdict(status, &body),
-        Ok(Err(e)) => (
-            false,
-            format!("not ready: nothing answers on {target}: {e}"),
-        ),
+        Ok(Err(e)) => (false, format!("not ready: nothing answers on {shown}: {e}")),
         Err(_) => (
             false,
             format!(
-                "not ready: {target} did not answer within {} ms",
+                "not ready: {shown} did not answer within {} ms",
                 args.timeout_ms
             ),
         ),
@@ -70,6 +68,17 @@ pub fn probe_address(addr: &str) -> String {
         Some(("0.0.0.0" | "", port)) => format!("127.0.0.1:{port}"),
         Some(("[::]", port)) => format!("[::1]:{port}"),
         _ => addr.to_owned(),
+    }
+}
+
+/// `target` as the line shows it: as given when it is plain ASCII, else
+/// quoted with its control characters (escapes, line breaks) and bidi
+/// controls escaped, so no address reaches the terminal raw.
+pub fn shown_address(target: &str) -> String {
+    if target.chars().all(|c| c.is_ascii_graphic()) {
+        target.to_owned()
+    } else {
+        crate::text::cut(target)
     }
 }
 

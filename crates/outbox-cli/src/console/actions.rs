@@ -64,6 +64,18 @@ async fn act(
                     )
                 }
             };
+            // Only what a confirmation showed is acted on: an action
+            // without the confirmation's selection is refused, naming it.
+            if path == "/dead-letters/apply" && form.get("selection").is_none() {
+                let e = FieldError {
+                    field: "selection".into(),
+                    message: "is missing: confirm first (the confirmation says how many dead letters and carries the selection)".into(),
+                };
+                return html(
+                    StatusCode::BAD_REQUEST,
+                    pages::dead_letters::refused(view, &e),
+                );
+            }
             // What the action is about: the dead letters the form selects
             // now, as ids. The confirmation carries their fingerprint and
             // the action runs only on the same set.
@@ -85,14 +97,12 @@ async fn act(
                     pages::dead_letters::confirm(view, form, action, &selection, &what),
                 );
             }
-            if let Some(confirmed) = form.get("selection") {
-                if confirmed != selection.token() {
-                    app.metrics.action(action.verb(), Outcome::Refused);
-                    let page = pages::dead_letters::changed(
-                        view, form, action, confirmed, &selection, &what,
-                    );
-                    return html(StatusCode::CONFLICT, page);
-                }
+            let confirmed = form.get("selection").unwrap_or_default();
+            if confirmed != selection.token() {
+                app.metrics.action(action.verb(), Outcome::Refused);
+                let page =
+                    pages::dead_letters::changed(view, form, action, confirmed, &selection, &what);
+                return html(StatusCode::CONFLICT, page);
             }
             let mut conn = match app.store.conn().await {
                 Ok(c) => c,
@@ -108,7 +118,11 @@ async fn act(
                 Ok(n) => n,
                 Err(e) => {
                     app.metrics.action(action.verb(), Outcome::Failed);
-                    return failed(view, e.into());
+                    let doing = match action {
+                        Action::Retry => "retrying dead letters",
+                        Action::Discard => "discarding dead letters",
+                    };
+                    return failed(view, anyhow::Error::new(e).context(doing));
                 }
             };
             let outcome = if n > 0 {
@@ -130,8 +144,8 @@ async fn act(
             } else {
                 "dead letters"
             };
-            app.sessions
-                .set_flash(sid, format!("{past} {n} {noun} ({what})."));
+            let notice = maud::html! { (past) " " (n) " " (noun) " (" bdi { (what) } ")." };
+            app.sessions.set_flash(sid, notice.into_string());
             redirect("/dead-letters")
         }
         "/pause" | "/resume" => {
@@ -148,6 +162,11 @@ async fn act(
                 .as_deref()
                 .map(|t| format!("aggregate type {t}"))
                 .unwrap_or_else(|| "everything".into());
+            // The notice's HTML: a stored type isolated from the sentence.
+            let scope_html = match scope.as_deref() {
+                Some(t) => maud::html! { "aggregate type " bdi { code { (t) } } },
+                None => maud::html! { "everything" },
+            };
             let by = format!("console ({peer})");
             let mut switching = false;
             let changed = if path == "/pause" {
@@ -180,13 +199,17 @@ async fn act(
                 wake(app).await;
             }
             let message = match (path == "/pause", changed) {
-                _ if switching => "Delivery stays paused for everything: the schema is switching back to the table mode, and the relay lifts this pause once it has read the replication slot to the switch (rows written since must not overtake the events still in it).".to_owned(),
-                (true, true) => format!("Delivery paused for {shown}."),
-                (true, false) => format!("Delivery was already paused for {shown}."),
-                (false, true) => format!("Delivery resumed for {shown}."),
-                (false, false) => format!("Delivery was not paused for {shown}."),
+                _ if switching => {
+                    maud::html! { "Delivery stays paused for everything: the schema is switching back to the table mode, and the relay lifts this pause once it has read the replication slot to the switch (rows written since must not overtake the events still in it)." }
+                }
+                (true, true) => maud::html! { "Delivery paused for " (scope_html) "." },
+                (true, false) => {
+                    maud::html! { "Delivery was already paused for " (scope_html) "." }
+                }
+                (false, true) => maud::html! { "Delivery resumed for " (scope_html) "." },
+                (false, false) => maud::html! { "Delivery was not paused for " (scope_html) "." },
             };
-            app.sessions.set_flash(sid, message);
+            app.sessions.set_flash(sid, message.into_string());
             redirect("/")
         }
         _ => plain(StatusCode::NOT_FOUND, "not found"),

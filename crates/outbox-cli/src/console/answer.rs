@@ -32,6 +32,10 @@ pub struct App {
     pub trace_link: Option<String>,
     /// The actions counted, served at `/metrics`.
     pub metrics: super::metrics::ConsoleMetrics,
+    /// Who may try a password now.
+    pub throttle: std::sync::Mutex<super::throttle::Throttle>,
+    /// Failed sign-ins since the last summary in the log.
+    pub tally: std::sync::Arc<std::sync::Mutex<super::throttle::Tally>>,
 }
 
 fn with_headers(mut r: Answer) -> Answer {
@@ -76,13 +80,21 @@ pub(super) fn redirect(to: &str) -> Answer {
     r
 }
 
+/// `e` as the console shows it: `doing X: the database's message`, each
+/// cause once, the URL's password redacted.
+pub(super) fn failure_text(e: &anyhow::Error) -> String {
+    redact_text(&crate::text::error_chain(e))
+}
+
 pub(super) fn plain(status: StatusCode, text: &str) -> Answer {
     answer(status, "text/plain; charset=utf-8", format!("{text}\n"))
 }
 
-/// A database failure as a page, the URL's password redacted.
+/// A database failure as a page, the URL's password redacted: what was
+/// being done, then the database's message once (the driver repeats it as
+/// its own cause).
 pub(super) fn failed(view: &View, e: anyhow::Error) -> Answer {
-    let text = redact_text(&format!("{e:#}"));
+    let text = failure_text(&e);
     tracing::warn!(error = %text, "console read failed");
     html(
         StatusCode::INTERNAL_SERVER_ERROR,

@@ -198,6 +198,7 @@ impl Sessions {
     }
 
     /// Keeps `message` for the session's next page.
+    /// `message` is HTML (composed with maud, values escaped).
     pub fn set_flash(&self, id: &str, message: String) {
         if let Some(s) = self.lock().get_mut(id) {
             s.flash = Some(message);

@@ -15,6 +15,7 @@ mod rate;
 mod selection;
 mod server;
 mod store;
+mod throttle;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -118,6 +119,8 @@ pub(crate) fn app(
         channel: schema.channel(),
         trace_link,
         metrics: metrics::ConsoleMetrics::default(),
+        throttle: Default::default(),
+        tally: Default::default(),
     })
 }
 

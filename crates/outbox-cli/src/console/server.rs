@@ -3,33 +3,30 @@
 //! checks in front of every route, security headers on every answer, and
 //! the routes themselves (each a few lines over the store and a page).
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, CACHE_CONTROL, SET_COOKIE};
+use hyper::header::{HeaderValue, ALLOW, CACHE_CONTROL, RETRY_AFTER, SET_COOKIE};
 use hyper::{Method, Request, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use uuid::Uuid;
 
-use super::answer::{answer, failed, html, plain, redirect, Answer, App};
+use super::answer::{answer, failed, failure_text, html, plain, redirect, Answer, App};
 use super::auth::{self, Refusal, Session, COOKIE};
 use super::forms::{self, Params};
 use super::metrics::{action_of, Outcome};
 use super::pages::{self, View};
-use crate::db::redact_text;
+use super::throttle::{Client, Failure, Verdict, TALLY_WINDOW};
 
-/// Connections served at once; more wait to be accepted.
-const MAX_CONNECTIONS: usize = 64;
-/// Time a client has to send a request head.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest form accepted.
 const MAX_BODY: usize = 1 << 20;
+/// Time a client has to send a form once its request head is in: a
+/// connection sending its body slowly is busy to the accept loop, which
+/// never closes it to make room, so the console ends it.
+const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Rows per page of events and dead letters.
 pub const PAGE_SIZE: usize = 50;
 /// Stuck aggregates shown.
@@ -38,38 +35,15 @@ const STUCK_LIMIT: i64 = 200;
 const JS: &str = include_str!("assets/console.js");
 const CSS: &str = include_str!("assets/console.css");
 
-/// Serves `app` on `listener` until the task ends.
+/// Serves `app` on `listener` until the task ends, through the relay's
+/// accept loop and its limits (connections, header timeout), so idle and
+/// slow clients lock `outbox console` out no more than the relay.
 pub async fn serve(listener: TcpListener, app: Arc<App>) {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    loop {
-        let Ok(permit) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        let (stream, peer) = match listener.accept().await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "console accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
+    crate::http::accept_loop(listener, move |req, peer| {
         let app = app.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let app = app.clone();
-                async move { Ok::<_, Infallible>(answer_request(&app, req, peer).await) }
-            });
-            let served = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-            if let Err(e) = served {
-                tracing::debug!(%peer, error = %e, "console connection ended with an error");
-            }
-            drop(permit);
-        });
-    }
+        async move { answer_request(&app, req, peer).await }
+    })
+    .await
 }
 
 /// The console's answer to `req` from `peer`, timed (`Server-Timing`):
@@ -120,6 +94,21 @@ async fn handle(app: &App, req: Request<Incoming>, peer: SocketAddr) -> Answer {
         );
     }
     let path = req.uri().path().to_owned();
+    if let Some(allow) = allowed_methods(&path) {
+        let m = req.method().as_str();
+        if !allow.split(", ").any(|a| a == m) {
+            if req.method() == Method::POST {
+                app.metrics.action(action_of(&path, None), Outcome::Refused);
+            }
+            let mut r = plain(
+                StatusCode::METHOD_NOT_ALLOWED,
+                &format!("refused: {path} takes {allow}"),
+            );
+            r.headers_mut()
+                .insert(ALLOW, HeaderValue::from_static(allow));
+            return r;
+        }
+    }
     match path.as_str() {
         "/assets/console.js" => return asset("text/javascript; charset=utf-8", JS),
         "/assets/console.css" => return asset("text/css; charset=utf-8", CSS),
@@ -142,9 +131,16 @@ async fn handle(app: &App, req: Request<Incoming>, peer: SocketAddr) -> Answer {
     let origin = header(&req, "origin").map(str::to_owned);
     let host = header(&req, "host").map(str::to_owned);
     let form = if method == Method::POST {
-        match Limited::new(req.into_body(), MAX_BODY).collect().await {
-            Ok(body) => Params::parse(&String::from_utf8_lossy(&body.to_bytes())),
-            Err(_) => return plain(StatusCode::PAYLOAD_TOO_LARGE, "form too large"),
+        let body = Limited::new(req.into_body(), MAX_BODY).collect();
+        match tokio::time::timeout(BODY_TIMEOUT, body).await {
+            Ok(Ok(body)) => Params::parse(&String::from_utf8_lossy(&body.to_bytes())),
+            Ok(Err(_)) => return plain(StatusCode::PAYLOAD_TOO_LARGE, "form too large"),
+            Err(_) => {
+                return plain(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "refused: the form did not arrive within 10 s",
+                )
+            }
         }
     } else {
         Params::default()
@@ -216,6 +212,32 @@ async fn handle(app: &App, req: Request<Incoming>, peer: SocketAddr) -> Answer {
     r
 }
 
+/// The methods a console route takes (`Allow`), `None` for a path that
+/// is no route (404).
+fn allowed_methods(path: &str) -> Option<&'static str> {
+    match path {
+        "/"
+        | "/overview.json"
+        | "/stuck"
+        | "/events"
+        | "/dead-letters"
+        | "/metrics"
+        | "/assets/console.js"
+        | "/assets/console.css" => Some("GET, HEAD"),
+        "/login" => Some("GET, HEAD, POST"),
+        "/logout" | "/pause" | "/resume" | "/dead-letters/confirm" | "/dead-letters/apply" => {
+            Some("POST")
+        }
+        _ if path
+            .strip_prefix("/events/")
+            .is_some_and(|id| Uuid::parse_str(id).is_ok()) =>
+        {
+            Some("GET, HEAD")
+        }
+        _ => None,
+    }
+}
+
 /// Why a POST without a live session is refused: a console without a
 /// password has no sign-in to send the user to.
 fn not_signed_in(app: &App) -> &'static str {
@@ -245,7 +267,7 @@ async fn login(
         return redirect("/");
     };
     if *method != Method::POST {
-        return html(StatusCode::OK, pages::layout::login(false));
+        return html(StatusCode::OK, pages::layout::login(None));
     }
     if origin.is_some_and(|o| !auth::same_origin(o, host)) {
         app.metrics.action("sign_in", Outcome::Refused);
@@ -257,17 +279,65 @@ async fn login(
         .find(|(k, _)| k == "password")
         .map(|(_, v)| v.as_str())
         .unwrap_or("");
-    if !auth::ct_eq(given.as_bytes(), password.as_bytes()) {
-        tracing::warn!(%peer, "console sign-in refused: wrong password");
+    let client = Client::of(peer.ip());
+    if let Verdict::Wait(wait) = lock(&app.throttle).attempt(Instant::now(), client) {
         app.metrics.action("sign_in", Outcome::Refused);
+        note_failure(app, client, Failure::Refused);
+        return too_many(wait);
+    }
+    if !auth::ct_eq(given.as_bytes(), password.as_bytes()) {
+        app.metrics.action("sign_in", Outcome::Refused);
+        note_failure(app, client, Failure::Wrong);
         // Slows guessing down; the answer is the same whatever was wrong.
         tokio::time::sleep(Duration::from_millis(300)).await;
-        return html(StatusCode::UNAUTHORIZED, pages::layout::login(true));
+        return html(
+            StatusCode::UNAUTHORIZED,
+            pages::layout::login(Some("Wrong password.")),
+        );
     }
+    lock(&app.throttle).succeeded(client);
     let (id, _) = app.sessions.open(true, true);
     tracing::warn!(%peer, "console sign-in");
     app.metrics.action("sign_in", Outcome::Changed);
     set_cookie(redirect("/"), &id, None)
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Counts a failed sign-in; the first of a window schedules the window's
+/// one log line.
+fn note_failure(app: &App, client: Client, failure: Failure) {
+    if !lock(&app.tally).note(Instant::now(), client, failure) {
+        return;
+    }
+    let tally = app.tally.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(TALLY_WINDOW).await;
+        let summary = lock(&tally).take(Instant::now());
+        if let Some(s) = summary {
+            tracing::warn!(
+                wrong = s.wrong,
+                refused = s.refused,
+                "console sign-ins failed: {s}"
+            );
+        }
+    });
+}
+
+/// 429 to a client that must wait before its next sign-in, with when in
+/// `Retry-After` and on the page.
+fn too_many(wait: Duration) -> Answer {
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    let secs = secs.max(1);
+    let why = format!("Too many sign-in attempts from your address: try again in {secs} s.");
+    let mut r = html(
+        StatusCode::TOO_MANY_REQUESTS,
+        pages::layout::login(Some(&why)),
+    );
+    r.headers_mut().insert(RETRY_AFTER, HeaderValue::from(secs));
+    r
 }
 
 async fn get(app: &App, path: &str, query: &Params, sid: &str, view: &View) -> Answer {
@@ -292,10 +362,7 @@ async fn get(app: &App, path: &str, query: &Params, sid: &str, view: &View) -> A
                     serde_json::Value::Object(map).to_string(),
                 )
             }
-            Err(e) => plain(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                &redact_text(&format!("{e:#}")),
-            ),
+            Err(e) => plain(StatusCode::INTERNAL_SERVER_ERROR, &failure_text(&e)),
         },
         "/stuck" => match app.store.stuck_list(STUCK_LIMIT).await {
             Ok(rows) => html(

@@ -1,7 +1,8 @@
 //! The relay's HTTP endpoints: `GET /metrics` (Prometheus, OpenMetrics text
 //! format), `GET /healthz` (the process is alive) and `GET /readyz` (the
 //! relay can work; 503 with what is wrong otherwise); with `outbox relay
-//! --console`, the web console on every other path.
+//! --console`, the web console on every other path. Its accept loop
+//! ([`accept_loop`]) serves `outbox console` too.
 
 mod ready;
 mod ready_sources;
@@ -88,50 +89,64 @@ pub trait Mounted: Send + Sync {
 
 /// Serves `app` on `listener` until the task is aborted.
 pub fn serve(listener: TcpListener, app: Arc<App>) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let open = Arc::new(Connections::default());
-        loop {
-            let (stream, peer) = match listener.accept().await {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "http accept failed");
-                    tokio::time::sleep(ACCEPT_BACKOFF).await;
-                    continue;
+    tokio::spawn(accept_loop(listener, move |req, peer| {
+        let app = app.clone();
+        async move { route(&app, req, peer).await }
+    }))
+}
+
+/// Accepts connections on `listener` and answers each request on them with
+/// `respond`, forever: the one server of the process, with one set of
+/// limits, behind the relay's endpoints and `outbox console` alike.
+/// At most [`MAX_CONNECTIONS`] are kept open; a request head must arrive
+/// within [`HEADER_TIMEOUT`].
+pub async fn accept_loop<R, F>(listener: TcpListener, respond: R)
+where
+    R: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
+    F: std::future::Future<Output = Response<Full<Bytes>>> + Send + 'static,
+{
+    let open = Arc::new(Connections::default());
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "http accept failed");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
+            }
+        };
+        open.make_room(MAX_CONNECTIONS).await;
+        let (id, evicted) = open.insert();
+        let (respond, open_) = (respond.clone(), open.clone());
+        tokio::spawn(async move {
+            let open = open_;
+            let service = hyper::service::service_fn(|req| {
+                let (respond, open) = (respond.clone(), open.clone());
+                async move {
+                    open.set_waiting(id, false);
+                    let response = respond(req, peer).await;
+                    open.set_waiting(id, true);
+                    Ok::<_, Infallible>(response)
                 }
-            };
-            open.make_room(MAX_CONNECTIONS).await;
-            let (id, evicted) = open.insert();
-            let (app, open_) = (app.clone(), open.clone());
-            tokio::spawn(async move {
-                let open = open_;
-                let service = hyper::service::service_fn(|req| {
-                    let (app, open) = (app.clone(), open.clone());
-                    async move {
-                        open.set_waiting(id, false);
-                        let response = route(&app, req, peer).await;
-                        open.set_waiting(id, true);
-                        Ok::<_, Infallible>(response)
-                    }
-                });
-                let conn = hyper::server::conn::http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(HEADER_TIMEOUT)
-                    .serve_connection(TokioIo::new(stream), service);
-                tokio::select! {
-                    ended = conn => if let Err(e) = ended {
-                        tracing::debug!(%peer, error = %e, "http connection ended with an error");
-                    },
-                    _ = evicted => {
-                        tracing::debug!(%peer, "http connection closed to make room for a new one");
-                    }
-                }
-                open.remove(id);
             });
-            // The new connection reads its request head before more are
-            // accepted (and could push it out as the oldest waiting).
-            tokio::task::yield_now().await;
-        }
-    })
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                ended = conn => if let Err(e) = ended {
+                    tracing::debug!(%peer, error = %e, "http connection ended with an error");
+                },
+                _ = evicted => {
+                    tracing::debug!(%peer, "http connection closed to make room for a new one");
+                }
+            }
+            open.remove(id);
+        });
+        // The new connection reads its request head before more are
+        // accepted (and could push it out as the oldest waiting).
+        tokio::task::yield_now().await;
+    }
 }
 
 /// The open connections, and since when each has waited for a request head
@@ -242,10 +257,13 @@ async fn route(app: &App, req: Request<Incoming>, peer: SocketAddr) -> Response<
         );
     }
     if req.method() != Method::GET && req.method() != Method::HEAD {
-        return json(
+        let mut r = json(
             StatusCode::METHOD_NOT_ALLOWED,
             serde_json::json!({"error": "use GET"}),
         );
+        r.headers_mut()
+            .insert(hyper::header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return r;
     }
     match path {
         "/metrics" => {

@@ -110,6 +110,29 @@ pub fn csrf(page: &str) -> String {
     page[start..start + 64].to_owned()
 }
 
+/// The selection a confirmation page carries to its action, if it has one.
+pub fn selection(page: &str) -> Option<String> {
+    let mark = r#"type="hidden" name="selection" value=""#;
+    let start = page.find(mark)? + mark.len();
+    Some(page[start..start + page[start..].find('"')?].to_owned())
+}
+
+/// POST `pairs` to `/dead-letters/confirm`, then to `/dead-letters/apply`
+/// with the selection the confirmation carries, as the confirmation's
+/// button does: the latter's (status, Location header, body).
+pub async fn confirm_and_apply(
+    c: &reqwest::Client,
+    console: &Console,
+    pairs: &[(&str, &str)],
+) -> (u16, Option<String>, String) {
+    let (status, _, page) = post(c, console, "/dead-letters/confirm", pairs).await;
+    assert_eq!(status, 200, "{page}");
+    let selection = selection(&page).expect("a confirmation with a selection");
+    let mut pairs = pairs.to_vec();
+    pairs.push(("selection", &selection));
+    post(c, console, "/dead-letters/apply", &pairs).await
+}
+
 /// The ids of the dead-letter checkboxes on a page, in order.
 pub fn ticked_ids(page: &str) -> Vec<Uuid> {
     page.match_indices(r#"type="checkbox" name="id" value=""#)

@@ -42,14 +42,14 @@ pub fn table(rows: &[EventRow], select: bool) -> Markup {
                 tr {
                     @if select { td { input type="checkbox" name="id" value=(r.id) form="dead-letter-action"; } }
                     td { (r.seq) }
-                    td { a href=(format!("/events/{}", r.id)) { (r.event_type) } }
+                    td { a href=(format!("/events/{}", r.id)) { bdi { (r.event_type) } } }
                     td { a href=(link("/events", &[("aggregate_type", Some(&r.aggregate_type)), ("aggregate_id", Some(&r.aggregate_id))])) {
-                        code { (r.aggregate_type) "/" (r.aggregate_id) }
+                        code { bdi { (r.aggregate_type) } "/" bdi { (r.aggregate_id) } }
                     } }
                     td { span class=(format!("state {}", r.state)) { (r.state) } }
                     td { (r.attempts) }
                     td { (time(&r.created_at)) }
-                    td.error-text { (r.last_error.as_deref().map(|e| short(e, 120)).unwrap_or_else(|| "-".into())) }
+                    td.error-text { bdi { (r.last_error.as_deref().map(|e| short(e, 120)).unwrap_or_else(|| "-".into())) } }
                 }
             } }
         }
@@ -110,17 +110,17 @@ pub fn detail(view: &View, e: &EventDetail, trace_link: Option<String>) -> Marku
             dt { "Id" } dd { code { (r.id) } }
             dt { "Seq" } dd { (r.seq) }
             dt { "Aggregate" } dd { a href=(link("/events", &[("aggregate_type", Some(&r.aggregate_type)), ("aggregate_id", Some(&r.aggregate_id))])) {
-                code { (r.aggregate_type) "/" (r.aggregate_id) } } " (its whole history)" }
-            dt { "Event type" } dd { code { (r.event_type) } }
+                code { bdi { (r.aggregate_type) } "/" bdi { (r.aggregate_id) } } } " (its whole history)" }
+            dt { "Event type" } dd { bdi { code { (r.event_type) } } }
             dt { "State" } dd { span class=(format!("state {}", r.state)) { (r.state) } }
             dt { "Attempts" } dd { (r.attempts) }
-            dt { "Topic override" } dd { (r.topic.as_deref().unwrap_or("-")) }
+            dt { "Topic override" } dd { bdi { (r.topic.as_deref().unwrap_or("-")) } }
             dt { "Partition" } dd { (r.partition) }
             dt { "Created" } dd { (time(&r.created_at)) }
             dt { "Processed" } dd { (time(&r.processed_at)) }
             dt { "Next attempt" } dd { (time(&r.next_attempt_at)) }
             dt { "Dead-lettered" } dd { (time(&r.dead_lettered_at)) }
-            dt { "Last error" } dd { pre.error-text { (r.last_error.as_deref().unwrap_or("-")) } }
+            dt { "Last error" } dd { pre.error-text dir="auto" { bdi { (r.last_error.as_deref().unwrap_or("-")) } } }
             @if let Some(href) = &trace_link {
                 dt { "Trace" } dd { a href=(href) rel="noreferrer" { "open the trace" } }
             }

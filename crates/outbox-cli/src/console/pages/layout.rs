@@ -69,8 +69,8 @@ pub fn csrf(view: &View) -> Markup {
     html! { input type="hidden" name="csrf" value=(view.csrf); }
 }
 
-/// The sign-in page; `failed` after a wrong password.
-pub fn login(failed: bool) -> Markup {
+/// The sign-in page, with why the last try failed if it did.
+pub fn login(failed: Option<&str>) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -82,7 +82,7 @@ pub fn login(failed: bool) -> Markup {
             body {
                 main.login {
                     h1 { "outbox console" }
-                    @if failed { p.error role="alert" { "Wrong password." } }
+                    @if let Some(why) = failed { p.error role="alert" { (why) } }
                     form method="post" action="/login" {
                         label { "Password " input type="password" name="password" autofocus required; }
                         button type="submit" { "Sign in" }
@@ -118,9 +118,10 @@ pub fn refused(view: &View, e: &FieldError, path: &str) -> Markup {
     )
 }
 
-/// A notice after an action.
-pub fn notice(text: Option<&str>) -> Markup {
-    html! { @if let Some(t) = text { p.notice role="status" { (t) } } }
+/// A notice after an action: HTML the action composed (its stored values
+/// escaped and isolated in `<bdi>`).
+pub fn notice(html: Option<&str>) -> Markup {
+    html! { @if let Some(t) = html { p.notice role="status" { (maud::PreEscaped(t)) } } }
 }
 
 /// `path?k=v&…`, with the pairs URL-encoded and blank ones left out.

@@ -81,10 +81,10 @@ pub fn overview(view: &View, o: &Overview, notice: Option<&str>) -> Markup {
                         tr {
                             td { @match &p.aggregate_type {
                                 None => strong { "everything" },
-                                Some(t) => { "aggregate type " code { (t) } },
+                                Some(t) => { "aggregate type " bdi { code { (t) } } },
                             } }
                             td { (time(&p.paused_at)) }
-                            td { (p.paused_by) }
+                            td { bdi { (p.paused_by) } }
                             td { @if !view.read_only {
                                 form method="post" action="/resume" {
                                     (csrf(view))
@@ -125,7 +125,7 @@ pub fn overview(view: &View, o: &Overview, notice: Option<&str>) -> Markup {
                 } }
                 tbody { @for r in &o.relays {
                     tr {
-                        td { code { (r.instance) } }
+                        td { bdi { code { (r.instance) } } }
                         td { (r.partitions.len()) @if !r.partitions.is_empty() {
                             " " span.muted { "(" (ranges(&r.partitions)) ")" }
                         } }
@@ -183,14 +183,14 @@ pub fn stuck(view: &View, rows: &[Stuck], limit: i64) -> Markup {
                 tbody { @for s in rows {
                     tr {
                         td { a href=(link("/events", &[("aggregate_type", Some(&s.aggregate_type)), ("aggregate_id", Some(&s.aggregate_id))])) {
-                            code { (s.aggregate_type) "/" (s.aggregate_id) }
+                            code { bdi { (s.aggregate_type) } "/" bdi { (s.aggregate_id) } }
                         } }
-                        td { a href=(format!("/events/{}", s.id)) { (s.event_type) } }
+                        td { a href=(format!("/events/{}", s.id)) { bdi { (s.event_type) } } }
                         td { @if s.dead_lettered_at.is_some() { span.state.dead { "dead-lettered" } } @else { span.state.retrying { "retrying" } } }
                         td { (s.attempts) }
                         td { (s.behind) }
                         td { (time(&s.next_attempt_at)) }
-                        td.error-text { (s.last_error.as_deref().unwrap_or("-")) }
+                        td.error-text { bdi { (s.last_error.as_deref().unwrap_or("-")) } }
                     }
                 } }
             }
