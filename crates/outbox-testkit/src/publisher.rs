@@ -73,6 +73,16 @@ struct Inner {
     latency: Mutex<Duration>,
     max_batch_seen: AtomicU64,
     same_aggregate_in_batch: AtomicBool,
+    /// [`Publisher::concurrent_calls`]; 0 reads as the default, 1.
+    concurrent_calls: std::sync::atomic::AtomicUsize,
+    /// An aggregate whose events take this long to publish.
+    slow: Mutex<Option<(String, Duration)>>,
+    /// The aggregates of the calls in flight, and whether a call ever
+    /// started with an event of an aggregate already in flight.
+    in_flight: Mutex<Vec<String>>,
+    overlapped: AtomicBool,
+    open_calls: AtomicU64,
+    most_calls_in_flight: AtomicU64,
 }
 
 /// Records deliveries in order; fails on command. Clones share state, so
@@ -111,6 +121,28 @@ impl TestPublisher {
     /// Adds a delay to every publish call.
     pub fn set_latency(&self, latency: Duration) {
         *self.inner.latency.lock().unwrap() = latency;
+    }
+
+    /// Lets the relay have up to `n` publish calls in flight
+    /// ([`Publisher::concurrent_calls`]).
+    pub fn set_concurrent_calls(&self, n: usize) {
+        self.inner.concurrent_calls.store(n, Ordering::SeqCst);
+    }
+
+    /// Makes every call holding an event of `aggregate` take `latency`.
+    pub fn set_slow_aggregate(&self, aggregate: &str, latency: Duration) {
+        *self.inner.slow.lock().unwrap() = Some((aggregate.to_owned(), latency));
+    }
+
+    /// Whether a call ever started with an event of an aggregate that an
+    /// unfinished call held: two events of one aggregate in flight at once.
+    pub fn saw_one_aggregate_twice_in_flight(&self) -> bool {
+        self.inner.overlapped.load(Ordering::SeqCst)
+    }
+
+    /// The most calls in flight at once.
+    pub fn most_calls_in_flight(&self) -> u64 {
+        self.inner.most_calls_in_flight.load(Ordering::SeqCst)
     }
 
     /// Every delivered event, in delivery order (duplicates included).
@@ -175,12 +207,47 @@ impl Publisher for TestPublisher {
         "test"
     }
 
+    fn concurrent_calls(&self) -> usize {
+        self.inner.concurrent_calls.load(Ordering::SeqCst).max(1)
+    }
+
     async fn publish(&self, batch: &[Event]) -> Result<Vec<Outcome>, Unavailable> {
         self.inner.calls.fetch_add(1, Ordering::SeqCst);
         self.inner
             .max_batch_seen
             .fetch_max(batch.len() as u64, Ordering::SeqCst);
-        let latency = *self.inner.latency.lock().unwrap();
+        let aggregates: Vec<String> = batch.iter().map(|e| e.aggregate_id.clone()).collect();
+        {
+            let mut in_flight = self.inner.in_flight.lock().unwrap();
+            if aggregates.iter().any(|a| in_flight.contains(a)) {
+                self.inner.overlapped.store(true, Ordering::SeqCst);
+            }
+            in_flight.extend(aggregates.iter().cloned());
+            let open = self.inner.open_calls.fetch_add(1, Ordering::SeqCst) + 1;
+            self.inner
+                .most_calls_in_flight
+                .fetch_max(open, Ordering::SeqCst);
+        }
+        let result = self.publish_now(batch).await;
+        self.inner.open_calls.fetch_sub(1, Ordering::SeqCst);
+        let mut in_flight = self.inner.in_flight.lock().unwrap();
+        for a in &aggregates {
+            if let Some(i) = in_flight.iter().position(|x| x == a) {
+                in_flight.swap_remove(i);
+            }
+        }
+        result
+    }
+}
+
+impl TestPublisher {
+    async fn publish_now(&self, batch: &[Event]) -> Result<Vec<Outcome>, Unavailable> {
+        let mut latency = *self.inner.latency.lock().unwrap();
+        if let Some((agg, slow)) = self.inner.slow.lock().unwrap().clone() {
+            if batch.iter().any(|e| e.aggregate_id == agg) {
+                latency = latency.max(slow);
+            }
+        }
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
         }

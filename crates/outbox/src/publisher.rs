@@ -70,6 +70,17 @@ pub trait Publisher: Send + Sync + 'static {
         None
     }
 
+    /// How many [`Publisher::publish`] calls the relay may have in flight
+    /// at once. 1 (the default): each call gets every event that is ready
+    /// (one per aggregate), for a broker that batches them itself. More:
+    /// each call gets one event, and the next event of an aggregate goes
+    /// as soon as its previous one is acknowledged, without waiting for
+    /// the others in flight (a webhook, one request per event). Never two
+    /// events of one aggregate in flight either way.
+    fn concurrent_calls(&self) -> usize {
+        1
+    }
+
     /// Checks that the broker is reachable (used by readiness checks).
     async fn health(&self) -> Result<(), Unavailable> {
         Ok(())
@@ -89,6 +100,9 @@ impl<P: Publisher + ?Sized> Publisher for std::sync::Arc<P> {
     }
     fn destination(&self, event: &Event) -> Option<String> {
         (**self).destination(event)
+    }
+    fn concurrent_calls(&self) -> usize {
+        (**self).concurrent_calls()
     }
     async fn health(&self) -> Result<(), Unavailable> {
         (**self).health().await

@@ -446,3 +446,53 @@ async fn each_publish_is_a_span_whose_parent_is_the_producers() {
         h.stop().await;
     }
 }
+
+#[tokio::test]
+async fn with_many_calls_in_flight_a_slow_aggregate_holds_only_itself_and_none_has_two_in_flight() {
+    for combo in EVERY {
+        let publisher = TestPublisher::new();
+        publisher.set_concurrent_calls(4);
+        // Every publish of aggregate "slow" takes 300 ms.
+        publisher.set_slow_aggregate("slow", Duration::from_millis(300));
+        let h = harness(combo, &publisher, None).await;
+        let mut expected = Vec::new();
+        let mut events = vec![event("slow", 1), event("slow", 2)];
+        for n in 1..=10 {
+            events.extend(["a", "b", "c"].iter().map(|a| event(a, n)));
+        }
+        expected.extend(events.iter().map(|e| e.id));
+        h.emit(&events).await;
+        // The other aggregates' thirty events do not wait for "slow": each
+        // lane moves as soon as its previous event is acknowledged.
+        wait_until(
+            &format!("{combo:?}: the fast aggregates, before the slow one's second event"),
+            LONG,
+            || async {
+                let d = publisher.deliveries();
+                d.iter().filter(|e| e.aggregate_id != "slow").count() >= 30
+            },
+        )
+        .await;
+        let slow_done = publisher
+            .deliveries()
+            .iter()
+            .filter(|e| e.aggregate_id == "slow")
+            .count();
+        assert!(
+            slow_done < 2,
+            "{combo:?}: thirty events of other aggregates waited for the slow one's two"
+        );
+        delivered(combo, &publisher, expected.len()).await;
+        check(combo, &expected, &publisher);
+        assert!(
+            !publisher.saw_one_aggregate_twice_in_flight(),
+            "{combo:?}: two events of one aggregate were in flight at once"
+        );
+        assert!(
+            publisher.most_calls_in_flight() > 1 && publisher.most_calls_in_flight() <= 4,
+            "{combo:?}: {} calls in flight at most",
+            publisher.most_calls_in_flight()
+        );
+        h.stop().await;
+    }
+}

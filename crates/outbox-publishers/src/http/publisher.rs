@@ -1,4 +1,4 @@
-//! The webhook publisher: one signed POST per event, a wave's requests in
+//! The webhook publisher: one signed POST per event, a call's requests in
 //! parallel; an event is delivered when the endpoint answers 2xx.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,7 +35,7 @@ const READ_BODY_BYTES: usize = 64 * 1024;
 ///   `outbox-aggregate-id`, `outbox-topic` (for a topic override), then
 ///   the producer's headers and [`HttpConfig::headers`].
 ///
-/// A wave's requests run up to [`HttpConfig::max_concurrency`] at a time.
+/// Up to [`HttpConfig::max_concurrency`] requests run at a time.
 /// 2xx is [`Outcome::Delivered`]; 408, 425, 429 and 5xx are retried (no
 /// sooner than `Retry-After`); other 4xx are rejections; no answer is an
 /// outage. See `docs/publishers.md`.
@@ -64,7 +64,7 @@ enum Sent {
     Answered(Outcome),
     /// No answer: refused, reset, timed out, TLS failure.
     NoAnswer(String),
-    /// Not sent, because another request of the wave got no answer.
+    /// Not sent, because another request of the call got no answer.
     Skipped,
 }
 
@@ -127,10 +127,10 @@ impl HttpPublisher {
     }
 }
 
-/// One request of a wave, prepared: everything but the timestamp and the
+/// One request of a call, prepared: everything but the timestamp and the
 /// signature, which are made when it is sent.
 struct Request {
-    /// The event's index in the wave.
+    /// The event's index in the call.
     i: usize,
     url: Url,
     headers: HeaderMap,
@@ -226,6 +226,13 @@ impl Publisher for HttpPublisher {
         "http"
     }
 
+    /// One request per event: the relay keeps up to `max_concurrency` in
+    /// flight, each aggregate's next event sent as soon as its previous
+    /// one is answered.
+    fn concurrent_calls(&self) -> usize {
+        self.config.max_concurrency
+    }
+
     async fn publish(&self, batch: &[Event]) -> Result<Vec<Outcome>, Unavailable> {
         let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.len()];
         let mut requests = Vec::with_capacity(batch.len());
@@ -253,7 +260,7 @@ impl Publisher for HttpPublisher {
         // Up to max_concurrency requests in flight, on this task: the
         // client's connections do the I/O on their own tasks, so nothing is
         // spawned per request. Set by the first request that gets no
-        // answer: the rest of the wave is not sent (an endpoint that is down
+        // answer: the rest of the call is not sent (an endpoint that is down
         // would otherwise cost timeout_ms per request).
         let down = AtomicBool::new(false);
         let (content_type, timeout_ms) = (self.envelope.content_type(), self.config.timeout_ms);

@@ -16,7 +16,7 @@ use crate::Error;
 pub const SECRET_ENV: &str = "OUTBOX_PUBLISHER_HTTP_SECRET";
 /// How long one request may take by default, in milliseconds.
 pub const DEFAULT_TIMEOUT_MS: u64 = 10_000;
-/// How many requests of a wave are in flight at once by default.
+/// How many requests are in flight at once by default.
 pub const DEFAULT_MAX_CONCURRENCY: usize = 16;
 
 /// Settings of [`crate::http::HttpPublisher`].
@@ -47,7 +47,7 @@ pub struct HttpConfig {
     /// (nothing is counted against the event). Keep it below the relay's
     /// `publish_timeout_ms`. Default 10000.
     pub timeout_ms: u64,
-    /// How many requests of one wave are in flight at once. Default 16.
+    /// How many requests are in flight at once (the relay's publish calls, one event each). Default 16.
     pub max_concurrency: usize,
     /// Extra headers sent with every request (e.g. `authorization`). Values
     /// of headers whose name says they are secret are never shown.

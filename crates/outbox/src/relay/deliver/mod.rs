@@ -6,24 +6,27 @@
 //!
 //! | concept | file |
 //! |---------|------|
-//! | one wave sent: the publish timeout, the spans | here ([`Core::send`]) |
-//! | a batch as waves: no event overtakes its aggregate's earlier one | [`waves`] |
+//! | a batch in lanes: no event overtakes its aggregate's earlier one, none waits for another aggregate's | here ([`Core::deliver`]), [`lanes`] |
+//! | one publish call: the publish timeout, the spans | here ([`Core::send`]) |
 //! | outcomes into deliveries, retries, dead letters, an outage | [`outcomes`] |
 //! | the pauses, as a source that does not claim rows reads them | [`pauses`] |
 
+pub(crate) mod lanes;
 pub(crate) mod outcomes;
 pub(crate) mod pauses;
-pub(crate) mod waves;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::stream::{FuturesUnordered, StreamExt};
+
 use crate::event::Event;
 use crate::publisher::{Outcome, Publisher};
 use crate::relay::config::RelayConfig;
+use lanes::Lanes;
 use outcomes::{RetryPolicy, Settlement};
 
-/// What publishes a wave and judges its outcomes.
+/// What publishes a batch and judges its outcomes.
 #[derive(Clone)]
 pub(crate) struct Core {
     publisher: Arc<dyn Publisher>,
@@ -48,15 +51,66 @@ impl Core {
         }
     }
 
-    /// Sends one wave within the publish timeout; `Err` says why the
+    /// Publishes `batch` (in `seq` order) in lanes ([`lanes`]): up to the
+    /// publisher's [`Publisher::concurrent_calls`] calls in flight, an
+    /// aggregate's next event sent as soon as its previous one is
+    /// delivered, every outcome recorded in `s`, until the batch is done or
+    /// the transport is down. `prepare` sees each group before it is sent
+    /// and returns what may go; what it keeps back (recorded in `s` by it)
+    /// stops its lane. Returns the events never sent, in `seq` order: those
+    /// behind an event that was not delivered, and, after an outage, the
+    /// rest.
+    pub(crate) async fn deliver<F>(
+        &self,
+        s: &mut Settlement,
+        batch: Vec<Event>,
+        mut prepare: F,
+    ) -> Vec<Event>
+    where
+        F: FnMut(&mut Settlement, Vec<Event>) -> Vec<Event>,
+    {
+        let calls = self.publisher.concurrent_calls().max(1);
+        let per_call = if calls == 1 { usize::MAX } else { 1 };
+        let mut lanes = Lanes::new(batch);
+        let mut in_flight = FuturesUnordered::new();
+        loop {
+            while in_flight.len() < calls && s.outage.is_none() && lanes.any_ready() {
+                let group = prepare(s, lanes.take(per_call));
+                if group.is_empty() {
+                    continue;
+                }
+                in_flight.push(async move {
+                    let result = self.send(&group).await;
+                    (group, result)
+                });
+            }
+            let Some((group, result)) = in_flight.next().await else {
+                break;
+            };
+            match result {
+                Err(message) => self.not_sent(s, group, message),
+                Ok(outcomes) => {
+                    for (e, o) in group.iter().zip(&outcomes) {
+                        if matches!(o, Outcome::Delivered) {
+                            lanes.delivered(e);
+                        }
+                    }
+                    self.settle(s, group, outcomes);
+                }
+            }
+        }
+        lanes.left_over()
+    }
+
+    /// Sends one group within the publish timeout; `Err` says why the
     /// transport is down for all of it. With a tracer, each traced event
     /// is sent inside its publish span, which ends with its outcome.
-    pub(crate) async fn send(&self, wave: &[Event]) -> Result<Vec<Outcome>, String> {
+    pub(crate) async fn send(&self, group: &[Event]) -> Result<Vec<Outcome>, String> {
         #[cfg(feature = "opentelemetry")]
         if let Some(tracer) = &self.tracer {
             let publisher = &self.publisher;
             let (traced, spans) =
-                tracer.start(publisher.name(), |e| publisher.destination(e), wave);
+                tracer.start(publisher.name(), |e| publisher.destination(e), group);
             let result = self.send_as_is(&traced).await;
             match &result {
                 Ok(outcomes) => spans.end(outcomes),
@@ -64,11 +118,11 @@ impl Core {
             }
             return result;
         }
-        self.send_as_is(wave).await
+        self.send_as_is(group).await
     }
 
-    async fn send_as_is(&self, wave: &[Event]) -> Result<Vec<Outcome>, String> {
-        match tokio::time::timeout(self.timeout, self.publisher.publish(wave)).await {
+    async fn send_as_is(&self, group: &[Event]) -> Result<Vec<Outcome>, String> {
+        match tokio::time::timeout(self.timeout, self.publisher.publish(group)).await {
             Err(_) => Err(format!(
                 "publish timed out after {} ms",
                 self.timeout.as_millis()
@@ -78,33 +132,28 @@ impl Core {
         }
     }
 
-    /// Records the outcome of each event of `wave` in `s`, in order (a
+    /// Records the outcome of each event of `group` in `s`, in order (a
     /// missing outcome counts as a retry, and is logged).
-    pub(crate) fn settle(&self, s: &mut Settlement, wave: Vec<Event>, outcomes: Vec<Outcome>) {
-        if outcomes.len() != wave.len() {
+    pub(crate) fn settle(&self, s: &mut Settlement, group: Vec<Event>, outcomes: Vec<Outcome>) {
+        if outcomes.len() != group.len() {
             tracing::error!(
                 publisher = self.publisher.name(),
-                events = wave.len(),
+                events = group.len(),
                 outcomes = outcomes.len(),
                 "publisher returned the wrong number of outcomes; missing ones are retried"
             );
         }
-        s.settle(wave, outcomes, &self.policy);
+        s.settle(group, outcomes, &self.policy);
     }
 
-    /// Sends `wave` and records what became of it in `s`: its outcomes, or
-    /// an outage for all of it.
-    pub(crate) async fn publish(&self, s: &mut Settlement, wave: Vec<Event>) {
-        match self.send(&wave).await {
-            Err(message) => {
-                s.transport_down(message);
-                for e in &wave {
-                    s.blocked.insert(e.aggregate_id.clone());
-                }
-                s.unsent.extend(wave);
-            }
-            Ok(outcomes) => self.settle(s, wave, outcomes),
+    /// The transport is down for `group`: an outage, and the group not
+    /// sent (no attempt counted).
+    fn not_sent(&self, s: &mut Settlement, group: Vec<Event>, message: String) {
+        s.transport_down(message);
+        for e in &group {
+            s.blocked.insert(e.aggregate_id.clone());
         }
+        s.unsent.extend(group);
     }
 
     /// One dead-letter line per event dead-lettered in `s`.

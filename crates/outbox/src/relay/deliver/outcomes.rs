@@ -59,7 +59,9 @@ pub(crate) struct Settlement {
 }
 
 impl Settlement {
-    /// Removes from `wave` the events whose aggregate is blocked.
+    /// Removes from `wave` the events whose aggregate is blocked (the lanes
+    /// stop a blocked aggregate themselves; this states the rule).
+    #[cfg(test)]
     pub fn unblocked(&self, wave: Vec<Event>) -> Vec<Event> {
         if self.blocked.is_empty() {
             return wave;

@@ -290,6 +290,10 @@ impl Publisher for Unclosed {
         self.0.destination(event)
     }
 
+    fn concurrent_calls(&self) -> usize {
+        self.0.concurrent_calls()
+    }
+
     async fn health(&self) -> Result<(), Unavailable> {
         self.0.health().await
     }

@@ -1,5 +1,5 @@
 //! One batch of the WAL stream, published through the delivery core
-//! ([`crate::relay::deliver`]): the same waves, publish timeout, spans and
+//! ([`crate::relay::deliver`]): the same lanes, publish timeout, spans and
 //! outcome rules as the table mode. What differs is what becomes of the
 //! events that are not delivered: those that failed, and those behind
 //! them or paused, are set aside in the table ([`Aside`]); those not sent
@@ -16,7 +16,6 @@ use super::set_aside::Aside;
 use crate::event::Event;
 use crate::relay::backoff::DoublingDelay;
 use crate::relay::deliver::outcomes::Settlement;
-use crate::relay::deliver::waves::into_waves;
 use crate::relay::deliver::Core;
 
 /// What a batch came to.
@@ -96,31 +95,40 @@ impl Publishing<'_> {
         let mut todo = events;
         let mut wait = DoublingDelay::new(100, self.outage_backoff_max_ms);
         while !todo.is_empty() {
-            let mut unsent: Vec<Event> = Vec::new();
-            let mut outage: Option<String> = None;
-            for wave in into_waves(todo) {
-                let mut send = Vec::with_capacity(wave.len());
-                for e in wave {
-                    if outage.is_some() || unsent.iter().any(|u| u.aggregate_id == e.aggregate_id) {
-                        unsent.push(e);
-                    } else if failed.contains(&e.aggregate_id) {
-                        settled.aside.push((e, Aside::Behind));
-                    } else {
-                        send.push(e);
-                    }
-                }
-                if send.is_empty() {
-                    continue;
-                }
-                let mut s = Settlement::default();
-                self.core.publish(&mut s, send).await;
-                let (not_sent, down) = settled.take(s, &mut failed);
-                unsent.extend(not_sent);
-                if let Some(error) = down {
-                    outage.get_or_insert(error);
+            let mut s = Settlement::default();
+            let mut behind = Vec::new();
+            let left = self
+                .core
+                .deliver(&mut s, todo, |_, group| {
+                    let (held, send): (Vec<Event>, Vec<Event>) = group
+                        .into_iter()
+                        .partition(|e| failed.contains(&e.aggregate_id));
+                    behind.extend(held);
+                    send
+                })
+                .await;
+            settled
+                .aside
+                .extend(behind.into_iter().map(|e| (e, Aside::Behind)));
+            let (mut unsent, outage) = settled.take(s, &mut failed);
+            // Left over: behind an event set aside (its aggregate failed),
+            // or not sent for the outage (sent again after it).
+            for e in left {
+                if failed.contains(&e.aggregate_id) {
+                    settled.aside.push((e, Aside::Behind));
+                } else {
+                    unsent.push(e);
                 }
             }
-            let Some(error) = outage else { break };
+            let Some(error) = outage else {
+                // Without an outage every lane ends delivered or behind a
+                // failure; anything else still goes to the table, never
+                // past the slot unpublished.
+                settled
+                    .aside
+                    .extend(unsent.into_iter().map(|e| (e, Aside::Behind)));
+                break;
+            };
             settled.outages += 1;
             (self.on_outage)(&error);
             unsent.sort_by_key(|e| e.seq);

@@ -1,6 +1,6 @@
 //! Publishing a claimed batch: the publish phase, with the claim of the
 //! next batch running ahead beside it; the batch itself through the
-//! delivery core ([`crate::relay::deliver`]) in per-aggregate waves, never
+//! delivery core ([`crate::relay::deliver`]) in per-aggregate lanes, never
 //! from a partition whose lease is lapsing; failures are written (fenced)
 //! before the next claim.
 
@@ -17,7 +17,6 @@ use crate::event::Event;
 use crate::publisher::Outcome;
 use crate::relay::cursor::Start;
 use crate::relay::deliver::outcomes::Settlement;
-use crate::relay::deliver::waves::into_waves;
 use crate::relay::deliver::Core;
 use crate::relay::ownership::Claimable;
 use crate::relay::store::Claimed;
@@ -146,39 +145,37 @@ impl Worker {
         let claimed = batch.events.len();
         let policy = self.deps.config.retry_policy();
         let mut s = Settlement::default();
-
-        for wave in into_waves(batch.events) {
-            if s.outage.is_some() {
-                break;
-            }
-            let wave = s.unblocked(wave);
-            // Never publish from a partition whose lease is about to lapse:
-            // its next owner may already be publishing.
-            let valid = self.deps.ownership.still_valid();
-            let (wave, lapsed): (Vec<Event>, Vec<Event>) = wave
-                .into_iter()
-                .partition(|e| valid.get(e.partition as usize) == Some(&true));
-            for e in lapsed {
-                s.hold(e);
-            }
-            let wave = if batch.undecodable.is_empty() {
-                wave
-            } else {
-                let (bad, good): (Vec<Event>, Vec<Event>) = wave
+        let undecodable = &batch.undecodable;
+        let ownership = &self.deps.ownership;
+        // What is not sent stays a pending row, claimed again later.
+        let _not_sent = self
+            .core
+            .deliver(&mut s, batch.events, |s, group| {
+                // Never publish from a partition whose lease is about to
+                // lapse: its next owner may already be publishing.
+                let valid = ownership.still_valid();
+                let (group, lapsed): (Vec<Event>, Vec<Event>) = group
                     .into_iter()
-                    .partition(|e| batch.undecodable.contains_key(&e.id));
+                    .partition(|e| valid.get(e.partition as usize) == Some(&true));
+                for e in lapsed {
+                    s.hold(e);
+                }
+                if undecodable.is_empty() {
+                    return group;
+                }
+                // Rows that could not be decoded are never sent: each is
+                // dead-lettered with its reason.
+                let (bad, good): (Vec<Event>, Vec<Event>) = group
+                    .into_iter()
+                    .partition(|e| undecodable.contains_key(&e.id));
                 let reasons = bad
                     .iter()
-                    .map(|e| Outcome::Rejected(batch.undecodable[&e.id].clone()))
+                    .map(|e| Outcome::Rejected(undecodable[&e.id].clone()))
                     .collect();
                 s.settle(bad, reasons, &policy);
                 good
-            };
-            if wave.is_empty() {
-                continue;
-            }
-            self.core.publish(&mut s, wave).await;
-        }
+            })
+            .await;
         self.record_failures(&s, claim).await;
         Published {
             claimed,
