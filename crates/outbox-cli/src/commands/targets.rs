@@ -190,7 +190,7 @@ impl Ctx {
 }
 
 /// The names `--source` takes, for messages: `orders, tenants/SCHEMA`.
-fn names(entries: &[SourceEntry]) -> String {
+pub fn names(entries: &[SourceEntry]) -> String {
     entries
         .iter()
         .map(|e| match e.schemas {

@@ -122,10 +122,24 @@ impl Cleaner {
     /// # Ok(()) }
     /// ```
     pub fn spawn(pool: PgPool, schema: Schema, config: CleanerConfig) -> Result<CleanerHandle> {
+        Self::spawn_over(config, move || vec![(pool.clone(), schema.clone())])
+    }
+
+    /// As [`Cleaner::spawn`], over the schemas `targets` returns (each with
+    /// the pool of its database), asked again before every run: a relay of
+    /// many sources cleans the schemas it serves at that moment (those a
+    /// pattern finds come and go). A run cleans them one after the other,
+    /// so it needs one connection at a time whatever their number; a schema
+    /// whose cleanup fails is logged and the others are still cleaned (the
+    /// run counts as failed).
+    pub fn spawn_over<F>(config: CleanerConfig, targets: F) -> Result<CleanerHandle>
+    where
+        F: Fn() -> Vec<(PgPool, Schema)> + Send + Sync + 'static,
+    {
         config.validate()?;
         let counters = Arc::new(Counters::default());
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
-        let task = tokio::spawn(run(pool, schema, config, counters.clone(), shutdown_rx));
+        let task = tokio::spawn(run(targets, config, counters.clone(), shutdown_rx));
         Ok(CleanerHandle {
             shutdown: shutdown_tx,
             task,
@@ -134,31 +148,49 @@ impl Cleaner {
     }
 }
 
-async fn run(
-    pool: PgPool,
-    schema: Schema,
-    config: CleanerConfig,
-    counters: Arc<Counters>,
-    mut shutdown: watch::Receiver<bool>,
-) {
+/// The cleanups of one schema, each with its retention in seconds.
+fn jobs(schema: &Schema, config: &CleanerConfig) -> Vec<(Cleanup, u64)> {
     let mut jobs = vec![(
-        Cleanup::new(&schema, CleanupTarget::Events),
+        Cleanup::new(schema, CleanupTarget::Events),
         config.events_retention_secs,
     )];
     if let Some(secs) = config.inbox_retention_secs {
-        jobs.push((Cleanup::new(&schema, CleanupTarget::Inbox), secs));
+        jobs.push((Cleanup::new(schema, CleanupTarget::Inbox), secs));
     }
+    jobs
+}
+
+async fn run<F>(
+    targets: F,
+    config: CleanerConfig,
+    counters: Arc<Counters>,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    F: Fn() -> Vec<(PgPool, Schema)>,
+{
     let interval = Duration::from_secs(config.interval_secs);
     while !*shutdown.borrow() {
-        match run_once(&pool, &jobs, config.batch_size, &counters, &shutdown).await {
-            Ok(true) => {
-                counters.runs.fetch_add(1, Ordering::SeqCst);
+        let (mut complete, mut failed) = (true, false);
+        for (pool, schema) in targets() {
+            if *shutdown.borrow() {
+                complete = false;
+                break;
             }
-            Ok(false) => {}
-            Err(e) => {
-                counters.failed_runs.fetch_add(1, Ordering::SeqCst);
-                tracing::warn!(error = %e, "cleanup run failed; trying again at the next interval");
+            let jobs = jobs(&schema, &config);
+            let batch_size = config.batch_size;
+            match run_once(&pool, &schema, &jobs, batch_size, &counters, &shutdown).await {
+                Ok(true) => {}
+                Ok(false) => complete = false,
+                Err(e) => {
+                    failed = true;
+                    tracing::warn!(schema = schema.name(), error = %e, "cleanup run failed; trying again at the next interval");
+                }
             }
+        }
+        if failed {
+            counters.failed_runs.fetch_add(1, Ordering::SeqCst);
+        } else if complete {
+            counters.runs.fetch_add(1, Ordering::SeqCst);
         }
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
@@ -171,6 +203,7 @@ async fn run(
 /// shutdown. Returns whether the run completed.
 async fn run_once(
     pool: &PgPool,
+    schema: &Schema,
     jobs: &[(Cleanup, u64)],
     batch_size: u32,
     counters: &Counters,
@@ -201,6 +234,7 @@ async fn run_once(
         }
         if deleted > 0 {
             tracing::info!(
+                schema = schema.name(),
                 table = cleanup.target().table(),
                 deleted,
                 retention_secs,

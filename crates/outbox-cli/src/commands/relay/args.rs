@@ -66,6 +66,11 @@ pub struct RelayArgs {
     /// wins over OUTBOX_CONSOLE_PASSWORD.
     #[arg(long, value_name = "PATH", requires = "console")]
     pub console_password_file: Option<std::path::PathBuf>,
+    /// With [[source]] entries: the source the console shows, an entry
+    /// naming one schema or ENTRY/SCHEMA for a schema a pattern finds
+    /// (needed unless one entry names one schema).
+    #[arg(long, value_name = "NAME", requires = "console")]
+    pub console_source: Option<String>,
     /// Stop (gracefully) once process PID, our parent, is gone: what `outbox
     /// bench` asks of the relays it starts, so that none outlives it.
     #[arg(long, value_name = "PID", hide = true)]

@@ -4,25 +4,21 @@
 //! metric labelled with its source.
 
 use std::collections::BTreeMap;
-use std::process::ExitCode;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use outbox::sources::{
-    SchemaSelector, SourceDef, SourceObserver, Sources, SourcesHandle, SourcesSettings, SourcesView,
+    SchemaSelector, SourceDef, SourceObserver, Sources, SourcesHandle, SourcesSettings,
 };
 use outbox::{Publisher, RelayConfig, RelayObserver, Schema, Status};
 use sqlx::PgPool;
 
-use super::stop::{Signals, StopReason};
-use super::RelayArgs;
+use super::running::{Around, DrainCheck, Running, Started};
 use crate::config::{Config, PublisherConfig};
 use crate::ctx::Ctx;
-use crate::http::{self, Ready, RelayState, SourcesReadiness};
+use crate::http::{Ready, SourcesReadiness};
 use crate::metrics::{self, Metrics};
-use crate::progress::Progress;
 use crate::{db, publisher};
 
 /// How often `--drain` counts what is pending across the sources.
@@ -109,27 +105,26 @@ impl SourceObserver for Labelled {
     }
 }
 
-pub async fn run(ctx: &Ctx, args: &RelayArgs, plan: SourcesPlan) -> Result<ExitCode> {
-    let loaded = &ctx.loaded;
-    let c = &loaded.config;
-    if args.console {
-        bail!("--console serves one source's tables: with [[source]] entries, run `outbox console --database-url URL --schema SCHEMA` for the source to look at, beside the relay");
-    }
-    let mut signals = Signals::install(args.exit_with_parent)?;
-    let listener = super::http_listener(loaded).await?;
-    let metrics = Arc::new(Metrics::new());
+/// Connected, not yet started.
+pub(super) struct Prepared {
+    plan: SourcesPlan,
+    /// Each database's pool, by the URL of the entry that opened it.
+    pools: BTreeMap<String, PgPool>,
+    /// Each entry's pool's URL, by entry name.
+    url_of: BTreeMap<String, String>,
+    /// One per distinct publisher setting, with the key that tells them
+    /// apart.
+    publishers: Vec<(String, Arc<dyn Publisher>)>,
+    /// Each entry's publisher, by entry name.
+    publisher_of: BTreeMap<String, Arc<dyn Publisher>>,
+}
+
+/// Every database's pool, then every entry's publisher (entries with the
+/// same publisher settings share one).
+pub(super) async fn connect(plan: SourcesPlan) -> Result<Prepared> {
     let (pools, url_of) = connect_databases(&plan).await?;
-    // Entries with the same publisher settings share one publisher.
     let mut publishers: Vec<(String, Arc<dyn Publisher>)> = Vec::new();
-    let export = crate::telemetry::Export::start(&c.tracing)?;
-    let mut builder = Sources::builder()
-        .settings(plan.settings.clone())
-        .observer(Arc::new(Labelled(metrics.clone())));
-    #[cfg(feature = "opentelemetry")]
-    if let Some(export) = &export {
-        builder = builder.tracer(export.tracer());
-    }
-    let mut names = Vec::new();
+    let mut publisher_of = BTreeMap::new();
     for s in &plan.sources {
         let schema_for_envelope = match &s.selector {
             SchemaSelector::Schema(schema) => schema.name().to_owned(),
@@ -150,105 +145,157 @@ pub async fn run(ctx: &Ctx, args: &RelayArgs, plan: SourcesPlan) -> Result<ExitC
                 p
             }
         };
-        names.push(s.name.clone());
-        let url = &url_of[&s.name];
-        builder = builder.source(SourceDef {
-            name: s.name.clone(),
-            database: db::redact_text(url),
-            pool: pools[url].clone(),
-            selector: s.selector.clone(),
-            config: s.relay.clone(),
-            publisher,
-            // Read only for a schema in the WAL mode: its slot is read over
-            // a replication connection to the same server.
-            replication: outbox::ReplicationTarget::from_url(&s.database_url).ok(),
-        });
+        publisher_of.insert(s.name.clone(), publisher);
     }
-    let relay = builder.spawn().await?;
-    metrics.set_relay_info(metrics::RelayInfo {
-        version: env!("CARGO_PKG_VERSION").to_owned(),
-        instance_id: relay.instance_id().to_owned(),
-        schema: String::new(),
-        publisher: publishers
-            .iter()
-            .map(|(_, p)| p.name().to_owned())
-            .collect::<Vec<_>>()
-            .join(","),
-    });
-    let state = Arc::new(RelayState::default());
-    state.running.store(true, Ordering::Relaxed);
-    let mut background = Vec::new();
-    if let Some(listener) = listener {
-        let addr = crate::listen::local_addr(&listener);
-        let app = http::App {
-            metrics: metrics.clone(),
-            readiness: Ready::Sources(SourcesReadiness {
-                sources: relay.view(),
-                publishers: publishers.iter().map(|(_, p)| p.clone()).collect(),
-                state: state.clone(),
-                all: plan.ready_all,
-                timeout: Duration::from_millis(c.http.check_timeout_ms),
-            }),
-            instance: relay.instance_id().to_owned(),
-            started: Instant::now(),
-            console: None,
+    Ok(Prepared {
+        plan,
+        pools,
+        url_of,
+        publishers,
+        publisher_of,
+    })
+}
+
+impl Prepared {
+    /// Starts every entry's sources.
+    pub(super) async fn spawn(self, ctx: &Ctx, around: Around<'_>) -> Result<Started> {
+        let c = &ctx.loaded.config;
+        let mut builder = Sources::builder()
+            .settings(self.plan.settings.clone())
+            .observer(Arc::new(Labelled(around.metrics.clone())));
+        #[cfg(feature = "opentelemetry")]
+        if let Some(export) = around.export {
+            builder = builder.tracer(export.tracer());
+        }
+        let mut kept = BTreeMap::new();
+        for s in &self.plan.sources {
+            let url = &self.url_of[&s.name];
+            let pool = self.pools[url].clone();
+            if s.relay.retention == outbox::Retention::Keep {
+                kept.insert(s.name.clone(), pool.clone());
+            }
+            builder = builder.source(SourceDef {
+                name: s.name.clone(),
+                database: db::redact_text(url),
+                pool,
+                selector: s.selector.clone(),
+                config: s.relay.clone(),
+                publisher: self.publisher_of[&s.name].clone(),
+                // Read only for a schema in the WAL mode: its slot is read
+                // over a replication connection to the same server.
+                replication: outbox::ReplicationTarget::from_url(&s.database_url).ok(),
+            });
+        }
+        let relay = builder.spawn().await?;
+        let publishers: Vec<_> = self.publishers.into_iter().map(|(_, p)| p).collect();
+        let info = metrics::RelayInfo {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            instance_id: relay.instance_id().to_owned(),
+            schema: String::new(),
+            publisher: publishers
+                .iter()
+                .map(|p| p.name().to_owned())
+                .collect::<Vec<_>>()
+                .join(","),
         };
-        background.push(http::serve(listener, Arc::new(app)));
-        if let Some(addr) = addr {
-            tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
-        }
+        let readiness = Ready::Sources(SourcesReadiness {
+            sources: relay.view(),
+            publishers,
+            state: around.state.clone(),
+            all: self.plan.ready_all,
+            timeout: Duration::from_millis(c.http.check_timeout_ms),
+        });
+        Ok(Started {
+            running: Running::Many(Many {
+                relay,
+                entries: self.plan.sources.len(),
+                pools: self.pools,
+                kept,
+            }),
+            readiness: Some(readiness),
+            background: Vec::new(),
+            info,
+        })
     }
-    tracing::info!(
-        instance = relay.instance_id(),
-        entries = names.len(),
-        databases = pools.len(),
-        drain = c.drain,
-        "relay of many sources running"
-    );
-    let watched = watch(&relay, &pools, c.drain, &mut signals).await;
-    let reason = match &watched {
-        Ok(reason) => reason.to_string(),
-        Err(e) => e.to_string(),
-    };
-    state.stopping.store(true, Ordering::Relaxed);
-    let deadline = Duration::from_secs(c.shutdown_timeout_secs);
-    tracing::info!(%reason, timeout_secs = c.shutdown_timeout_secs, "relay stopping: finishing in-flight batches and releasing partitions");
-    // As a relay of one source: past the deadline and its grace, the
-    // process ends whatever is still running.
-    super::exit_after(deadline + super::HARD_EXIT_GRACE, c.shutdown_timeout_secs);
-    let result = tokio::select! {
-        r = relay.shutdown_within(deadline) => r,
-        again = signals.next() => {
-            eprintln!("error: {again} during shutdown: stopped at once; in-flight batches will be delivered again");
-            std::process::exit(1);
-        }
-    };
-    for task in &background {
-        task.abort();
-    }
-    if let Some(export) = export {
-        export.shutdown().await;
-    }
-    let stats = match result {
-        Ok(stats) => stats,
-        Err(outbox::Error::ShutdownTimeout(_)) => {
-            eprintln!(
-                "error: the relay did not stop within shutdown_timeout_secs = {}; exiting without acknowledging in-flight batches (they will be delivered again)",
-                c.shutdown_timeout_secs
-            );
-            std::process::exit(1);
-        }
-        Err(e) => return Err(e).context("the relay failed while stopping"),
-    };
-    tracing::info!(%reason, delivered = stats.delivered, retried = stats.retried, dead_lettered = stats.dead_lettered, "relay stopped");
-    watched?;
-    if c.drain {
-        eprintln!(
-            "relay: {reason}; delivered {} events, {} retried, {} dead-lettered",
-            stats.delivered, stats.retried, stats.dead_lettered
+}
+
+/// The running relay of many sources.
+pub(super) struct Many {
+    pub(super) relay: SourcesHandle,
+    entries: usize,
+    /// Each database's pool, by the URL of the entry that opened it.
+    pools: BTreeMap<String, PgPool>,
+    /// The pool of every entry whose sources keep processed rows
+    /// (retention mode), by entry name.
+    kept: BTreeMap<String, PgPool>,
+}
+
+impl Many {
+    pub(super) fn log_running(&self, drain: bool) {
+        tracing::info!(
+            instance = self.relay.instance_id(),
+            entries = self.entries,
+            databases = self.pools.len(),
+            drain,
+            "relay of many sources running"
         );
     }
-    Ok(ExitCode::SUCCESS)
+
+    pub(super) fn drain_tick(&self) -> Duration {
+        DRAIN_TICK
+    }
+
+    /// What the cleaner cleans before each of its runs: every schema served
+    /// at that moment whose entry keeps processed rows, with its database's
+    /// pool; `None` when no entry keeps them.
+    ///
+    /// One cleaner over the sources' statuses, not one per source in the
+    /// library's source tasks: its runs go through the schemas one after
+    /// the other, so however many tenants a pattern finds it takes one
+    /// connection of a database's pool at a time (the pool its workers
+    /// share), and a schema a pattern found or let go is in or out of the
+    /// next run, with nothing to start or stop.
+    pub(super) fn cleaned(&self) -> Option<impl Fn() -> Vec<(PgPool, Schema)> + Send + Sync> {
+        if self.kept.is_empty() {
+            return None;
+        }
+        let (view, kept) = (self.relay.view(), self.kept.clone());
+        Some(move || {
+            view.statuses()
+                .into_iter()
+                .filter_map(|s| {
+                    // `ENTRY` or `ENTRY/SCHEMA`: entry names hold no `/`.
+                    let entry = s.name.split('/').next()?;
+                    let pool = kept.get(entry)?;
+                    Some((pool.clone(), Schema::new(&s.schema).ok()?))
+                })
+                .collect()
+        })
+    }
+
+    /// Events pending across every source served now.
+    pub(super) async fn pending(&self) -> std::result::Result<i64, DrainCheck> {
+        let mut total = 0;
+        for s in self.relay.statuses() {
+            let Some(pool) = self
+                .pools
+                .iter()
+                .find(|(url, _)| db::redact_text(url) == s.database)
+                .map(|(_, p)| p)
+            else {
+                continue;
+            };
+            let mut conn = pool.acquire().await?;
+            match Status::pending(&mut conn, &Schema::new(&s.schema)?).await {
+                Ok(n) => total += n,
+                Err(e) if e.is_missing_table() => {
+                    return Err(DrainCheck::unmigrated(Some(&s.name), &s.schema))
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(total)
+    }
 }
 
 /// One pool per database, shared by its sources (the listener included),
@@ -317,89 +364,4 @@ fn envelope(p: &PublisherConfig, schema: &str) -> Result<outbox_publishers::Enve
         p.format.parse().map_err(|e: String| anyhow::anyhow!(e))?;
     let source = outbox_publishers::cloudevents::source_for(&p.cloudevents_source, schema);
     Ok(outbox_publishers::Envelope::new(format, source))
-}
-
-/// Runs until a signal or, with `--drain`, until no source has anything
-/// pending; an error when a drain cannot end (an entry's schema is not
-/// migrated).
-async fn watch(
-    relay: &SourcesHandle,
-    pools: &BTreeMap<String, PgPool>,
-    drain: bool,
-    signals: &mut Signals,
-) -> Result<StopReason> {
-    let mut progress = Progress::stderr("relay", drain);
-    let mut tick = tokio::time::interval(DRAIN_TICK);
-    let view = relay.view();
-    let reason = loop {
-        tokio::select! {
-            sig = signals.next() => break Ok(sig),
-            _ = tick.tick() => {
-                if !drain {
-                    continue;
-                }
-                match pending(&view, pools).await {
-                    Ok(0) => break Ok(StopReason::Drained),
-                    Ok(n) => progress.update(relay.stats().delivered, Some(n as u64)),
-                    Err(DrainCheck::Unmigrated(e)) => break Err(e),
-                    Err(DrainCheck::Failed(e)) => {
-                        tracing::warn!(error = %crate::text::error_chain(&e), "drain check failed")
-                    }
-                }
-            }
-        }
-    };
-    progress.finish();
-    reason
-}
-
-/// Why the events pending could not be counted.
-enum DrainCheck {
-    /// An entry's schema has no outbox tables: the drain would never end.
-    Unmigrated(anyhow::Error),
-    /// Anything else (a database restarting): counted again at the next tick.
-    Failed(anyhow::Error),
-}
-
-impl From<outbox::Error> for DrainCheck {
-    fn from(e: outbox::Error) -> Self {
-        DrainCheck::Failed(e.into())
-    }
-}
-
-impl From<sqlx::Error> for DrainCheck {
-    fn from(e: sqlx::Error) -> Self {
-        DrainCheck::Failed(e.into())
-    }
-}
-
-/// Events pending across every source served now.
-async fn pending(
-    view: &SourcesView,
-    pools: &BTreeMap<String, PgPool>,
-) -> std::result::Result<i64, DrainCheck> {
-    let mut total = 0;
-    for s in view.statuses() {
-        let Some(pool) = pools
-            .iter()
-            .find(|(url, _)| db::redact_text(url) == s.database)
-            .map(|(_, p)| p)
-        else {
-            continue;
-        };
-        let mut conn = pool.acquire().await?;
-        match Status::pending(&mut conn, &Schema::new(&s.schema)?).await {
-            Ok(n) => total += n,
-            Err(e) if e.is_missing_table() => {
-                return Err(DrainCheck::Unmigrated(anyhow::anyhow!(
-                    "source {}: schema {} has no outbox tables, so --drain cannot finish: run `outbox migrate --schema {}` on its database, or remove the entry",
-                    s.name,
-                    s.schema,
-                    s.schema
-                )))
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(total)
 }

@@ -1,13 +1,21 @@
 //! Why `outbox relay` stops: a signal, `--drain` finding nothing pending,
-//! the relay ending by itself, or the process that started it gone.
+//! the relay ending by itself, or the process that started it gone; and
+//! the watch for the first of them.
 
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
+use super::running::{DrainCheck, Running};
+use crate::progress::Progress;
+
 /// How often a relay started with `--exit-with-parent` looks at its parent.
 const PARENT_CHECK: Duration = Duration::from_millis(200);
+
+/// How often the daemon checks whether the relay stopped by itself: an
+/// idle relay's own wake-ups. (With `--drain`, the relay's drain tick.)
+const TICK: Duration = Duration::from_secs(1);
 
 /// Why `outbox relay` stops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +71,42 @@ impl Signals {
             }
         }
     }
+}
+
+/// Runs until a signal, the end of the backlog (`--drain`) or the relay's
+/// own stop; returns why, or an error when a drain cannot end (a schema
+/// without the outbox tables).
+pub(super) async fn watch(
+    running: &mut Running,
+    drain: bool,
+    signals: &mut Signals,
+) -> Result<StopReason> {
+    let mut progress = Progress::stderr("relay", drain);
+    let every = if drain { running.drain_tick() } else { TICK };
+    let mut tick = tokio::time::interval(every);
+    let reason = loop {
+        tokio::select! {
+            sig = signals.next() => break Ok(sig),
+            _ = tick.tick() => {
+                if running.is_finished() {
+                    break Ok(StopReason::RelayStopped);
+                }
+                if !drain {
+                    continue;
+                }
+                match running.pending().await {
+                    Ok(0) => break Ok(StopReason::Drained),
+                    Ok(n) => progress.update(running.stats().delivered, Some(n as u64)),
+                    Err(DrainCheck::Unmigrated(e)) => break Err(e),
+                    Err(DrainCheck::Failed(e)) => {
+                        tracing::warn!(error = %crate::text::error_chain(&e), "drain check failed")
+                    }
+                }
+            }
+        }
+    };
+    progress.finish();
+    reason
 }
 
 /// Returns once process `parent` is no longer this process's parent; never
