@@ -135,8 +135,8 @@ fn messaging_system(publisher: &str) -> &str {
     }
 }
 
-/// The publish spans of one wave, one slot per event (`None`: not traced).
-pub(crate) struct WaveSpans(Vec<Option<BoxedSpan>>);
+/// The publish spans of one call, one slot per event (`None`: not traced).
+pub(crate) struct CallSpans(Vec<Option<BoxedSpan>>);
 
 impl PublishTracer {
     pub(crate) fn new<T>(tracer: T) -> Self
@@ -164,18 +164,18 @@ impl PublishTracer {
         }
     }
 
-    /// Opens the publish spans of `wave` and returns the events to hand the
+    /// Opens the publish spans of `call` and returns the events to hand the
     /// publisher: copies whose `traceparent` names their publish span.
     pub(crate) fn start(
         &self,
         publisher: &str,
         destination: impl Fn(&Event) -> Option<String>,
-        wave: &[Event],
-    ) -> (Vec<Event>, WaveSpans) {
+        call: &[Event],
+    ) -> (Vec<Event>, CallSpans) {
         let system = messaging_system(publisher);
-        let mut spans = Vec::with_capacity(wave.len());
-        let mut out = Vec::with_capacity(wave.len());
-        for event in wave {
+        let mut spans = Vec::with_capacity(call.len());
+        let mut out = Vec::with_capacity(call.len());
+        for event in call {
             let mut event = event.clone();
             let span = self.parent(&event).map(|parent| {
                 let destination = destination(&event);
@@ -210,11 +210,11 @@ impl PublishTracer {
             spans.push(span);
             out.push(event);
         }
-        (out, WaveSpans(spans))
+        (out, CallSpans(spans))
     }
 }
 
-impl WaveSpans {
+impl CallSpans {
     /// Ends each span with its event's outcome (missing outcomes are
     /// retried by the relay, and recorded so).
     pub(crate) fn end(self, outcomes: &[Outcome]) {
@@ -236,7 +236,7 @@ impl WaveSpans {
         }
     }
 
-    /// Ends every span: the transport was down for the whole wave.
+    /// Ends every span: the transport was down for the whole call.
     pub(crate) fn end_unavailable(self, error: &str) {
         for mut span in self.0.into_iter().flatten() {
             span.set_attribute(KeyValue::new("outbox.outcome", "unavailable"));

@@ -1,9 +1,9 @@
-//! What one message of a wave came to, before the wave is settled: the
+//! What one message of a call came to, before the call is settled: the
 //! NATS and Redis publishers sort each answer into this one shape.
 
 use outbox::Outcome;
 
-/// What one publish came to, before its wave is settled.
+/// What one publish came to, before its call is settled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Answer {
     /// An outcome for the event.

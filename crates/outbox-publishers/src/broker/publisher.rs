@@ -1,6 +1,6 @@
 //! The plumbing every broker publisher has around its own protocol: the
 //! methods each offers besides [`outbox::Publisher`], connecting within a
-//! timeout, settling a wave's outcomes, and an error's causes on one line.
+//! timeout, settling a call's outcomes, and an error's causes on one line.
 
 #[cfg(any(feature = "amqp", feature = "nats", feature = "redis"))]
 use outbox::{Outcome, Unavailable};
@@ -83,7 +83,7 @@ pub(crate) async fn connect_within<T, E: std::fmt::Display>(
     }
 }
 
-/// A wave's outcomes once every answer that will come is in: an event
+/// A call's outcomes once every answer that will come is in: an event
 /// without one is retried, `missing` saying why.
 #[cfg(any(feature = "amqp", feature = "nats", feature = "redis"))]
 pub(crate) fn or_retry(outcomes: Vec<Option<Outcome>>, missing: &str) -> Vec<Outcome> {
@@ -93,10 +93,10 @@ pub(crate) fn or_retry(outcomes: Vec<Option<Outcome>>, missing: &str) -> Vec<Out
         .collect()
 }
 
-/// A wave's outcomes after the transport failed (`why`): delivered events
+/// A call's outcomes after the transport failed (`why`): delivered events
 /// stay delivered and the ones without an outcome are
 /// [`Outcome::Unavailable`], no attempt counted against them; with none
-/// delivered, the whole wave is an outage.
+/// delivered, the whole call is an outage.
 #[cfg(any(feature = "amqp", feature = "nats", feature = "redis"))]
 pub(crate) fn partial_outage(
     outcomes: Vec<Option<Outcome>>,

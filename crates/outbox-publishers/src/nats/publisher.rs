@@ -1,7 +1,7 @@
 //! The NATS JetStream publisher: each event is a JetStream publish, and it
 //! is delivered when the stream's PubAck comes back.
 //!
-//! One file for the connection's life cycle and the settling of a wave:
+//! One file for the connection's life cycle and the settling of a call:
 //! whether a silence is an outage depends on what the connection did
 //! meanwhile.
 
@@ -42,7 +42,7 @@ const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
 /// * body: the payload's JSON bytes, as stored.
 ///
 /// An event is [`Outcome::Delivered`] only when the stream's PubAck came
-/// back. A wave's messages are sent together and their acknowledgements
+/// back. A call's messages are sent together and their acknowledgements
 /// awaited together. The client connects on the first publish or health
 /// check and then reconnects by itself in the background; while it is
 /// disconnected every publish is [`Unavailable`] at once. See
@@ -265,7 +265,7 @@ impl Publisher for NatsPublisher {
             n => n,
         };
 
-        // Send the wave: each publish is queued on the connection at once;
+        // Send the call: each publish is queued on the connection at once;
         // then every acknowledgement is awaited together.
         let mut answers: Vec<Option<Answer>> = vec![None; batch.len()];
         let mut pending = Vec::with_capacity(batch.len());
@@ -302,7 +302,7 @@ impl Publisher for NatsPublisher {
             answers[i] = Some(self.answer(result, &subject));
         }
 
-        // A connection that dropped (or came back) during the wave makes
+        // A connection that dropped (or came back) during the call makes
         // every silence an outage, whatever the client reported per
         // message.
         let reconnected = client.statistics().connects.load(Ordering::Relaxed) != connects;

@@ -1,10 +1,10 @@
-//! The Redis Streams publisher: each event is an `XADD`; a wave's `XADD`s
+//! The Redis Streams publisher: each event is an `XADD`; a call's `XADD`s
 //! go out in one pipelined round trip, and an event is delivered when
 //! Redis answered its `XADD` with an entry id.
 //!
 //! The entry's shape is in `message.rs`, what a reply means in
-//! `classify.rs`; the settling of a wave is here: an error reply concerns
-//! one event, a failed round trip the whole wave.
+//! `classify.rs`; the settling of a call is here: an error reply concerns
+//! one event, a failed round trip the whole call.
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -185,7 +185,7 @@ impl Publisher for RedisPublisher {
             return Ok(outcomes.into_iter().flatten().collect());
         }
 
-        // One round trip for the wave.
+        // One round trip for the call.
         let replies: Vec<Value> = match pipe.query_async(&mut conn).await {
             Ok(replies) => replies,
             Err(e) => {

@@ -1,4 +1,4 @@
-//! The SQS and SNS publishers: a wave's events become messages, split into
+//! The SQS and SNS publishers: a call's events become messages, split into
 //! `SendMessageBatch` / `PublishBatch` calls of up to 10 entries (and
 //! `max_message_bytes` together), sent concurrently up to
 //! `max_concurrent_calls`; an event is delivered when the service listed

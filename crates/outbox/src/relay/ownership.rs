@@ -103,7 +103,7 @@ impl Ownership {
     }
 
     /// Which partitions are still held with time to spare, indexed by
-    /// partition (one lock for a whole wave, not one per event).
+    /// partition (one lock for a whole call, not one per event).
     pub fn still_valid(&self) -> Vec<bool> {
         let now = Instant::now() + self.margin();
         let st = self.state.lock().expect("ownership lock");

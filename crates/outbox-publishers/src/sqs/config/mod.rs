@@ -54,7 +54,7 @@ pub struct SqsConfig {
     /// call; a larger event is rejected before it is sent. Default 262144
     /// (256 KiB, the service's default limit).
     pub max_message_bytes: usize,
-    /// How many batch calls of one wave may be in flight at once. Default 8.
+    /// How many SQS/SNS batch calls of one publish call may be in flight at once. Default 8.
     pub max_concurrent_calls: usize,
     /// How long one call may take, connecting included. Keep it below the
     /// relay's `publish_timeout_ms`. Default 10000.

@@ -1,5 +1,5 @@
 //! Where a publisher's outcomes become the relay's decisions, for both
-//! sources of events: a pure function from a wave and its outcomes to
+//! sources of events: a pure function from a group and its outcomes to
 //! deliveries, retries, dead letters and an outage. No database, no clock,
 //! no I/O: the core publishes, this decides, the source settles (the table
 //! worker writes rows, the WAL reader sets events aside).
@@ -35,7 +35,7 @@ impl RetryPolicy {
     }
 }
 
-/// What one batch came to, wave by wave.
+/// What one batch came to, call by call.
 #[derive(Debug, Default)]
 pub(crate) struct Settlement {
     /// Acknowledged by the broker: to be marked done.
@@ -59,14 +59,15 @@ pub(crate) struct Settlement {
 }
 
 impl Settlement {
-    /// Removes from `wave` the events whose aggregate is blocked (the lanes
+    /// Removes from `group` the events whose aggregate is blocked (the lanes
     /// stop a blocked aggregate themselves; this states the rule).
     #[cfg(test)]
-    pub fn unblocked(&self, wave: Vec<Event>) -> Vec<Event> {
+    pub fn unblocked(&self, group: Vec<Event>) -> Vec<Event> {
         if self.blocked.is_empty() {
-            return wave;
+            return group;
         }
-        wave.into_iter()
+        group
+            .into_iter()
             .filter(|e| !self.blocked.contains(&e.aggregate_id))
             .collect()
     }
@@ -82,13 +83,13 @@ impl Settlement {
         self.outage.get_or_insert(error);
     }
 
-    /// Records the outcome of each event of `wave`, in order. A missing
+    /// Records the outcome of each event of `group`, in order. A missing
     /// outcome (a publisher that returned too few) counts as a retry; extra
     /// ones are ignored.
-    pub fn settle(&mut self, wave: Vec<Event>, outcomes: Vec<Outcome>, policy: &RetryPolicy) {
-        let sent = wave.len();
+    pub fn settle(&mut self, group: Vec<Event>, outcomes: Vec<Outcome>, policy: &RetryPolicy) {
+        let sent = group.len();
         let mut outcomes = outcomes.into_iter();
-        for event in wave {
+        for event in group {
             let outcome = outcomes.next().unwrap_or_else(|| {
                 Outcome::Retry(format!(
                     "publisher returned no outcome ({sent} events sent)"
@@ -159,10 +160,10 @@ mod tests {
         }
     }
 
-    /// A fresh settlement of one wave under [`POLICY`].
-    fn settled(wave: Vec<Event>, outcomes: Vec<Outcome>) -> Settlement {
+    /// A fresh settlement of one group under [`POLICY`].
+    fn settled(group: Vec<Event>, outcomes: Vec<Outcome>) -> Settlement {
         let mut s = Settlement::default();
-        s.settle(wave, outcomes, &POLICY);
+        s.settle(group, outcomes, &POLICY);
         s
     }
 

@@ -10,7 +10,7 @@
 //! | one session on the slot; the server's refusals; one reader per slot | [`session`] |
 //! | the stream: messages into batches at transaction ends, confirming the slot | [`reader`] |
 //! | each message checked as the table would check its row; a second one with an id already read refused | [`check`] |
-//! | one batch published in waves; outages waited out | [`settle`] |
+//! | one batch published in lanes; outages waited out | [`settle`] |
 //! | the slow path: events set aside in the table | [`set_aside`] |
 //! | the confirmed position, saved beside the slot | [`position`] |
 //! | the switch back to the table mode, ended by the reader | [`switch`] |

@@ -61,7 +61,7 @@ pub(crate) struct Reader {
     pub aside: SetAside,
     pub switch: switch::Switch,
     pub position: Position,
-    /// Publishes as the table worker does: waves, timeout, spans, outcomes.
+    /// Publishes as the table worker does: lanes, timeout, spans, outcomes.
     pub core: Core,
     /// What is paused: paused events are set aside, where the pause holds
     /// them as it holds every row.
@@ -80,7 +80,7 @@ pub(crate) struct Reader {
     /// The walsender of this reader's session: what it sets aside is
     /// stored only while that session holds the slot.
     pub fence: i32,
-    /// Stream order of the events read, for the waves and the table's seq.
+    /// Stream order of the events read, for the lanes and the table's seq.
     pub next_seq: i64,
     /// This relay's table worker, woken when events are set aside.
     pub wakeup: Arc<Wakeup>,

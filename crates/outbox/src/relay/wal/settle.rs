@@ -30,7 +30,7 @@ pub(crate) struct Settled {
 }
 
 impl Settled {
-    /// Takes in one wave's settlement: deliveries, and failures set aside
+    /// Takes in one round's settlement: deliveries, and failures set aside
     /// (their aggregates added to `failed`); returns the events not sent
     /// and the outage, if the transport went down.
     fn take(

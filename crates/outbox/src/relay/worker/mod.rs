@@ -43,7 +43,7 @@ use phase::{decide, Phase, Situation};
 /// The relay worker: what it works with, and its own state between phases.
 pub(crate) struct Worker {
     deps: Deps,
-    /// Publishes waves and judges their outcomes, as the WAL reader does.
+    /// Publishes batches in lanes and judges their outcomes, as the WAL reader does.
     core: Core,
     /// Published but not yet acknowledged; the acknowledgement rides on the
     /// next claim.
