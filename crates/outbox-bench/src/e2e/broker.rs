@@ -83,7 +83,7 @@ impl Broker {
     /// The broker `spec` names: `redis`, `amqp` (or `rabbitmq`), `nats`,
     /// `kafka` (tansu, `OUTBOX_TANSU_BIN`) or `http` starts one; a
     /// `redis://`, `amqp://`, `nats://` or `kafka://` URL uses a running one.
-    pub async fn start(spec: &str) -> Result<Broker> {
+    pub async fn start(spec: &str, slow: super::webhook::Slow) -> Result<Broker> {
         let named = |kind, url: &str| Broker {
             kind,
             url: url.to_owned(),
@@ -96,7 +96,7 @@ impl Broker {
             "amqp" | "rabbitmq" => launched(Kind::Amqp, RabbitMq::start).await,
             "nats" => launched(Kind::Nats, Nats::start).await,
             "http" | "webhook" => {
-                let receiver = Receiver::start().await?;
+                let receiver = Receiver::start(slow).await?;
                 Ok(Broker {
                     kind: Kind::Http,
                     url: format!("http://{}", receiver.addr()),

@@ -81,6 +81,13 @@ pub struct E2eArgs {
     /// out: the table mode.
     #[arg(long, value_name = "MODE")]
     pub mode: Option<outbox::DeliveryMode>,
+    /// `http` only: every N-th request the receiver gets is answered after
+    /// `--webhook-slow-ms`, as a real endpoint's slow tail is (0: none).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub webhook_slow_every: u64,
+    /// `http` only: how long a slow request takes, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub webhook_slow_ms: u64,
 }
 
 impl E2eArgs {
@@ -200,7 +207,11 @@ async fn preload(
 }
 
 pub async fn run(ctx: &Ctx, fsync: bool, args: E2eArgs) -> Result<Value> {
-    let broker = Broker::start(&args.publisher).await?;
+    let slow = webhook::Slow {
+        every: args.webhook_slow_every,
+        wait: Duration::from_millis(args.webhook_slow_ms),
+    };
+    let broker = Broker::start(&args.publisher, slow).await?;
     broker.prepare().await?;
     let server = Server::start(ctx, fsync).await?;
     let pool = server.pool(4).await?;

@@ -5,6 +5,9 @@
 //! the reference's are apart) before it is answered `204`: the answer is
 //! the acknowledgement.
 //!
+//! With [`Slow`], every N-th request is answered late, as a real
+//! endpoint's slow tail is: the relay and the reference meet the same one.
+//!
 //! Signatures are not verified here; the webhook tests do that.
 
 use std::collections::HashMap;
@@ -26,6 +29,13 @@ use super::check::Arrivals;
 /// request path.
 type Sink = Arc<Mutex<HashMap<String, Arc<Arrivals>>>>;
 
+/// Every `every`-th request (0: none) is answered after `wait`.
+#[derive(Debug, Clone, Copy)]
+pub struct Slow {
+    pub every: u64,
+    pub wait: std::time::Duration,
+}
+
 /// A running receiver; stopped on drop.
 pub struct Receiver {
     addr: SocketAddr,
@@ -35,14 +45,22 @@ pub struct Receiver {
 
 impl Receiver {
     /// Listens on a free port of 127.0.0.1.
-    pub async fn start() -> Result<Receiver> {
+    pub async fn start(slow: Slow) -> Result<Receiver> {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .context("cannot listen for the webhook receiver")?;
         let addr = listener.local_addr()?;
         let sink: Sink = Arc::default();
-        let task = tokio::spawn(serve(listener, sink.clone()));
-        eprintln!("bench e2e: webhook receiver on http://{addr}");
+        let task = tokio::spawn(serve(listener, sink.clone(), slow));
+        if slow.every > 0 {
+            eprintln!(
+                "bench e2e: webhook receiver on http://{addr}, every {}th request answered after {} ms",
+                slow.every,
+                slow.wait.as_millis()
+            );
+        } else {
+            eprintln!("bench e2e: webhook receiver on http://{addr}");
+        }
         Ok(Receiver { addr, sink, task })
     }
 
@@ -65,16 +83,21 @@ impl Drop for Receiver {
     }
 }
 
-async fn serve(listener: TcpListener, sink: Sink) {
+async fn serve(listener: TcpListener, sink: Sink, slow: Slow) {
+    let count = Arc::new(std::sync::atomic::AtomicU64::new(0));
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let sink = sink.clone();
+        let (sink, count) = (sink.clone(), count.clone());
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| receive(req, sink.clone()));
+            let service = hyper::service::service_fn(move |req| {
+                let n = count.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                let late = slow.every > 0 && n % slow.every == 0;
+                receive(req, sink.clone(), late.then_some(slow.wait))
+            });
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
@@ -82,7 +105,14 @@ async fn serve(listener: TcpListener, sink: Sink) {
     }
 }
 
-async fn receive(req: Request<Incoming>, sink: Sink) -> Result<Response<Empty<Bytes>>, Infallible> {
+async fn receive(
+    req: Request<Incoming>,
+    sink: Sink,
+    late: Option<std::time::Duration>,
+) -> Result<Response<Empty<Bytes>>, Infallible> {
+    if let Some(wait) = late {
+        tokio::time::sleep(wait).await;
+    }
     let path = req.uri().path().to_owned();
     let status = match req.into_body().collect().await {
         Ok(body) => {
