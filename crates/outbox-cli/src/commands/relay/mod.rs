@@ -53,7 +53,7 @@ pub async fn run(ctx: &Ctx, args: RelayArgs) -> Result<ExitCode> {
     let mut signals = Signals::install(args.exit_with_parent)?;
     let url = db::require_url(&c.database_url)?;
     let console_password = match (&c.http.addr, args.console) {
-        (Some(addr), true) => Some(crate::console::relay_password(
+        (Some(addr), true) => Some(crate::commands::console::relay_password(
             args.console_password_file.as_deref(),
             addr,
         )?),
@@ -124,7 +124,7 @@ pub async fn run(ctx: &Ctx, args: RelayArgs) -> Result<ExitCode> {
     let console = match console_password {
         Some(password) => {
             let console_pool = db::connect(&url, 2).await?;
-            Some(crate::console::app(
+            Some(crate::commands::console::app(
                 console_pool,
                 schema,
                 password,
