@@ -112,7 +112,7 @@ pub enum Command {
     Healthcheck(HealthcheckArgs),
     /// Serve the web console: overview, stuck aggregates, events, dead
     /// letters, pause / resume (docs/console.md).
-    Console(crate::console::ConsoleArgs),
+    Console(crate::commands::console::ConsoleArgs),
 }
 
 impl Cli {
@@ -181,7 +181,7 @@ impl Command {
                  production needs none)"
             ),
             Command::Healthcheck(args) => commands::healthcheck::run(ctx, args).await,
-            Command::Console(args) => crate::console::run(ctx, args).await,
+            Command::Console(args) => crate::commands::console::run(ctx, args).await,
         }
     }
 }

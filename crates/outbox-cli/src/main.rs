@@ -1,20 +1,18 @@
 //! `outbox`, the program of the PostgreSQL outbox: its commands (`migrate`,
 //! `relay`, `status`, `dead-letters`, `cleanup`, `config`, `healthcheck`,
-//! `console`, `demo`) in `commands/`, the relay's runtime beside them
-//! (metrics, HTTP probes, telemetry), and the web console in `console/`.
+//! `console`, `demo`) in `commands/`, and the relay's runtime beside them
+//! (metrics, HTTP probes, telemetry). The web console is crate
+//! `outbox-console`, which `console` and `relay --console` serve.
 //! `outbox bench` (feature `bench`) runs the benchmarks of crate
 //! `outbox-bench`.
 #![forbid(unsafe_code)]
 
-mod age;
 mod cli;
 mod commands;
 mod config;
-mod console;
 mod ctx;
 mod db;
 mod db_probe;
-mod delivery;
 mod http;
 mod listen;
 mod metrics;

@@ -25,5 +25,7 @@ fn serve_console(
     pool: sqlx::PgPool,
     schema: outbox::Schema,
 ) -> Pin<Box<dyn Future<Output = Result<SocketAddr>> + Send>> {
-    Box::pin(async move { crate::console::spawn_loopback(pool, &schema, "127.0.0.1:0").await })
+    Box::pin(
+        async move { crate::commands::console::spawn_loopback(pool, &schema, "127.0.0.1:0").await },
+    )
 }

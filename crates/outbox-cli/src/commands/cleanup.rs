@@ -8,9 +8,9 @@ use anyhow::Result;
 use outbox::{format_age, Cleanup, CleanupParams, CleanupTarget};
 use sqlx::PgConnection;
 
-use crate::age::parse_age;
 use crate::ctx::Ctx;
 use crate::db;
+use outbox_console::parse_age;
 
 #[derive(Debug, clap::Args)]
 pub struct CleanupArgs {

@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod cleanup;
 pub mod config;
+pub mod console;
 pub mod dead_letters;
 pub mod demo;
 pub mod healthcheck;

@@ -67,7 +67,7 @@ pub async fn run(ctx: &Ctx, args: StatusArgs) -> Result<ExitCode> {
     }
     println!("delivery:       {}", status.mode);
     if let Some(slot) = &status.slot {
-        println!("slot:           {}", crate::delivery::slot_line(slot));
+        println!("slot:           {}", outbox_console::slot_line(slot));
     }
     Ok(ExitCode::SUCCESS)
 }

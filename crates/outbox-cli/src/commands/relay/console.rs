@@ -39,7 +39,8 @@ pub(super) async fn choose(ctx: &Ctx, args: &RelayArgs, plan: &Plan) -> Result<O
     let Some(addr) = &ctx.loaded.config.http.addr else {
         bail!("--console serves on the --http-addr server: set --http-addr too");
     };
-    let password = crate::console::relay_password(args.console_password_file.as_deref(), addr)?;
+    let password =
+        crate::commands::console::relay_password(args.console_password_file.as_deref(), addr)?;
     let chosen = args.console_source.as_deref();
     let choice = match plan {
         Plan::One { url } => {
@@ -135,7 +136,7 @@ impl Choice {
     /// relay's), and what it shows: the schema, or the source's name.
     pub(super) async fn mount(self) -> Result<(Arc<dyn Mounted>, String)> {
         let pool = db::connect(&self.url, 2).await?;
-        let app = crate::console::app(pool, &self.schema, self.password, false, None);
+        let app = crate::commands::console::app(pool, &self.schema, self.password, false, None);
         let shown = self.source.unwrap_or_else(|| self.schema.name().to_owned());
         Ok((app, shown))
     }

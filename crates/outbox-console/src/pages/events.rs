@@ -4,15 +4,15 @@
 use maud::{html, Markup};
 
 use super::layout::{field_error, link, page, time, View};
-use crate::console::forms::{FieldError, Params};
-use crate::console::json_pretty::pretty;
-use crate::console::store::{EventDetail, EventRow, Page};
+use crate::forms::{FieldError, Params};
+use crate::json_pretty::pretty;
+use crate::store::{EventDetail, EventRow, Page};
 
 /// The search form, refilled from `p`.
-fn search_form(p: &Params) -> Markup {
+fn search_form(view: &View, p: &Params) -> Markup {
     let v = |k: &str| p.get(k).unwrap_or("").to_owned();
     html! {
-        form.search method="get" action="/events" {
+        form.search method="get" action=(view.at("/events")) {
             label { "Event id " input type="text" name="id" value=(v("id")) size="36"; }
             label { "Aggregate type " input type="text" name="aggregate_type" value=(v("aggregate_type")); }
             label { "Aggregate id " input type="text" name="aggregate_id" value=(v("aggregate_id")); }
@@ -30,7 +30,7 @@ fn search_form(p: &Params) -> Markup {
 }
 
 /// A table of events; `select` adds a checkbox per row (dead letters).
-pub fn table(rows: &[EventRow], select: bool) -> Markup {
+pub fn table(view: &View, rows: &[EventRow], select: bool) -> Markup {
     html! {
         table.events {
             thead { tr {
@@ -42,8 +42,8 @@ pub fn table(rows: &[EventRow], select: bool) -> Markup {
                 tr {
                     @if select { td { input type="checkbox" name="id" value=(r.id) form="dead-letter-action"; } }
                     td { (r.seq) }
-                    td { a href=(format!("/events/{}", r.id)) { bdi { (r.event_type) } } }
-                    td { a href=(link("/events", &[("aggregate_type", Some(&r.aggregate_type)), ("aggregate_id", Some(&r.aggregate_id))])) {
+                    td { a href=(view.at(&format!("/events/{}", r.id))) { bdi { (r.event_type) } } }
+                    td { a href=(link(&view.at("/events"), &[("aggregate_type", Some(&r.aggregate_type)), ("aggregate_id", Some(&r.aggregate_id))])) {
                         code { bdi { (r.aggregate_type) } "/" bdi { (r.aggregate_id) } }
                     } }
                     td { span class=(format!("state {}", r.state)) { (r.state) } }
@@ -83,7 +83,7 @@ pub fn search(
     result: Result<Option<(Page<EventRow>, i64)>, FieldError>,
 ) -> Markup {
     let body = html! {
-        (search_form(p))
+        (search_form(view, p))
         @match &result {
             Err(e) => (field_error(e)),
             Ok(None) => p.hint { "Give an aggregate (type and id) for its whole history in order, an event type and a time range, or a state. Table size: see below once you search." },
@@ -93,9 +93,9 @@ pub fn search(
                     @else { "The table's size is not estimated yet (no ANALYZE has run); nothing is counted. " }
                     "Pages follow insertion order (seq)."
                 }
-                @if page.items.is_empty() { p { "No event matches." } } @else { (table(&page.items, false)) }
+                @if page.items.is_empty() { p { "No event matches." } } @else { (table(view, &page.items, false)) }
                 @if let Some(after) = page.next_after {
-                    p { a.next href=(next_link("/events", p, after)) { "Next page →" } }
+                    p { a.next href=(next_link(&view.at("/events"), p, after)) { "Next page →" } }
                 }
             }
         }
@@ -109,7 +109,7 @@ pub fn detail(view: &View, e: &EventDetail, trace_link: Option<String>) -> Marku
         dl.detail {
             dt { "Id" } dd { code { (r.id) } }
             dt { "Seq" } dd { (r.seq) }
-            dt { "Aggregate" } dd { a href=(link("/events", &[("aggregate_type", Some(&r.aggregate_type)), ("aggregate_id", Some(&r.aggregate_id))])) {
+            dt { "Aggregate" } dd { a href=(link(&view.at("/events"), &[("aggregate_type", Some(&r.aggregate_type)), ("aggregate_id", Some(&r.aggregate_id))])) {
                 code { bdi { (r.aggregate_type) } "/" bdi { (r.aggregate_id) } } } " (its whole history)" }
             dt { "Event type" } dd { bdi { code { (r.event_type) } } }
             dt { "State" } dd { span class=(format!("state {}", r.state)) { (r.state) } }

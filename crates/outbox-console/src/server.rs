@@ -1,17 +1,15 @@
 // Why this file is long: the session and CSRF gate and every GET route share one request context; split, each part would re-derive it.
-//! The console's HTTP side on the crate's hyper stack: sessions and CSRF
-//! checks in front of every route, security headers on every answer, and
-//! the routes themselves (each a few lines over the store and a page).
+//! The console's HTTP side, over any `http::Request`: the base path
+//! stripped, sessions and CSRF checks in front of every route, security
+//! headers on every answer, and the routes themselves (each a few lines
+//! over the store and a page).
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use http::header::{HeaderValue, ALLOW, CACHE_CONTROL, RETRY_AFTER, SET_COOKIE};
+use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ALLOW, CACHE_CONTROL, RETRY_AFTER, SET_COOKIE};
-use hyper::{Method, Request, StatusCode};
-use tokio::net::TcpListener;
 use uuid::Uuid;
 
 use super::answer::{answer, failed, failure_text, html, plain, redirect, Answer, App};
@@ -35,20 +33,14 @@ const STUCK_LIMIT: i64 = 200;
 const JS: &str = include_str!("assets/console.js");
 const CSS: &str = include_str!("assets/console.css");
 
-/// Serves `app` on `listener` until the task ends, through the relay's
-/// accept loop and its limits (connections, header timeout), so idle and
-/// slow clients lock `outbox console` out no more than the relay.
-pub async fn serve(listener: TcpListener, app: Arc<App>) {
-    crate::http::accept_loop(listener, move |req, peer| {
-        let app = app.clone();
-        async move { answer_request(&app, req, peer).await }
-    })
-    .await
-}
-
 /// The console's answer to `req` from `peer`, timed (`Server-Timing`):
-/// what its own server and the relay's (`outbox relay --console`) serve.
-pub async fn answer_request(app: &App, req: Request<Incoming>, peer: SocketAddr) -> Answer {
+/// what `outbox console`, the relay's server (`outbox relay --console`)
+/// and a service mounting the console serve.
+pub async fn answer_request<B>(app: &App, req: Request<B>, peer: SocketAddr) -> Answer
+where
+    B: http_body::Body,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let started = std::time::Instant::now();
     let mut r = handle(app, req, peer).await;
     server_timing(&mut r, started.elapsed());
@@ -64,36 +56,57 @@ fn server_timing(r: &mut Answer, took: Duration) {
     }
 }
 
-fn set_cookie(mut r: Answer, value: &str, max_age: Option<u64>) -> Answer {
+/// Sets the session cookie, for the console's paths only.
+fn set_cookie(app: &App, mut r: Answer, value: &str, max_age: Option<u64>) -> Answer {
     let age = max_age
         .map(|s| format!("; Max-Age={s}"))
         .unwrap_or_default();
-    let cookie = format!("{COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict{age}");
+    let path = if app.base.is_empty() { "/" } else { &app.base };
+    let cookie = format!("{COOKIE}={value}; Path={path}; HttpOnly; SameSite=Strict{age}");
     if let Ok(v) = HeaderValue::from_str(&cookie) {
         r.headers_mut().append(SET_COOKIE, v);
     }
     r
 }
 
-fn header<'a>(req: &'a Request<Incoming>, name: &str) -> Option<&'a str> {
+fn header<'a, B>(req: &'a Request<B>, name: &str) -> Option<&'a str> {
     req.headers().get(name).and_then(|v| v.to_str().ok())
 }
 
-async fn handle(app: &App, req: Request<Incoming>, peer: SocketAddr) -> Answer {
+/// The console's own path of a request for `full` (`/outbox/events` →
+/// `/events`), or `None` outside the base path. The base path alone is
+/// the overview.
+fn own_path<'a>(base: &str, full: &'a str) -> Option<&'a str> {
+    match full.strip_prefix(base)? {
+        "" => Some("/"),
+        rest if rest.starts_with('/') => Some(rest),
+        _ => None,
+    }
+}
+
+async fn handle<B>(app: &App, req: Request<B>, peer: SocketAddr) -> Answer
+where
+    B: http_body::Body,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let full = req.uri().path().to_owned();
+    let own = own_path(&app.base, &full).map(str::to_owned);
     // Without a password the console is loopback only: a Host naming
     // anything else is refused (auth::loopback_host).
     if app.password.is_none() && !auth::loopback_host(header(&req, "host")) {
         tracing::warn!(%peer, host = ?header(&req, "host"), "console request refused: not a loopback Host");
         if req.method() == Method::POST {
-            app.metrics
-                .action(action_of(req.uri().path(), None), Outcome::Refused);
+            let path = own.as_deref().unwrap_or(&full);
+            app.metrics.action(action_of(path, None), Outcome::Refused);
         }
         return plain(
             StatusCode::FORBIDDEN,
             "refused: without a password the console answers only to localhost or a loopback address in Host",
         );
     }
-    let path = req.uri().path().to_owned();
+    let Some(path) = own else {
+        return plain(StatusCode::NOT_FOUND, "not found");
+    };
     if let Some(allow) = allowed_methods(&path) {
         let m = req.method().as_str();
         if !allow.split(", ").any(|a| a == m) {
@@ -102,7 +115,7 @@ async fn handle(app: &App, req: Request<Incoming>, peer: SocketAddr) -> Answer {
             }
             let mut r = plain(
                 StatusCode::METHOD_NOT_ALLOWED,
-                &format!("refused: {path} takes {allow}"),
+                &format!("refused: {full} takes {allow}"),
             );
             r.headers_mut()
                 .insert(ALLOW, HeaderValue::from_static(allow));
@@ -166,7 +179,7 @@ async fn handle(app: &App, req: Request<Incoming>, peer: SocketAddr) -> Answer {
             let (id, s) = app.sessions.open(true, false);
             (id, s, true)
         }
-        _ if method == Method::GET => return redirect("/login"),
+        _ if method == Method::GET => return redirect(&app.at("/login")),
         _ => {
             app.metrics
                 .action(action_of(&path, form.get("action")), Outcome::Refused);
@@ -178,6 +191,7 @@ async fn handle(app: &App, req: Request<Incoming>, peer: SocketAddr) -> Answer {
         read_only: app.read_only,
         password: app.password.is_some(),
         schema: app.schema.clone(),
+        base: app.base.clone(),
     };
     let mut r = if let Err(e) = query.storable().and_then(|()| form.storable()) {
         if method == Method::POST {
@@ -207,7 +221,7 @@ async fn handle(app: &App, req: Request<Incoming>, peer: SocketAddr) -> Answer {
         plain(StatusCode::METHOD_NOT_ALLOWED, "use GET or POST")
     };
     if new_cookie {
-        r = set_cookie(r, &sid, None);
+        r = set_cookie(app, r, &sid, None);
     }
     r
 }
@@ -264,10 +278,10 @@ async fn login(
     peer: SocketAddr,
 ) -> Answer {
     let Some(password) = &app.password else {
-        return redirect("/");
+        return redirect(&app.at("/"));
     };
     if *method != Method::POST {
-        return html(StatusCode::OK, pages::layout::login(None));
+        return html(StatusCode::OK, pages::layout::login(&app.base, None));
     }
     if origin.is_some_and(|o| !auth::same_origin(o, host)) {
         app.metrics.action("sign_in", Outcome::Refused);
@@ -283,7 +297,7 @@ async fn login(
     if let Verdict::Wait(wait) = lock(&app.throttle).attempt(Instant::now(), client) {
         app.metrics.action("sign_in", Outcome::Refused);
         note_failure(app, client, Failure::Refused);
-        return too_many(wait);
+        return too_many(app, wait);
     }
     if !auth::ct_eq(given.as_bytes(), password.as_bytes()) {
         app.metrics.action("sign_in", Outcome::Refused);
@@ -292,14 +306,14 @@ async fn login(
         tokio::time::sleep(Duration::from_millis(300)).await;
         return html(
             StatusCode::UNAUTHORIZED,
-            pages::layout::login(Some("Wrong password.")),
+            pages::layout::login(&app.base, Some("Wrong password.")),
         );
     }
     lock(&app.throttle).succeeded(client);
     let (id, _) = app.sessions.open(true, true);
     tracing::warn!(%peer, "console sign-in");
     app.metrics.action("sign_in", Outcome::Changed);
-    set_cookie(redirect("/"), &id, None)
+    set_cookie(app, redirect(&app.at("/")), &id, None)
 }
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -328,13 +342,13 @@ fn note_failure(app: &App, client: Client, failure: Failure) {
 
 /// 429 to a client that must wait before its next sign-in, with when in
 /// `Retry-After` and on the page.
-fn too_many(wait: Duration) -> Answer {
+fn too_many(app: &App, wait: Duration) -> Answer {
     let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
     let secs = secs.max(1);
     let why = format!("Too many sign-in attempts from your address: try again in {secs} s.");
     let mut r = html(
         StatusCode::TOO_MANY_REQUESTS,
-        pages::layout::login(Some(&why)),
+        pages::layout::login(&app.base, Some(&why)),
     );
     r.headers_mut().insert(RETRY_AFTER, HeaderValue::from(secs));
     r
@@ -420,7 +434,7 @@ async fn get(app: &App, path: &str, query: &Params, sid: &str, view: &View) -> A
 
 async fn events(app: &App, query: &Params, view: &View) -> Answer {
     match forms::event_id(query) {
-        Ok(Some(id)) => return redirect(&format!("/events/{id}")),
+        Ok(Some(id)) => return redirect(&app.at(&format!("/events/{id}"))),
         Ok(None) => {}
         Err(e) => {
             return html(
@@ -503,11 +517,26 @@ async fn post(
         } else {
             "/"
         };
-        return set_cookie(redirect(to), "", Some(0));
+        return set_cookie(app, redirect(&app.at(to)), "", Some(0));
     }
     if app.read_only {
         refused();
         return plain(StatusCode::FORBIDDEN, "refused: the console runs read-only");
     }
     super::actions::run(app, path, form, sid, view, peer).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::own_path;
+
+    #[test]
+    fn the_base_path_is_stripped_and_nothing_outside_it_is_the_consoles() {
+        assert_eq!(own_path("", "/events"), Some("/events"));
+        assert_eq!(own_path("/outbox", "/outbox/events/x"), Some("/events/x"));
+        assert_eq!(own_path("/outbox", "/outbox/"), Some("/"));
+        assert_eq!(own_path("/outbox", "/outbox"), Some("/"));
+        assert_eq!(own_path("/outbox", "/outboxes"), None);
+        assert_eq!(own_path("/outbox", "/events"), None);
+    }
 }

@@ -5,9 +5,9 @@ use maud::{html, Markup};
 
 use super::events::{next_link, table};
 use super::layout::{csrf, field_error, link, notice, page, View};
-use crate::console::forms::{Action, FieldError, Params};
-use crate::console::selection::Selection;
-use crate::console::store::{EventRow, Page};
+use crate::forms::{Action, FieldError, Params};
+use crate::selection::Selection;
+use crate::store::{EventRow, Page};
 
 /// The filter fields, as hidden inputs (carried into the action forms).
 const FILTER: [&str; 6] = [
@@ -32,7 +32,7 @@ pub fn list(
     let v = |k: &str| p.get(k).unwrap_or("").to_owned();
     let body = html! {
         (notice(done))
-        form.search method="get" action="/dead-letters" {
+        form.search method="get" action=(view.at("/dead-letters")) {
             label { "Aggregate type " input type="text" name="aggregate_type" value=(v("aggregate_type")); }
             label { "Aggregate id " input type="text" name="aggregate_id" value=(v("aggregate_id")); }
             label { "Event type " input type="text" name="event_type" value=(v("event_type")); }
@@ -48,7 +48,7 @@ pub fn list(
                     p { "No dead letter matches." }
                 } @else {
                     @if !view.read_only {
-                        form #dead-letter-action.actions method="post" action="/dead-letters/confirm" {
+                        form #dead-letter-action.actions method="post" action=(view.at("/dead-letters/confirm")) {
                             (csrf(view))
                             (hidden_filter(p))
                             label { input type="radio" name="scope" value="selected" checked; " the ticked dead letters" }
@@ -57,9 +57,9 @@ pub fn list(
                             button.danger type="submit" name="action" value="discard" { "Discard…" }
                         }
                     }
-                    (table(&page.items, !view.read_only))
+                    (table(view, &page.items, !view.read_only))
                     @if let Some(after) = page.next_after {
-                        p { a.next href=(next_link("/dead-letters", p, after)) { "Next page →" } }
+                        p { a.next href=(next_link(&view.at("/dead-letters"), p, after)) { "Next page →" } }
                     }
                 }
             }
@@ -109,7 +109,7 @@ fn confirm_body(
                 Action::Retry => p.hint { "They go back in the queue in their original order, with attempts from zero." },
                 Action::Discard => p.hint { "They are deleted for good." },
             }
-            form method="post" action="/dead-letters/apply" {
+            form method="post" action=(view.at("/dead-letters/apply")) {
                 (csrf(view))
                 @for (k, v) in &p.0 {
                     @if k != "csrf" && k != "selection" { input type="hidden" name=(k) value=(v); }
@@ -118,7 +118,7 @@ fn confirm_body(
                 button.danger[action == Action::Discard] type="submit" { (verb) " " (count) " " (noun) }
             }
         }
-        p { a href=(link("/dead-letters", &FILTER.map(|k| (k, p.get(k))))) { "Back to the dead letters" } }
+        p { a href=(link(&view.at("/dead-letters"), &FILTER.map(|k| (k, p.get(k))))) { "Back to the dead letters" } }
     }
 }
 
@@ -160,7 +160,7 @@ pub fn refused(view: &View, e: &FieldError) -> Markup {
         "/dead-letters",
         html! {
             (field_error(e))
-            p { a href="/dead-letters" { "Back to the dead letters" } }
+            p { a href=(view.at("/dead-letters")) { "Back to the dead letters" } }
         },
     )
 }

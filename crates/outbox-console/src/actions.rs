@@ -7,7 +7,7 @@
 
 use std::net::SocketAddr;
 
-use hyper::StatusCode;
+use http::StatusCode;
 
 use outbox::Selector;
 
@@ -146,7 +146,7 @@ async fn act(
             };
             let notice = maud::html! { (past) " " (n) " " (noun) " (" bdi { (what) } ")." };
             app.sessions.set_flash(sid, notice.into_string());
-            redirect("/dead-letters")
+            redirect(&app.at("/dead-letters"))
         }
         "/pause" | "/resume" => {
             let scope = match forms::pause_scope(form) {
@@ -210,7 +210,7 @@ async fn act(
                 (false, false) => maud::html! { "Delivery was not paused for " (scope_html) "." },
             };
             app.sessions.set_flash(sid, message.into_string());
-            redirect("/")
+            redirect(&app.at("/"))
         }
         _ => plain(StatusCode::NOT_FOUND, "not found"),
     }

@@ -4,7 +4,7 @@
 use maud::{html, Markup};
 
 use super::layout::{age, csrf, link, page, time, View};
-use crate::console::store::{Overview, Stuck};
+use crate::store::{Overview, Stuck};
 
 /// The overview's figures as (name, shown text): the page renders them and
 /// `/overview.json` serves them to the refresh script, so both say the same.
@@ -60,7 +60,7 @@ pub fn overview(view: &View, o: &Overview, notice: Option<&str>) -> Markup {
     let figures = figures(o);
     let body = html! {
         (super::layout::notice(notice))
-        section.figures data-refresh="/overview.json" {
+        section.figures data-refresh=(view.at("/overview.json")) {
             @for (key, label) in LABELS {
                 @let value = figures.iter().find(|(k, _)| *k == key).map(|(_, v)| v.as_str()).unwrap_or("-");
                 div.figure {
@@ -86,7 +86,7 @@ pub fn overview(view: &View, o: &Overview, notice: Option<&str>) -> Markup {
                             td { (time(&p.paused_at)) }
                             td { bdi { (p.paused_by) } }
                             td { @if !view.read_only {
-                                form method="post" action="/resume" {
+                                form method="post" action=(view.at("/resume")) {
                                     (csrf(view))
                                     @match &p.aggregate_type {
                                         None => input type="hidden" name="scope" value="all";,
@@ -104,7 +104,7 @@ pub fn overview(view: &View, o: &Overview, notice: Option<&str>) -> Markup {
             }
         }
         @if !view.read_only {
-            form.inline method="post" action="/pause" {
+            form.inline method="post" action=(view.at("/pause")) {
                 (csrf(view))
                 label { "Pause " select name="scope" {
                     option value="type" { "one aggregate type" }
@@ -182,10 +182,10 @@ pub fn stuck(view: &View, rows: &[Stuck], limit: i64) -> Markup {
                 } }
                 tbody { @for s in rows {
                     tr {
-                        td { a href=(link("/events", &[("aggregate_type", Some(&s.aggregate_type)), ("aggregate_id", Some(&s.aggregate_id))])) {
+                        td { a href=(link(&view.at("/events"), &[("aggregate_type", Some(&s.aggregate_type)), ("aggregate_id", Some(&s.aggregate_id))])) {
                             code { bdi { (s.aggregate_type) } "/" bdi { (s.aggregate_id) } }
                         } }
-                        td { a href=(format!("/events/{}", s.id)) { bdi { (s.event_type) } } }
+                        td { a href=(view.at(&format!("/events/{}", s.id))) { bdi { (s.event_type) } } }
                         td { @if s.dead_lettered_at.is_some() { span.state.dead { "dead-lettered" } } @else { span.state.retrying { "retrying" } } }
                         td { (s.attempts) }
                         td { (s.behind) }

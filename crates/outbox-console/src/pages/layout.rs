@@ -3,7 +3,7 @@
 
 use maud::{html, Markup, DOCTYPE};
 
-use super::super::forms::FieldError;
+use crate::forms::FieldError;
 
 /// What every page needs to know about the request.
 #[derive(Debug, Clone)]
@@ -16,6 +16,15 @@ pub struct View {
     pub password: bool,
     /// The schema shown in the header.
     pub schema: String,
+    /// The path the console is served under (`""`, or e.g. `/outbox`).
+    pub base: String,
+}
+
+impl View {
+    /// The console's own `path` (`/events`) as the browser reaches it.
+    pub fn at(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
 }
 
 const NAV: [(&str, &str); 4] = [
@@ -35,8 +44,8 @@ pub fn page(view: &View, title: &str, active: &str, body: Markup) -> Markup {
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 meta name="csrf-token" content=(view.csrf);
                 title { (title) " · outbox console" }
-                link rel="stylesheet" href="/assets/console.css";
-                script src="/assets/console.js" defer {}
+                link rel="stylesheet" href=(view.at("/assets/console.css"));
+                script src=(view.at("/assets/console.js")) defer {}
             }
             body {
                 header {
@@ -44,12 +53,12 @@ pub fn page(view: &View, title: &str, active: &str, body: Markup) -> Markup {
                     span.schema { "schema " code { (view.schema) } }
                     nav {
                         @for (href, label) in NAV {
-                            a href=(href) class=[(href == active).then_some("active")] { (label) }
+                            a href=(view.at(href)) class=[(href == active).then_some("active")] { (label) }
                         }
                     }
                     @if view.read_only { span.badge { "read-only" } }
                     @if view.password {
-                        form.signout method="post" action="/logout" {
+                        form.signout method="post" action=(view.at("/logout")) {
                             (csrf(view))
                             button type="submit" { "Sign out" }
                         }
@@ -69,21 +78,22 @@ pub fn csrf(view: &View) -> Markup {
     html! { input type="hidden" name="csrf" value=(view.csrf); }
 }
 
-/// The sign-in page, with why the last try failed if it did.
-pub fn login(failed: Option<&str>) -> Markup {
+/// The sign-in page of the console under `base`, with why the last try
+/// failed if it did.
+pub fn login(base: &str, failed: Option<&str>) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
             head {
                 meta charset="utf-8";
                 title { "Sign in · outbox console" }
-                link rel="stylesheet" href="/assets/console.css";
+                link rel="stylesheet" href=(format!("{base}/assets/console.css"));
             }
             body {
                 main.login {
                     h1 { "outbox console" }
                     @if let Some(why) = failed { p.error role="alert" { (why) } }
-                    form method="post" action="/login" {
+                    form method="post" action=(format!("{base}/login")) {
                         label { "Password " input type="password" name="password" autofocus required; }
                         button type="submit" { "Sign in" }
                     }
@@ -113,7 +123,7 @@ pub fn refused(view: &View, e: &FieldError, path: &str) -> Markup {
         back,
         html! {
             (field_error(e))
-            p { a href=(back) { "Back to " (name) } }
+            p { a href=(view.at(back)) { "Back to " (name) } }
         },
     )
 }

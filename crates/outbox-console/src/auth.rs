@@ -1,14 +1,12 @@
-//! Who may use the console: the password (from the environment or a file,
-//! never a flag), sessions held in memory behind an `HttpOnly`,
-//! `SameSite=Strict` cookie, and a per-session CSRF token every POST must
-//! carry. The decisions are pure functions, tested without a server.
+//! Who may use the console: the password, sessions held in memory behind
+//! an `HttpOnly`, `SameSite=Strict` cookie, and a per-session CSRF token
+//! every POST must carry. The decisions are pure functions, tested without
+//! a server.
 
 use std::collections::HashMap;
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
 use rand::Rng;
 
 /// The session cookie's name.
@@ -20,70 +18,6 @@ const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
 /// Sessions kept at once; the oldest is dropped beyond it, so anonymous
 /// visits (loopback without a password) cannot grow memory without bound.
 const MAX_SESSIONS: usize = 1024;
-
-/// Environment variable holding the console's password.
-pub const PASSWORD_ENV: &str = "OUTBOX_CONSOLE_PASSWORD";
-
-/// The largest password file read: far more than any password, so that a
-/// wrong path (a log, a device) fails at once.
-pub const MAX_PASSWORD_FILE_BYTES: u64 = 4096;
-
-/// The password, if one is configured: the file `flag` names (a regular
-/// file of at most [`MAX_PASSWORD_FILE_BYTES`], read as
-/// [`crate::small_file`] reads) wins over `OUTBOX_CONSOLE_PASSWORD`. A
-/// file's trailing newline is not part of it.
-pub fn password(
-    file: Option<&std::path::Path>,
-    flag: &str,
-    env: Option<String>,
-) -> Result<Option<String>> {
-    let password = match file {
-        Some(path) => {
-            let fix = format!("give {flag} the path of a file holding only the password");
-            let bytes = crate::small_file::SmallFile {
-                what: "password file",
-                max_bytes: MAX_PASSWORD_FILE_BYTES,
-                fix: &fix,
-            }
-            .read(path)?;
-            let text = String::from_utf8(bytes).map_err(|_| {
-                anyhow::anyhow!(
-                    "password file {} is not UTF-8 text: {fix}",
-                    crate::text::cut(&path.display().to_string())
-                )
-            })?;
-            Some(text.trim_end_matches(['\n', '\r']).to_owned())
-        }
-        None => env,
-    };
-    match password {
-        Some(p) if p.is_empty() => bail!("the console password is empty: set a non-empty one"),
-        p => Ok(p),
-    }
-}
-
-/// Whether every address `listen` names is a loopback address.
-pub fn is_loopback(listen: &str) -> Result<bool> {
-    let addrs: Vec<SocketAddr> = listen
-        .to_socket_addrs()
-        .with_context(|| format!("--listen {listen:?} is not HOST:PORT"))?
-        .collect();
-    Ok(!addrs.is_empty()
-        && addrs
-            .iter()
-            .all(|a| a.ip().is_loopback() || crate::db::is_mapped_loopback(a.ip())))
-}
-
-/// Refuses to serve a non-loopback address without a password.
-pub fn check_exposure(listen: &str, has_password: bool) -> Result<()> {
-    if !has_password && !is_loopback(listen)? {
-        bail!(
-            "--listen {listen} is reachable from other machines: set a password in \
-             {PASSWORD_ENV} or --password-file, or listen on 127.0.0.1"
-        );
-    }
-    Ok(())
-}
 
 /// Whether a request's `Host` names this machine's loopback (`localhost`,
 /// a `*.localhost` name, `127.0.0.0/8` or `::1`, any port): what a console
@@ -112,7 +46,16 @@ pub fn loopback_host(host: Option<&str>) -> bool {
         return true;
     }
     name.parse::<std::net::IpAddr>()
-        .is_ok_and(|ip| ip.is_loopback() || crate::db::is_mapped_loopback(ip))
+        .is_ok_and(|ip| ip.is_loopback() || is_mapped_loopback(ip))
+}
+
+/// Whether `ip` is an IPv4-mapped IPv6 address of the IPv4 loopback
+/// (`::ffff:127.0.0.1`), which `is_loopback` does not count.
+pub fn is_mapped_loopback(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
+        std::net::IpAddr::V4(_) => false,
+    }
 }
 
 /// Equality whose time does not depend on where `a` and `b` differ.
@@ -316,21 +259,9 @@ mod tests {
     }
 
     #[test]
-    fn an_ipv4_mapped_loopback_address_is_loopback_too() {
-        assert!(is_loopback("[::ffff:127.0.0.1]:8080").unwrap());
-        assert!(check_exposure("[::ffff:127.0.0.1]:8080", false).is_ok());
-        assert!(!is_loopback("[::ffff:10.0.0.1]:8080").unwrap());
+    fn an_ipv4_mapped_loopback_host_is_loopback_too() {
         assert!(loopback_host(Some("[::ffff:127.0.0.1]:8080")));
         assert!(!loopback_host(Some("[::ffff:192.0.2.1]")));
-    }
-
-    #[test]
-    fn only_loopback_listens_without_a_password() {
-        assert!(check_exposure("127.0.0.1:0", false).is_ok());
-        assert!(check_exposure("[::1]:0", false).is_ok());
-        let err = check_exposure("0.0.0.0:0", false).unwrap_err().to_string();
-        assert!(err.contains(PASSWORD_ENV), "{err}");
-        assert!(check_exposure("0.0.0.0:0", true).is_ok());
     }
 
     #[test]
@@ -374,21 +305,6 @@ mod tests {
             sessions.get(&signed_in).is_some(),
             "evicted by cookie-less visits"
         );
-    }
-
-    #[test]
-    fn an_empty_password_is_refused_and_a_file_loses_its_newline() {
-        assert!(password(None, "--password-file", Some(String::new())).is_err());
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("pw");
-        std::fs::write(&path, "s3cret\n").unwrap();
-        assert_eq!(
-            password(Some(&path), "--password-file", Some("env".into()))
-                .unwrap()
-                .as_deref(),
-            Some("s3cret")
-        );
-        assert_eq!(password(None, "--password-file", None).unwrap(), None);
     }
 
     #[test]

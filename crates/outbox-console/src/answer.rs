@@ -2,22 +2,22 @@
 //! the answers it gives, each with the console's security headers (a
 //! strict CSP, no framing, no sniffing, no caching).
 
+use bytes::Bytes;
+use http::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE, LOCATION};
+use http::{Response, StatusCode};
 use http_body_util::Full;
-use hyper::body::Bytes;
-use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE, LOCATION};
-use hyper::{Response, StatusCode};
 use maud::Markup;
+use outbox::redact::redact_text;
 
 use super::auth::Sessions;
 use super::pages::{self, View};
 use super::store::Store;
-use crate::db::redact_text;
 
 /// No inline script or style, nothing from elsewhere, no framing.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
                    connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
-pub(super) type Answer = Response<Full<Bytes>>;
+pub(crate) type Answer = Response<Full<Bytes>>;
 
 /// Everything the routes share.
 pub struct App {
@@ -30,12 +30,22 @@ pub struct App {
     pub channel: String,
     /// `{trace_id}` URL template for the event page.
     pub trace_link: Option<String>,
+    /// The path the console is served under: `""`, or `/outbox` (no
+    /// trailing `/`), which every link, form, redirect and cookie carries.
+    pub base: String,
     /// The actions counted, served at `/metrics`.
     pub metrics: super::metrics::ConsoleMetrics,
     /// Who may try a password now.
     pub throttle: std::sync::Mutex<super::throttle::Throttle>,
     /// Failed sign-ins since the last summary in the log.
     pub tally: std::sync::Arc<std::sync::Mutex<super::throttle::Tally>>,
+}
+
+impl App {
+    /// The console's own `path` (`/events`) as the browser reaches it.
+    pub fn at(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
 }
 
 fn with_headers(mut r: Answer) -> Answer {
@@ -72,6 +82,7 @@ pub(super) fn html(status: StatusCode, page: Markup) -> Answer {
     answer(status, "text/html; charset=utf-8", page.into_string())
 }
 
+/// 303 to `to`, a path the base path already prefixes.
 pub(super) fn redirect(to: &str) -> Answer {
     let mut r = answer(StatusCode::SEE_OTHER, "text/plain; charset=utf-8", "");
     if let Ok(v) = HeaderValue::from_str(to) {
@@ -83,7 +94,23 @@ pub(super) fn redirect(to: &str) -> Answer {
 /// `e` as the console shows it: `doing X: the database's message`, each
 /// cause once, the URL's password redacted.
 pub(super) fn failure_text(e: &anyhow::Error) -> String {
-    redact_text(&crate::text::error_chain(e))
+    redact_text(&error_chain(e))
+}
+
+/// Every cause of `error` once, joined with `: ` (a driver's error often
+/// repeats its source's message at its end).
+fn error_chain(error: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if out.is_empty() {
+            out = text;
+        } else if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+    }
+    out
 }
 
 pub(super) fn plain(status: StatusCode, text: &str) -> Answer {
