@@ -3,6 +3,8 @@
 #![deny(missing_docs)]
 
 pub mod brokers;
+#[cfg(feature = "browser")]
+pub mod browser;
 pub mod cloudevents;
 pub mod conformance;
 pub mod order;
