@@ -1,7 +1,7 @@
 //! `outbox`, the program of the PostgreSQL outbox: its commands (`migrate`,
 //! `relay`, `status`, `dead-letters`, `cleanup`, `config`, `healthcheck`,
-//! `console`, `demo`) in `commands/`, and the relay's runtime beside them
-//! (metrics, HTTP probes, telemetry). The web console is crate
+//! `console`, `demo`) in `commands/`, and the relay daemon's runtime
+//! beside them in `daemon/` (the HTTP server, metrics, probes, telemetry). The web console is crate
 //! `outbox-console`, which `console` and `relay --console` serve.
 //! `outbox bench` (feature `bench`) runs the benchmarks of crate
 //! `outbox-bench`.
@@ -11,16 +11,11 @@ mod cli;
 mod commands;
 mod config;
 mod ctx;
+mod daemon;
 mod db;
-mod db_probe;
-mod http;
-mod listen;
-mod metrics;
 mod progress;
 mod publisher;
-mod session_check;
 mod small_file;
-mod telemetry;
 mod text;
 
 use std::io::IsTerminal;

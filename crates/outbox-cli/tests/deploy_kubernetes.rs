@@ -205,7 +205,7 @@ fn the_rendered_base_matches_what_the_relay_accepts() {
 
     // Probes: paths the relay serves (the HTTP module's list of paths), on
     // the port it listens on.
-    let http_module = read("crates/outbox-cli/src/http/mod.rs");
+    let http_module = read("crates/outbox-cli/src/daemon/http/mod.rs");
     let served = http_module
         .lines()
         .find(|l| l.contains("matches!(path,"))

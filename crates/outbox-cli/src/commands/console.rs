@@ -63,7 +63,7 @@ pub async fn run(ctx: &Ctx, args: ConsoleArgs) -> Result<ExitCode> {
         let mut conn = pool.acquire().await?;
         outbox::ensure_migrated(&mut conn, &ctx.schema).await?;
     }
-    let listener = crate::listen::bind(&args.listen).await?;
+    let listener = crate::daemon::listen::bind(&args.listen).await?;
     let shown = listener
         .local_addr()
         .map(|a| a.to_string())
@@ -81,7 +81,7 @@ pub async fn run(ctx: &Ctx, args: ConsoleArgs) -> Result<ExitCode> {
 
 /// The console mounted on the relay's endpoints (`outbox relay --console`).
 #[async_trait::async_trait]
-impl crate::http::Mounted for Console {
+impl crate::daemon::http::Mounted for Console {
     async fn answer(
         &self,
         req: hyper::Request<hyper::body::Incoming>,
@@ -126,7 +126,7 @@ pub(crate) fn app(
 /// accept loop and its limits (connections, header timeout), so idle and
 /// slow clients lock `outbox console` out no more than the relay.
 async fn serve(listener: TcpListener, console: Arc<Console>) {
-    crate::http::accept_loop(listener, move |req, peer| {
+    crate::daemon::http::accept_loop(listener, move |req, peer| {
         let console = console.clone();
         async move { console.handle(req, peer).await }
     })
@@ -160,7 +160,7 @@ pub(crate) async fn spawn_loopback(
     listen: &str,
 ) -> Result<SocketAddr> {
     check_exposure(listen, false)?;
-    let listener = crate::listen::bind(listen).await?;
+    let listener = crate::daemon::listen::bind(listen).await?;
     let addr = listener.local_addr()?;
     let console = app(pool, schema, None, false, None);
     tokio::spawn(serve(listener, console));

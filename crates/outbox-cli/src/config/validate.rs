@@ -70,7 +70,7 @@ pub fn validate(l: &Loaded) -> Result<()> {
     if let Some(addr) = &c.http.addr {
         // The check `outbox relay` binds with, so that `config check` passes
         // no address the relay cannot listen on.
-        crate::listen::listen_addrs(addr).map_err(|why| {
+        crate::daemon::listen::listen_addrs(addr).map_err(|why| {
             anyhow!(
                 "invalid http.addr = {} ({}): {why}",
                 cut(addr),

@@ -15,8 +15,8 @@ use super::RelayArgs;
 use crate::commands::targets::{names, Pools};
 use crate::config::{SchemaSelector, SourceEntry};
 use crate::ctx::Ctx;
+use crate::daemon::http::Mounted;
 use crate::db;
-use crate::http::Mounted;
 use crate::text::cut;
 
 /// The console to serve: over which database and schema, with which

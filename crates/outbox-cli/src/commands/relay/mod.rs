@@ -33,9 +33,9 @@ use stop::Signals;
 
 use crate::config::Loaded;
 use crate::ctx::Ctx;
-use crate::http::{self, Mounted, RelayState};
-use crate::metrics::Metrics;
-use crate::telemetry::Export;
+use crate::daemon::http::{self, Mounted, RelayState};
+use crate::daemon::metrics::Metrics;
+use crate::daemon::telemetry::Export;
 
 pub async fn run(ctx: &Ctx, args: RelayArgs) -> Result<ExitCode> {
     // Flags were folded into the loaded configuration with the file and
@@ -118,7 +118,7 @@ fn serve(
     mut app: http::App,
     console: Option<(Arc<dyn Mounted>, String)>,
 ) -> JoinHandle<()> {
-    let addr = crate::listen::local_addr(&listener);
+    let addr = crate::daemon::listen::local_addr(&listener);
     let shown = console.as_ref().map(|(_, shown)| shown.clone());
     app.console = console.map(|(mounted, _)| mounted);
     let task = http::serve(listener, Arc::new(app));
@@ -138,7 +138,7 @@ fn serve(
 /// `http.addr` is set; an error names the key and where it was set.
 async fn http_listener(loaded: &Loaded) -> Result<Option<tokio::net::TcpListener>> {
     match &loaded.config.http.addr {
-        Some(addr) => Ok(Some(crate::listen::bind(addr).await.with_context(
+        Some(addr) => Ok(Some(crate::daemon::listen::bind(addr).await.with_context(
             || format!("http.addr ({})", loaded.origin("http.addr").describe()),
         )?)),
         None => Ok(None),

@@ -12,9 +12,9 @@ use sqlx::PgPool;
 
 use super::running::{Around, DrainCheck, Running, Started};
 use crate::ctx::Ctx;
-use crate::db_probe::{self, DbProbe};
-use crate::http::{Readiness, Ready};
-use crate::metrics::{self, Metrics, SourceMetrics};
+use crate::daemon::db_probe::{self, DbProbe};
+use crate::daemon::http::{Readiness, Ready};
+use crate::daemon::metrics::{self, Metrics, SourceMetrics};
 use crate::{db, publisher};
 
 /// How often `--drain` counts what is pending (and shows progress).
@@ -46,7 +46,7 @@ pub(super) async fn connect(
     tracing::debug!(database = %db::redact_text(&url), "connecting");
     // Worker, leases, wake-up listener, claim-ahead, and the cleaner.
     let pool = db::connect(&url, 6).await?;
-    crate::session_check::require_sessions(&pool).await?;
+    crate::daemon::session_check::require_sessions(&pool).await?;
     // The one source is named after its schema.
     let source = metrics.source(schema.name());
     let side = if http {

@@ -15,9 +15,9 @@ use tokio::task::JoinHandle;
 use super::one::{self, One};
 use super::sources::{self, Many, SourcesPlan};
 use crate::ctx::Ctx;
-use crate::http::{Ready, RelayState};
-use crate::metrics::{Metrics, RelayInfo};
-use crate::telemetry::Export;
+use crate::daemon::http::{Ready, RelayState};
+use crate::daemon::metrics::{Metrics, RelayInfo};
+use crate::daemon::telemetry::Export;
 
 /// What the configuration asks to serve.
 pub(super) enum Plan {

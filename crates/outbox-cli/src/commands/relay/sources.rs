@@ -17,8 +17,8 @@ use sqlx::PgPool;
 use super::running::{Around, DrainCheck, Running, Started};
 use crate::config::{Config, PublisherConfig};
 use crate::ctx::Ctx;
-use crate::http::{Ready, SourcesReadiness};
-use crate::metrics::{self, Metrics};
+use crate::daemon::http::{Ready, SourcesReadiness};
+use crate::daemon::metrics::{self, Metrics};
 use crate::{db, publisher};
 
 /// How often `--drain` counts what is pending across the sources.
@@ -322,7 +322,7 @@ async fn connect_databases(
                 let pool = db::connect_shared(&s.database_url, plan.pool_size, STATEMENT_CACHE)
                     .await
                     .with_context(|| format!("source {}", s.name))?;
-                crate::session_check::require_sessions(&pool).await?;
+                crate::daemon::session_check::require_sessions(&pool).await?;
                 let identity = outbox::sources::database_identity(&pool)
                     .await
                     .unwrap_or_else(|| s.address.clone());

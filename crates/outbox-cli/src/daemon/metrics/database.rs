@@ -1,5 +1,5 @@
 //! The gauges only the database knows, read every `http.refresh_ms` by one
-//! loop (never by a scrape; [`crate::db_probe::refresh_loop`]): the status
+//! loop (never by a scrape; [`crate::daemon::db_probe::refresh_loop`]): the status
 //! counters, how long the oldest *claimable* event has waited, and how old
 //! the oldest snapshot holding back vacuum is.
 

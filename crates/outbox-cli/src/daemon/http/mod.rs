@@ -42,7 +42,7 @@ impl Ready {
     }
 }
 
-use crate::metrics::Metrics;
+use crate::daemon::metrics::Metrics;
 
 /// Connections kept open at once. At the cap, a new connection closes the
 /// one that has waited longest for a request head (idle, slow, or not

@@ -11,9 +11,9 @@ use serde_json::{json, Value};
 
 // redaction: every message shown by `/readyz` or logged here goes through
 // this; it is to become the one shared `outbox::redact::redact_text`.
+use crate::daemon::db_probe::DbProbe;
+use crate::daemon::metrics::SourceMetrics;
 use crate::db::redact_text;
-use crate::db_probe::DbProbe;
-use crate::metrics::SourceMetrics;
 
 /// What the relay loop tells the readiness check.
 #[derive(Debug, Default)]

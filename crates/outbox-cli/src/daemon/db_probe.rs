@@ -11,8 +11,8 @@ use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{Connection, PgPool};
 use tokio::sync::{watch, Mutex};
 
+use crate::daemon::metrics::{DbGauges, SourceMetrics};
 use crate::db::redact_text;
-use crate::metrics::{DbGauges, SourceMetrics};
 
 /// The database check, shared by `/readyz` and the `outbox_database_up`
 /// gauge so they always agree: the relay's tables in the configured schema
