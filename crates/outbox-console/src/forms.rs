@@ -6,7 +6,7 @@ use outbox::Selector;
 use uuid::Uuid;
 
 use super::store::EventQuery;
-use crate::age::parse_age;
+use outbox::parse_age;
 
 /// Decoded `name=value` pairs, in order.
 #[derive(Debug, Clone, Default)]

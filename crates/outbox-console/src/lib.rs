@@ -26,7 +26,6 @@
 #![deny(missing_docs)]
 
 mod actions;
-mod age;
 mod answer;
 mod auth;
 mod count;
@@ -45,7 +44,6 @@ mod throttle;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-pub use age::parse_age;
 pub use delivery::slot_line;
 
 /// What the console answers: a whole body, its security headers set.

@@ -31,9 +31,10 @@ pub use event::{
 };
 pub use inbox::{Inbox, MAX_CONSUMER_CHARS};
 pub use maintenance::{
-    format_age, Cleaner, CleanerConfig, CleanerHandle, CleanerStats, Cleanup, CleanupParams,
-    CleanupTarget, DeadLetter, DeadLetterFilter, DeadLetterPage, DeadLetters, Selector,
-    DEFAULT_CLEANUP_BATCH_SIZE, DEFAULT_LIST_LIMIT, MAX_CLEANUP_BATCH_SIZE, MAX_LIST_LIMIT,
+    format_age, parse_age, Cleaner, CleanerConfig, CleanerHandle, CleanerStats, Cleanup,
+    CleanupParams, CleanupTarget, DeadLetter, DeadLetterFilter, DeadLetterPage, DeadLetters,
+    Selector, DEFAULT_CLEANUP_BATCH_SIZE, DEFAULT_LIST_LIMIT, MAX_CLEANUP_BATCH_SIZE,
+    MAX_LIST_LIMIT,
 };
 pub use migrate::{
     ensure_migrated, migrate, MigrateOptions, MigrationReport, WakeupTrigger, DEFAULT_PARTITIONS,

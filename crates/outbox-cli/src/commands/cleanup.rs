@@ -10,7 +10,7 @@ use sqlx::PgConnection;
 
 use crate::ctx::Ctx;
 use crate::db;
-use outbox_console::parse_age;
+use outbox::parse_age;
 
 #[derive(Debug, clap::Args)]
 pub struct CleanupArgs {

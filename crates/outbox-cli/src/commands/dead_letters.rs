@@ -48,10 +48,10 @@ pub struct Criteria {
     #[arg(long, value_name = "TYPE")]
     pub event_type: Option<String>,
     /// Only those dead-lettered at least this long ago (30s, 15m, 2h, 7d).
-    #[arg(long, value_name = "AGE", value_parser = outbox_console::parse_age)]
+    #[arg(long, value_name = "AGE", value_parser = outbox::parse_age)]
     pub older_than: Option<Duration>,
     /// Only those dead-lettered less than this long ago (30s, 15m, 2h, 7d).
-    #[arg(long, value_name = "AGE", value_parser = outbox_console::parse_age)]
+    #[arg(long, value_name = "AGE", value_parser = outbox::parse_age)]
     pub newer_than: Option<Duration>,
 }
 

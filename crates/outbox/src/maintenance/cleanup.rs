@@ -7,8 +7,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 
+use super::age::format_age;
 use super::queries as q;
-use super::selector::{format_age, millis};
+use super::selector::millis;
 use crate::error::{Error, Result};
 use crate::schema::Schema;
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
+use super::age::format_age;
 use crate::error::{Error, Result};
 
 /// Which dead letters [`DeadLetters::retry`](super::DeadLetters::retry),
@@ -249,23 +250,6 @@ impl<'a> Criteria<'a> {
 /// A duration in whole milliseconds, saturating.
 pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
-/// A short human form of an age: `90s`, `15m`, `2h`, `7d`, or a mix such as
-/// `1d2h`.
-pub fn format_age(d: Duration) -> String {
-    let mut secs = d.as_secs();
-    if secs == 0 {
-        return format!("{}ms", d.as_millis());
-    }
-    let mut out = String::new();
-    for (unit, len) in [("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)] {
-        if secs >= len {
-            out.push_str(&format!("{}{unit}", secs / len));
-            secs %= len;
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
-//! Ages as commands and the console take them (`--older-than 7d`,
-//! `--retention 1h30m`): [`parse_age`].
+//! Ages as commands and the console take and show them (`--older-than
+//! 7d`, `--retention 1h30m`, "deleted rows older than 7d"): [`parse_age`]
+//! and [`format_age`], one the other's inverse for whole seconds.
 
 use std::time::Duration;
 
@@ -55,9 +56,34 @@ pub fn parse_age(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs(total))
 }
 
+/// A short human form of an age: `90s`, `15m`, `2h`, `7d`, or a mix such as
+/// `1d2h`.
+pub fn format_age(d: Duration) -> String {
+    let mut secs = d.as_secs();
+    if secs == 0 {
+        return format!("{}ms", d.as_millis());
+    }
+    let mut out = String::new();
+    for (unit, len) in [("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)] {
+        if secs >= len {
+            out.push_str(&format!("{}{unit}", secs / len));
+            secs %= len;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_age_shown_parses_back_to_itself() {
+        for secs in [1, 59, 60, 90, 3_600, 5_400, 86_400, 93_784, 36_500 * 86_400] {
+            let d = Duration::from_secs(secs);
+            assert_eq!(parse_age(&format_age(d)), Ok(d), "{secs}");
+        }
+    }
 
     #[test]
     fn ages_parse_and_bad_ones_say_how_to_write_them() {
