@@ -259,44 +259,11 @@ pub const EVENT_ESTIMATE: &str = "
 SELECT greatest(reltuples, 0)::bigint FROM pg_class
 WHERE oid = to_regclass('{schema}.outbox_events')";
 
-/// The library's dead-letter predicate (`outbox::DeadLetters`, `$1`–`$6`:
-/// ids, aggregate type, aggregate id, event type, dead-lettered at least /
-/// less than so many ms ago), the very text the library's retry and
-/// discard run, so the console lists exactly what they touch; plus `$9`:
-/// the last error contains this text, case-insensitively (`strpos`, so `%`
-/// and `_` are plain characters).
-macro_rules! dead_letter_match {
-    () => {
-        concat!(
-            outbox::__outbox_dead_letter_match!(),
-            "
-  AND ($9::text IS NULL OR strpos(lower(coalesce(last_error, '')), lower($9::text)) > 0)"
-        )
-    };
-}
-
-/// Dead letters matching `$1`–`$6`, `$9` (`dead_letter_match`), one keyset
-/// page: seq above `$7`, at most `$8`.
+/// The dead letters `$1` (ids, from the library's
+/// `DeadLetters::page_ids`, which holds the predicate a retry or discard
+/// runs), in seq order.
 pub const DEAD_LETTER_PAGE: &str = concat!(
     "SELECT ",
     event_columns!(),
-    " FROM {schema}.outbox_events WHERE ",
-    dead_letter_match!(),
-    "
-  AND seq > $7
-ORDER BY seq
-LIMIT $8"
-);
-
-/// The ids of the dead letters matching `$1`–`$6`, `$9`, in seq order,
-/// above seq `$7`, at most `$8`: what "every dead letter matching" means
-/// when the filter names error text, which the library's selector has no
-/// criterion for (the action then runs on these ids).
-pub const DEAD_LETTER_IDS: &str = concat!(
-    "SELECT id FROM {schema}.outbox_events WHERE ",
-    dead_letter_match!(),
-    "
-  AND seq > $7
-ORDER BY seq
-LIMIT $8"
+    " FROM {schema}.outbox_events WHERE id = ANY($1) ORDER BY seq"
 );

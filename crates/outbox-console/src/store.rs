@@ -189,7 +189,6 @@ pub struct Store {
     event_search: String,
     estimate: String,
     dead_page: String,
-    dead_ids: String,
 }
 
 impl Store {
@@ -214,7 +213,6 @@ impl Store {
             event_search: r(q::EVENT_SEARCH),
             estimate: r(q::EVENT_ESTIMATE),
             dead_page: r(q::DEAD_LETTER_PAGE),
-            dead_ids: r(q::DEAD_LETTER_IDS),
         }
     }
 
@@ -444,16 +442,16 @@ impl Store {
         size: usize,
     ) -> Result<Page<EventRow>> {
         let mut tx = self.read().await?;
-        let rows = bind_dead_letter_match(
-            sqlx::query(&self.dead_page),
-            selector,
-            error,
-            after,
-            size as i64 + 1,
-        )
-        .fetch_all(&mut *tx)
-        .await
-        .context("listing dead letters")?;
+        let ids = self
+            .dead
+            .page_ids(&mut tx, selector, error, after, size as i64 + 1)
+            .await
+            .context("listing dead letters")?;
+        let rows = sqlx::query(&self.dead_page)
+            .bind(&ids)
+            .fetch_all(&mut *tx)
+            .await
+            .context("listing dead letters")?;
         let items = rows
             .iter()
             .map(EventRow::from_row)
@@ -470,42 +468,14 @@ impl Store {
         max: usize,
     ) -> Result<Vec<Uuid>> {
         let mut tx = self.read().await?;
-        let rows =
-            bind_dead_letter_match(sqlx::query(&self.dead_ids), selector, error, 0, max as i64)
-                .fetch_all(&mut *tx)
-                .await
-                .context("listing dead letters")?;
-        rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
+        self.dead
+            .page_ids(&mut tx, selector, error, 0, max as i64)
+            .await
+            .context("listing dead letters")
     }
 
     /// A connection for the dead-letter actions (the library's methods).
     pub async fn conn(&self) -> Result<sqlx::pool::PoolConnection<Postgres>> {
         self.pool.acquire().await.context("connecting")
     }
-}
-
-type Query<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
-
-/// Binds every parameter of `dead_letter_match` and the keyset (`$7`
-/// after, `$8` limit), in order.
-fn bind_dead_letter_match<'q>(
-    q: Query<'q>,
-    s: &'q Selector,
-    error: Option<&'q str>,
-    after: i64,
-    limit: i64,
-) -> Query<'q> {
-    let ms = |d: Option<std::time::Duration>| {
-        d.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-    };
-    let ids = (!s.ids.is_empty()).then_some(s.ids.as_slice());
-    q.bind(ids)
-        .bind(s.aggregate_type.as_deref())
-        .bind(s.aggregate_id.as_deref())
-        .bind(s.event_type.as_deref())
-        .bind(ms(s.older_than))
-        .bind(ms(s.newer_than))
-        .bind(after)
-        .bind(limit)
-        .bind(error)
 }

@@ -108,6 +108,7 @@ pub struct DeadLetterPage {
 #[derive(Debug, Clone)]
 pub struct DeadLetters {
     list: String,
+    page_ids: String,
     count: String,
     retry: String,
     discard: String,
@@ -120,6 +121,7 @@ impl DeadLetters {
     pub fn new(schema: &Schema) -> Self {
         DeadLetters {
             list: schema.render(q::DEAD_LETTER_LIST),
+            page_ids: schema.render(q::DEAD_LETTER_PAGE_IDS),
             count: schema.render(q::DEAD_LETTER_COUNT),
             retry: schema.render(q::DEAD_LETTER_RETRY),
             discard: schema.render(q::DEAD_LETTER_DISCARD),
@@ -147,6 +149,31 @@ impl DeadLetters {
             .map(DeadLetter::from_row)
             .collect::<Result<Vec<_>>>()?;
         Ok(DeadLetterPage { items, total })
+    }
+
+    /// One keyset page of the ids of the dead letters `selector`'s criteria
+    /// select (its `all` flag aside) whose last error contains
+    /// `error_contains` (case-insensitively; `None`: any), in seq order:
+    /// seq above `after`, at most `limit`. What a list showing columns of
+    /// its own (the console's) pages through, with the very predicate a
+    /// retry or discard of these ids runs.
+    pub async fn page_ids(
+        &self,
+        conn: &mut PgConnection,
+        selector: &Selector,
+        error_contains: Option<&str>,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<Uuid>> {
+        let rows = Criteria::of(selector)
+            .bind(sqlx::query(&self.page_ids))
+            .bind(after)
+            .bind(limit)
+            .bind(error_contains)
+            .fetch_all(conn)
+            .await
+            .map_err(Error::db("listing dead letters"))?;
+        Ok(rows.iter().map(|r| r.get::<Uuid, _>(0)).collect())
     }
 
     /// How many dead letters `selector` selects (what a retry or discard

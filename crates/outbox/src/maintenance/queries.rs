@@ -14,12 +14,10 @@
 //! | `$5`  | `bigint`   | dead-lettered at least this many ms ago           |
 //! | `$6`  | `bigint`   | dead-lettered less than this many ms ago          |
 
-/// A dead letter (as in the `outbox_dead_letters` view) matching `$1`–`$6`.
-/// Exported (hidden) so the console lists exactly what a retry or discard
-/// with the same criteria touches, from this one text.
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __outbox_dead_letter_match {
+/// A dead letter (as in the `outbox_dead_letters` view) matching `$1`–`$6`:
+/// the one predicate every dead-letter statement here runs, so a list shows
+/// exactly what a retry or discard with the same criteria touches.
+macro_rules! dead_letter_match {
     () => {
         "dead_lettered_at IS NOT NULL AND processed_at IS NULL
   AND ($1::uuid[] IS NULL OR id = ANY($1::uuid[]))
@@ -28,13 +26,6 @@ macro_rules! __outbox_dead_letter_match {
   AND ($4::text IS NULL OR event_type = $4::text)
   AND ($5::bigint IS NULL OR dead_lettered_at <= now() - $5::bigint * interval '1 millisecond')
   AND ($6::bigint IS NULL OR dead_lettered_at > now() - $6::bigint * interval '1 millisecond')"
-    };
-}
-
-/// [`__outbox_dead_letter_match`], by its name in this module.
-macro_rules! dead_letter_match {
-    () => {
-        $crate::__outbox_dead_letter_match!()
     };
 }
 
@@ -54,6 +45,22 @@ WHERE ",
     "
 ORDER BY seq
 LIMIT $7"
+);
+
+/// The ids of the dead letters matching `$1`–`$6` whose last error
+/// contains `$9` (case-insensitively; `strpos`, so `%` and `_` are plain
+/// characters; NULL matches every one), in seq order: one keyset page,
+/// seq above `$7`, at most `$8`. For a list that shows columns of its own.
+pub const DEAD_LETTER_PAGE_IDS: &str = concat!(
+    "
+SELECT id FROM {schema}.outbox_events
+WHERE ",
+    dead_letter_match!(),
+    "
+  AND ($9::text IS NULL OR strpos(lower(coalesce(last_error, '')), lower($9::text)) > 0)
+  AND seq > $7
+ORDER BY seq
+LIMIT $8"
 );
 
 /// How many dead letters match.
