@@ -14,7 +14,6 @@ mod ctx;
 mod daemon;
 mod db;
 mod progress;
-mod publisher;
 mod small_file;
 mod text;
 

@@ -1,5 +1,7 @@
 //! Publishers for the outbox relay. The JSON-lines publishers (stdout, file)
 //! have no dependencies; each broker sits behind a cargo feature.
+//! [`registry`] names them all: a spec (`kafka://…`, `file:…`) and a
+//! `[publisher.NAME]` table checked without connecting, then built.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -14,6 +16,7 @@
 mod broker;
 pub mod cloudevents;
 mod error;
+pub mod registry;
 pub mod stream;
 pub mod template;
 #[cfg(test)]

@@ -7,7 +7,7 @@ use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
 /// The publisher: a spec (`stdout`, `file:PATH`, `kafka://…`, `http://…`,
-/// see [`crate::publisher::PUBLISHERS`]) and the publishers' own settings,
+/// see [`outbox_publishers::registry::PUBLISHERS`]) and the publishers' own settings,
 /// kept as tables and handed to the publisher as they are. In a file it is
 /// either a string (`publisher = "stdout"`) or a table (`[publisher]` with
 /// `spec`, and `[publisher.NAME]` tables such as `[publisher.kafka]`).
@@ -22,9 +22,9 @@ pub struct PublisherConfig {
     /// schema's name.
     pub cloudevents_source: String,
     /// `[publisher.NAME]`: a publisher's own settings, by `NAME` (one of
-    /// [`crate::publisher::table_names`]).
+    /// [`outbox_publishers::registry::table_names`]).
     #[serde(flatten)]
-    pub tables: crate::publisher::Tables,
+    pub tables: outbox_publishers::registry::Tables,
 }
 
 impl Default for PublisherConfig {
@@ -45,7 +45,7 @@ fn publisher_keys() -> &'static [&'static str] {
     KEYS.get_or_init(|| {
         ["spec", "format", "cloudevents_source"]
             .into_iter()
-            .chain(crate::publisher::table_names())
+            .chain(outbox_publishers::registry::table_names())
             .collect()
     })
 }

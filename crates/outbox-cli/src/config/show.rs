@@ -69,7 +69,7 @@ pub fn render(l: &Loaded) -> String {
     let _ = writeln!(
         out,
         "# publisher.spec forms: {}",
-        crate::publisher::forms().trim_start_matches("use ")
+        outbox_publishers::registry::forms().trim_start_matches("use ")
     );
     let mut section = "";
     for key in KEYS {
@@ -90,7 +90,7 @@ pub fn render(l: &Loaded) -> String {
         };
         let _ = writeln!(out, "{line:<40} # {origin}");
     }
-    for broker in crate::publisher::table_names() {
+    for broker in outbox_publishers::registry::table_names() {
         if let Some(t) = lookup(&table, &format!("publisher.{broker}")).and_then(|v| v.as_table()) {
             let mut wrapped = toml::Table::new();
             let mut inner = toml::Table::new();

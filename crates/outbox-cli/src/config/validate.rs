@@ -219,18 +219,18 @@ fn publisher(l: &Loaded, p: &super::publisher::PublisherConfig, at: &str) -> Res
         super::Origin::Default => at.to_owned(),
     };
     // A broker library's message may quote a whole value: cut long words.
-    let checked = crate::publisher::check(&name, &p.spec, &p.tables)
+    let checked = outbox_publishers::registry::check(&name, &p.spec, &p.tables)
         .map_err(|e| anyhow!(cut_words(&format!("{e:#}"))))?;
     for table in p.tables.keys() {
         if table != checked.kind.name {
-            let form = crate::publisher::PUBLISHERS
+            let form = outbox_publishers::registry::PUBLISHERS
                 .iter()
                 .find(|k| k.name == table)
                 .map_or(table.as_str(), |k| k.form);
             bail!(
                 "[{at}.{table}] is set ({}) but the publisher is {} ({}): use a {form} publisher or remove the table",
                 origin(table).describe(),
-                crate::publisher::shown(&p.spec),
+                outbox_publishers::registry::shown(&p.spec),
                 origin("spec").describe()
             );
         }

@@ -8,7 +8,7 @@ use crate::config::Flags;
 #[derive(Debug, clap::Args)]
 pub struct RelayArgs {
     // Where to publish: every form of the publishers' table.
-    #[arg(long, value_name = "SPEC", help = crate::publisher::help())]
+    #[arg(long, value_name = "SPEC", help = outbox_publishers::registry::help())]
     pub publisher: Option<String>,
     /// Message format: plain (the outbox's own headers), cloudevents-binary
     /// or cloudevents-structured (CloudEvents 1.0) [env:

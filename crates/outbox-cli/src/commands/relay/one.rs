@@ -15,7 +15,8 @@ use crate::ctx::Ctx;
 use crate::daemon::db_probe::{self, DbProbe};
 use crate::daemon::http::{Readiness, Ready};
 use crate::daemon::metrics::{self, Metrics, SourceMetrics};
-use crate::{db, publisher};
+use crate::db;
+use outbox_publishers::registry as publisher;
 
 /// How often `--drain` counts what is pending (and shows progress).
 const DRAIN_TICK: Duration = Duration::from_millis(100);

@@ -19,7 +19,8 @@ use crate::config::{Config, PublisherConfig};
 use crate::ctx::Ctx;
 use crate::daemon::http::{Ready, SourcesReadiness};
 use crate::daemon::metrics::{self, Metrics};
-use crate::{db, publisher};
+use crate::db;
+use outbox_publishers::registry as publisher;
 
 /// How often `--drain` counts what is pending across the sources.
 const DRAIN_TICK: Duration = Duration::from_secs(1);

@@ -1,4 +1,4 @@
-//! The publishers the program knows, in one table: [`PUBLISHERS`]. Each
+//! The publishers there are, in one table: [`PUBLISHERS`]. Each
 //! entry names the spec forms it takes (`kafka://`, `file:`, …), its
 //! `[publisher.NAME]` table, if any, and one function that checks the spec
 //! and the table without connecting and returns how to build the publisher.
@@ -17,9 +17,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::{Envelope, FilePublisher, StdoutPublisher};
 use anyhow::{anyhow, bail, Context, Result};
 use outbox::Publisher;
-use outbox_publishers::{Envelope, FilePublisher, StdoutPublisher};
 
 /// The `[publisher.NAME]` tables of a configuration, by `NAME`.
 pub type Tables = BTreeMap<String, toml::Table>;
@@ -275,7 +275,7 @@ fn building<P: Publisher + 'static>(
 }
 
 behind_feature!("kafka", fn kafka(spec, table) {
-    use outbox_publishers::kafka::{KafkaConfig, KafkaPublisher};
+    use crate::kafka::{KafkaConfig, KafkaPublisher};
     let mut config: KafkaConfig = settings("kafka", table)?;
     config.brokers = KafkaConfig::from_url(spec)?.brokers;
     config.validate()?;
@@ -287,7 +287,7 @@ behind_feature!("kafka", fn kafka(spec, table) {
 /// (names and values), without creating a client: creating a producer
 /// connects to the brokers at once.
 #[cfg(feature = "kafka")]
-fn kafka_properties_accepted(config: &outbox_publishers::kafka::KafkaConfig) -> Result<()> {
+fn kafka_properties_accepted(config: &crate::kafka::KafkaConfig) -> Result<()> {
     let mut client = rdkafka::ClientConfig::new();
     client.set("bootstrap.servers", config.brokers.join(","));
     for (name, value) in &config.properties {
@@ -304,14 +304,14 @@ fn kafka_properties_accepted(config: &outbox_publishers::kafka::KafkaConfig) -> 
     })
 }
 
-/// Defines `$name` (module `outbox_publishers::$name`, cargo feature
+/// Defines `$name` (module `crate::$name`, cargo feature
 /// `$feature`) as the check of a publisher whose spec is its `url`: the
 /// `[publisher.NAME]` table as `$config`, the spec as its `url`, validated,
 /// then built as `$publisher`.
 macro_rules! url_publisher {
     ($name:ident, $feature:literal, $config:ident, $publisher:ident) => {
         behind_feature!($feature, fn $name(spec, table) {
-            use outbox_publishers::$name::{$config, $publisher};
+            use crate::$name::{$config, $publisher};
             let mut config: $config = settings($feature, table)?;
             config.url = spec.to_owned();
             config.validate()?;
@@ -323,7 +323,7 @@ macro_rules! url_publisher {
 url_publisher!(amqp, "amqp", AmqpConfig, AmqpPublisher);
 
 behind_feature!("nats", fn nats(spec, table) {
-    use outbox_publishers::nats::{NatsConfig, NatsPublisher};
+    use crate::nats::{NatsConfig, NatsPublisher};
     let mut config: NatsConfig = settings("nats", table)?;
     config.apply_url(spec)?;
     // Built now (nothing connects): it reads and checks the credentials
@@ -335,7 +335,7 @@ behind_feature!("nats", fn nats(spec, table) {
 url_publisher!(redis, "redis", RedisConfig, RedisPublisher);
 
 behind_feature!("http", fn http(spec, table) {
-    use outbox_publishers::http::{HttpPublisher, SECRET_ENV};
+    use crate::http::{HttpPublisher, SECRET_ENV};
     let secret = std::env::var(SECRET_ENV).ok().filter(|s| !s.is_empty());
     let config = http_config(spec, table, secret)?;
     building(|envelope| Ok(HttpPublisher::new(config)?.with_envelope(envelope)))
@@ -348,8 +348,8 @@ fn http_config(
     spec: &str,
     table: Option<&toml::Table>,
     env_secret: Option<String>,
-) -> Result<outbox_publishers::http::HttpConfig> {
-    let mut config: outbox_publishers::http::HttpConfig = settings("http", table)?;
+) -> Result<crate::http::HttpConfig> {
+    let mut config: crate::http::HttpConfig = settings("http", table)?;
     config.url = spec.to_owned();
     if env_secret.is_some() {
         config.secret = env_secret;
@@ -359,7 +359,7 @@ fn http_config(
 }
 
 behind_feature!("sqs", fn sqs(spec, table) {
-    use outbox_publishers::sqs::{SqsConfig, SqsPublisher};
+    use crate::sqs::{SqsConfig, SqsPublisher};
     let mut config: SqsConfig = settings("sqs", table)?;
     config.apply_spec(spec)?;
     building(|envelope| Ok(SqsPublisher::new(config)?.with_envelope(envelope)))
@@ -367,7 +367,7 @@ behind_feature!("sqs", fn sqs(spec, table) {
 
 // SNS is built with the `sqs` feature.
 behind_feature!("sqs", fn sns(spec, table) {
-    use outbox_publishers::sqs::{SnsConfig, SnsPublisher};
+    use crate::sqs::{SnsConfig, SnsPublisher};
     let mut config: SnsConfig = settings("sns", table)?;
     config.apply_spec(spec)?;
     building(|envelope| Ok(SnsPublisher::new(config)?.with_envelope(envelope)))
@@ -375,8 +375,8 @@ behind_feature!("sqs", fn sns(spec, table) {
 
 /// `spec` as a message may show it: quoted, password hidden, cut to its
 /// first 60 characters (with its length) if long.
-pub(crate) fn shown(spec: &str) -> String {
-    let hidden = crate::db::redact_text(spec);
+pub fn shown(spec: &str) -> String {
+    let hidden = outbox::redact::redact_text(spec);
     if spec.chars().count() <= 80 && hidden.chars().count() <= 80 {
         return format!("{hidden:?}");
     }
