@@ -9,11 +9,12 @@ use std::time::Duration;
 use outbox::Publisher;
 use serde_json::{json, Value};
 
-// redaction: every message shown by `/readyz` or logged here goes through
-// this; it is to become the one shared `outbox::redact::redact_text`.
+// Every message shown by `/readyz` or logged here goes through the
+// library's one redaction.
+use outbox::redact::redact_text;
+
 use crate::daemon::db_probe::DbProbe;
 use crate::daemon::metrics::SourceMetrics;
-use crate::db::redact_text;
 
 /// What the relay loop tells the readiness check.
 #[derive(Debug, Default)]
