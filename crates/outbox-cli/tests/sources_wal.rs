@@ -44,31 +44,70 @@ fn wait_for(file: &std::path::Path, n: usize, log: &std::path::Path) {
     }
 }
 
+/// A logical cluster with schema `<prefix>_1` in the table mode and
+/// `<prefix>_2` in the WAL mode, and a config whose one `[[source]]`
+/// entry, `name`, serves `<prefix>_*` to a file.
+struct Fixture {
+    _cluster: outbox_testkit::postgres::PgCluster,
+    _dir: tempfile::TempDir,
+    pool: PgPool,
+    config: std::path::PathBuf,
+    events: std::path::PathBuf,
+    log: std::path::PathBuf,
+}
+
+impl Fixture {
+    async fn start(prefix: &str, name: &str) -> Fixture {
+        let cluster =
+            tokio::task::spawn_blocking(|| outbox_testkit::postgres::logical_cluster(&[]))
+                .await
+                .unwrap();
+        let url = cluster.url();
+        for (schema, mode) in [
+            (format!("{prefix}_1"), "table"),
+            (format!("{prefix}_2"), "wal"),
+        ] {
+            let out = common::run(
+                &["--schema", &schema, "migrate", "--mode", mode],
+                Some(&url),
+            );
+            assert!(out.status.success(), "{}", common::text(&out.stderr));
+        }
+        let pool = PgPool::connect(&url).await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let (config, events, log) = (
+            dir.path().join("relay.toml"),
+            dir.path().join("events.jsonl"),
+            dir.path().join("relay.log"),
+        );
+        std::fs::write(
+            &config,
+            format!(
+                "database_url = {url:?}\npublisher = {:?}\n\n[relay]\nlease_ms = 1500\npoll_max_ms = 50\n\n[[source]]\nname = {name:?}\ndatabase_url = {url:?}\nschemas = \"{prefix}_*\"\n",
+                format!("file:{}", events.display())
+            ),
+        )
+        .unwrap();
+        Fixture {
+            _cluster: cluster,
+            _dir: dir,
+            pool,
+            config,
+            events,
+            log,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pattern_over_a_table_mode_and_a_wal_mode_schema_delivers_both_in_order() {
-    let cluster = tokio::task::spawn_blocking(|| outbox_testkit::postgres::logical_cluster(&[]))
-        .await
-        .unwrap();
-    let url = cluster.url();
-    for (schema, mode) in [("t_1", "table"), ("t_2", "wal")] {
-        let out = common::run(&["--schema", schema, "migrate", "--mode", mode], Some(&url));
-        assert!(out.status.success(), "{}", common::text(&out.stderr));
-    }
-    let pool = PgPool::connect(&url).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let (config, events, log) = (
-        dir.path().join("relay.toml"),
-        dir.path().join("events.jsonl"),
-        dir.path().join("relay.log"),
+    let f = Fixture::start("t", "tenants").await;
+    let (pool, config, events, log) = (
+        f.pool.clone(),
+        f.config.clone(),
+        f.events.clone(),
+        f.log.clone(),
     );
-    std::fs::write(
-        &config,
-        format!(
-            "database_url = {url:?}\npublisher = {:?}\n\n[relay]\nlease_ms = 1500\npoll_max_ms = 50\n\n[[source]]\nname = \"tenants\"\ndatabase_url = {url:?}\nschemas = \"t_*\"\n",
-            format!("file:{}", events.display())
-        ),
-    )
-    .unwrap();
     let mut relay = common::spawn_relay_with_config(&config, "r1", &log, &[]);
     let mut expected = Vec::new();
     for n in 1..=10 {
@@ -117,29 +156,13 @@ async fn a_pattern_over_a_table_mode_and_a_wal_mode_schema_delivers_both_in_orde
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkills_of_a_relay_of_sources_over_both_modes_lose_nothing_and_keep_order() {
-    let cluster = tokio::task::spawn_blocking(|| outbox_testkit::postgres::logical_cluster(&[]))
-        .await
-        .unwrap();
-    let url = cluster.url();
-    for (schema, mode) in [("k_1", "table"), ("k_2", "wal")] {
-        let out = common::run(&["--schema", schema, "migrate", "--mode", mode], Some(&url));
-        assert!(out.status.success(), "{}", common::text(&out.stderr));
-    }
-    let pool = PgPool::connect(&url).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let (config, events, log) = (
-        dir.path().join("relay.toml"),
-        dir.path().join("events.jsonl"),
-        dir.path().join("relay.log"),
+    let f = Fixture::start("k", "kills").await;
+    let (pool, config, events, log) = (
+        f.pool.clone(),
+        f.config.clone(),
+        f.events.clone(),
+        f.log.clone(),
     );
-    std::fs::write(
-        &config,
-        format!(
-            "database_url = {url:?}\npublisher = {:?}\n\n[relay]\nlease_ms = 1500\npoll_max_ms = 50\n\n[[source]]\nname = \"kills\"\ndatabase_url = {url:?}\nschemas = \"k_*\"\n",
-            format!("file:{}", events.display())
-        ),
-    )
-    .unwrap();
     // Producers write through every kill: three aggregates per schema.
     let mut expected = Vec::new();
     let mut n = 0;
