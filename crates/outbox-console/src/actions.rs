@@ -144,7 +144,7 @@ async fn dead_letters(
         "dead letters"
     };
     let notice = maud::html! { (past) " " (n) " " (noun) " (" bdi { (what) } ")." };
-    app.sessions.set_flash(sid, notice.into_string());
+    app.sessions.set_flash(sid, notice);
     redirect(&app.at("/dead-letters"))
 }
 
@@ -239,7 +239,7 @@ async fn delivery(
         wake(app).await;
     }
     let message = pause_notice(path == "/pause", changed, switching, scope_html);
-    app.sessions.set_flash(sid, message.into_string());
+    app.sessions.set_flash(sid, message);
     redirect(&app.at("/"))
 }
 

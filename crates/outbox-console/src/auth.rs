@@ -140,11 +140,11 @@ impl Sessions {
         Some(s.clone())
     }
 
-    /// Keeps `message` for the session's next page.
-    /// `message` is HTML (composed with maud, values escaped).
-    pub fn set_flash(&self, id: &str, message: String) {
+    /// Keeps `message` for the session's next page. It is markup composed
+    /// with maud (every value in it escaped), which the page shows as is.
+    pub fn set_flash(&self, id: &str, message: maud::Markup) {
         if let Some(s) = self.lock().get_mut(id) {
-            s.flash = Some(message);
+            s.flash = Some(message.into_string());
         }
     }
 
