@@ -398,3 +398,39 @@ async fn a_dead_letter_retried_in_a_dormant_source_is_delivered_at_once() {
     .await;
     relay.shutdown_within(LONG).await.unwrap();
 }
+
+/// `found_all` says when the statuses list every source: once it is true,
+/// every `schema` entry and every schema a pattern matches is there (a
+/// drain that counted pending events before would count none and stop);
+/// while a database does not answer, it stays false.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn found_all_is_true_only_once_every_entry_is_resolved() {
+    let (_db, pool) = migrated_test_db().await;
+    for t in ["tenant_a", "tenant_b", "tenant_c"] {
+        migrate(&pool, t).await;
+    }
+    let publisher = TestPublisher::new();
+    let relay = start(&pool, &publisher, Arc::new(Seen::default())).await;
+    wait_until("every entry is resolved", LONG, || async {
+        relay.found_all()
+    })
+    .await;
+    assert_eq!(relay.statuses().len(), 4, "main and three tenants");
+    relay.shutdown_within(LONG).await.unwrap();
+
+    // A database that does not answer: nothing is resolved.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let down = sqlx::postgres::PgPoolOptions::new()
+        .acquire_timeout(Duration::from_millis(200))
+        .connect_lazy(&format!("postgres://nobody@127.0.0.1:{port}/none"))
+        .unwrap();
+    let relay = start(&down, &publisher, Arc::new(Seen::default())).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        !relay.found_all(),
+        "a pattern never matched is not resolved"
+    );
+    relay.shutdown_within(LONG).await.unwrap();
+}

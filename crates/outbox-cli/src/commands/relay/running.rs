@@ -180,6 +180,10 @@ pub(super) enum DrainCheck {
     Unmigrated(anyhow::Error),
     /// Anything else (a database restarting): counted again at the next tick.
     Failed(anyhow::Error),
+    /// Not every source is known yet (a pattern not matched once, a
+    /// database not answering): nothing pending among those known says
+    /// nothing, so counted again at the next tick.
+    NotYet,
 }
 
 impl DrainCheck {

@@ -276,6 +276,9 @@ impl Many {
 
     /// Events pending across every source served now.
     pub(super) async fn pending(&self) -> std::result::Result<i64, DrainCheck> {
+        if !self.relay.found_all() {
+            return Err(DrainCheck::NotYet);
+        }
         let mut total = 0;
         for s in self.relay.statuses() {
             let Some(pool) = self

@@ -98,6 +98,7 @@ pub(super) async fn watch(
                     Ok(0) => break Ok(StopReason::Drained),
                     Ok(n) => progress.update(running.stats().delivered, Some(n as u64)),
                     Err(DrainCheck::Unmigrated(e)) => break Err(e),
+                    Err(DrainCheck::NotYet) => {}
                     Err(DrainCheck::Failed(e)) => {
                         tracing::warn!(error = %crate::text::error_chain(&e), "drain check failed")
                     }

@@ -44,8 +44,9 @@ impl SourcesReadiness {
             .collect();
         let healthy = statuses.len() - unhealthy.len();
         let mut problems = Vec::new();
+        let found = self.sources.found_all();
         let sources_ok = if self.all {
-            unhealthy.is_empty() && !statuses.is_empty()
+            unhealthy.is_empty() && !statuses.is_empty() && found
         } else {
             healthy > 0
         };
@@ -59,6 +60,11 @@ impl SourcesReadiness {
             }
             if statuses.is_empty() {
                 problems.push("no source is served (no schema matched yet?)".to_owned());
+            } else if !found {
+                problems.push(
+                    "not every entry's schemas are known yet (a pattern not matched once: is its database answering?)"
+                        .to_owned(),
+                );
             }
         }
         let mut publishers = Vec::new();

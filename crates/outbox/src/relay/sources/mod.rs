@@ -29,6 +29,7 @@ mod source;
 mod sql;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -203,6 +204,9 @@ impl SourcesBuilder {
                 .or_default()
                 .push(def);
         }
+        registry
+            .databases
+            .store(by_database.len(), Ordering::Release);
         let mut publishers: Vec<Arc<dyn Publisher>> = Vec::new();
         let mut tasks = Vec::new();
         for (key, defs) in by_database {
@@ -242,9 +246,23 @@ fn same(a: &Arc<dyn Publisher>, b: &Arc<dyn Publisher>) -> bool {
 #[derive(Default)]
 pub(crate) struct Registry {
     sources: Mutex<BTreeMap<String, Arc<SourceShared>>>,
+    /// Databases whose every entry has been resolved to its schemas at
+    /// least once (each pattern matched once).
+    found: AtomicUsize,
+    /// Databases served.
+    databases: AtomicUsize,
 }
 
 impl Registry {
+    /// Database task: every entry of its database has been resolved.
+    fn found_database(&self) {
+        self.found.fetch_add(1, Ordering::Release);
+    }
+
+    fn found_all(&self) -> bool {
+        self.found.load(Ordering::Acquire) >= self.databases.load(Ordering::Acquire)
+    }
+
     fn insert(&self, source: Arc<SourceShared>) {
         self.sources
             .lock()
@@ -330,6 +348,11 @@ impl SourcesView {
     pub fn statuses(&self) -> Vec<SourceStatus> {
         self.registry.all().iter().map(|s| s.status()).collect()
     }
+
+    /// As [`SourcesHandle::found_all`].
+    pub fn found_all(&self) -> bool {
+        self.registry.found_all()
+    }
 }
 
 /// The running relay of many sources.
@@ -371,6 +394,15 @@ impl SourcesHandle {
     /// The totals of every source served now.
     pub fn stats(&self) -> StatsSnapshot {
         self.registry.stats()
+    }
+
+    /// Whether every entry has been resolved to its schemas at least once:
+    /// every `schema` entry served and every pattern matched (a database
+    /// down at the start keeps this false until it answers). Until then
+    /// [`SourcesHandle::statuses`] may miss sources, so nothing pending
+    /// among them says nothing yet.
+    pub fn found_all(&self) -> bool {
+        self.registry.found_all()
     }
 
     /// Whether every database's task has ended (only after shutdown).

@@ -47,6 +47,15 @@ impl State {
             }
         }
         self.matched = seen;
+        let patterns = self
+            .db
+            .defs
+            .iter()
+            .filter(|d| matches!(d.selector, SchemaSelector::Pattern(_)));
+        if !self.found && self.matched.len() == patterns.count() {
+            self.found = true;
+            self.db.registry.found_database();
+        }
         added
     }
 

@@ -64,6 +64,8 @@ struct State {
     matched: Vec<(usize, Vec<Schema>)>,
     /// Where the next full check's slice of the dormant sources begins.
     full_check_next: usize,
+    /// Every entry resolved once (told to the registry then).
+    found: bool,
 }
 
 /// Serves the database's sources until the relay stops.
@@ -84,6 +86,7 @@ pub(super) async fn run(db: Database) {
         served: BTreeMap::new(),
         matched: Vec::new(),
         full_check_next: 0,
+        found: false,
     };
     for i in 0..st.db.defs.len() {
         if let SchemaSelector::Schema(schema) = &st.db.defs[i].selector {
