@@ -2,6 +2,7 @@
 //! least once. Embed it with [`Relay::builder`]; the `outbox relay` program
 //! runs the same engine.
 
+mod assembly;
 mod backoff;
 mod config;
 mod cursor;
@@ -34,14 +35,9 @@ use crate::error::{Error, Result};
 use crate::publisher::Publisher;
 use crate::schema::Schema;
 use crate::wakeup::Wakeup;
-use lease::{lease_loop, LeaseLoop};
+use assembly::{Assembly, TableStart};
 use listen::listen_loop;
 use ownership::Ownership;
-use store::Store;
-
-/// The longest idle poll of the table in the WAL mode (or `poll_max_ms`, if
-/// longer): there the table holds only the events the reader set aside.
-const WAL_MODE_TABLE_POLL_MAX_MS: u64 = 5_000;
 
 /// Entry point: `Relay::builder(pool, publisher)…spawn()`.
 #[derive(Debug)]
@@ -133,123 +129,113 @@ impl RelayBuilder {
     }
 
     /// Validates the settings, checks the schema and starts the relay's
-    /// tasks on the current tokio runtime.
+    /// tasks on the current tokio runtime: the wake-up listener, and what
+    /// serves the schema ([`assembly`]: the lease round, the worker and, in
+    /// the WAL mode, the slot reader).
     pub async fn spawn(self) -> Result<RelayHandle> {
         self.config.validate()?;
         {
             let mut conn = self.pool.acquire().await.map_err(Error::db("connecting"))?;
             crate::migrate::ensure_migrated(&mut conn, &self.schema).await?;
         }
-        let slot = crate::wal::recorded_slot(&self.pool, &self.schema).await?;
-        let first_session = match (&slot, &self.replication) {
-            (None, _) => None,
-            (Some((slot, _)), None) => {
-                return Err(Error::invalid(
-                    "replication",
-                    format!("schema {} is read through replication slot {slot} (outbox migrate --mode wal): give the relay the server's address for its replication connection (RelayBuilder::replication)", self.schema.name()),
-                ))
-            }
-            (Some((slot, publication)), Some(target)) => {
-                crate::wal::setup::refuse_database_encoding(&self.pool).await?;
-                let position = wal::position::Position::new(self.pool.clone(), &self.schema);
-                let switch = wal::switch::Switch::new(self.pool.clone(), &self.schema);
-                Some(
-                    wal::reader::first_session(target, slot, publication, &position, &switch)
-                        .await?,
-                )
-            }
-        };
-        let store = Store::new(
-            self.pool.clone(),
-            &self.schema,
-            self.config.retention == Retention::Keep,
-        );
-        let partitions = store.partition_count().await?;
+        let slot = self.first_slot_session().await?;
         let instance_id = self.config.resolved_instance_id();
-        let lease = Duration::from_millis(self.config.lease_ms);
-        let ownership = Ownership::new(instance_id.clone(), partitions, lease);
-        let wakeup = self.wakeup.unwrap_or_else(Wakeup::local);
-        let stats = Arc::new(RelayStats::default());
-        let (shutdown_tx, shutdown_rx) = watch::channel(false);
-
-        let rebalance = Arc::new(tokio::sync::Notify::new());
-        let channel = self.schema.channel();
-        let mut tasks = Vec::new();
-        if self.config.listen {
-            tasks.push(tokio::spawn(listen_loop(
-                self.pool.clone(),
-                channel.clone(),
-                wakeup.clone(),
-                rebalance.clone(),
-            )));
-        }
-        tasks.push(tokio::spawn(lease_loop(
-            LeaseLoop {
-                store: store.clone(),
-                ownership: ownership.clone(),
-                wakeup: wakeup.clone(),
-                observer: self.observer.clone(),
-                total: partitions as usize,
-                channel: channel.clone(),
-                rebalance,
-                first_round_done: false,
-            },
-            shutdown_rx.clone(),
-        )));
-        tracing::info!(instance = %instance_id, partitions, publisher = self.publisher.name(), "relay started");
-        let (reader, slot_state) = match (slot, first_session, self.replication) {
-            (Some((slot, publication)), Some(first), Some(target)) => {
-                let (task, state) = wal::ReaderParts {
-                    pool: self.pool.clone(),
-                    schema: self.schema.clone(),
-                    target,
-                    publisher: self.publisher.clone(),
-                    config: self.config.clone(),
-                    stats: stats.clone(),
-                    observer: self.observer.clone(),
-                    shutdown: shutdown_rx.clone(),
-                    wakeup: wakeup.clone(),
-                    #[cfg(feature = "opentelemetry")]
-                    tracer: self.tracer.clone(),
-                }
-                .spawn(slot, publication, first);
-                (Some(task), state)
-            }
-            _ => (None, Arc::new(wal::SlotState::default())),
-        };
-        let mut worker_config = self.config;
-        if reader.is_some() {
-            // The table holds only what the reader sets aside, and the
-            // reader wakes this worker when it does (another instance's
-            // reader through the idle announcement's NOTIFY): the poll is
-            // only the fallback for a lost notification.
-            worker_config.poll_max_ms = worker_config.poll_max_ms.max(WAL_MODE_TABLE_POLL_MAX_MS);
-        }
-        let worker = worker::Worker::new(worker::Deps {
-            store: Arc::new(store),
-            ownership: ownership.clone(),
+        let parts = Assembly {
+            pool: self.pool,
+            schema: self.schema,
             publisher: self.publisher,
-            config: worker_config,
-            wakeup,
-            shutdown: shutdown_rx,
-            stats: stats.clone(),
+            config: self.config,
+            stats: Arc::new(RelayStats::default()),
             observer: self.observer,
-            channel,
+            wakeup: self.wakeup.unwrap_or_else(Wakeup::local),
+            rebalance: Arc::new(tokio::sync::Notify::new()),
             #[cfg(feature = "opentelemetry")]
             tracer: self.tracer,
+        };
+        let store = parts.store();
+        let partitions = store.partition_count().await?;
+        let lease = Duration::from_millis(parts.config.lease_ms);
+        let ownership = Ownership::new(instance_id.clone(), partitions, lease);
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let mut tasks = Vec::new();
+        if parts.config.listen {
+            tasks.push(tokio::spawn(listen_loop(
+                parts.pool.clone(),
+                parts.schema.channel(),
+                parts.wakeup.clone(),
+                parts.rebalance.clone(),
+            )));
+        }
+        let table = parts.start_table(TableStart {
+            store,
+            ownership: ownership.clone(),
+            total: partitions as usize,
+            first_round_done: false,
+            reads_slot: slot.is_some(),
             dormant_after: None,
+            shutdown: shutdown_rx.clone(),
         });
+        tasks.push(table.lease);
+        tracing::info!(instance = %instance_id, partitions, publisher = parts.publisher.name(), "relay started");
+        let (reader, slot_state) = match slot {
+            Some(s) => {
+                let (task, state) =
+                    parts
+                        .reader(s.target, shutdown_rx)
+                        .spawn(s.slot, s.publication, s.first);
+                (Some(task), state)
+            }
+            None => (None, Arc::new(wal::SlotState::default())),
+        };
         Ok(RelayHandle {
             instance_id,
             shutdown: shutdown_tx,
-            worker: tokio::spawn(worker.run()),
+            worker: table.worker,
             reader,
             slot: slot_state,
             tasks,
-            stats,
+            stats: parts.stats,
             ownership,
         })
     }
+
+    /// In the WAL mode (the schema has a recorded slot): the slot's first
+    /// session, opened here so that a slot that cannot be read (gone,
+    /// another's, a database not in UTF-8) refuses the start; `None` in
+    /// the table mode.
+    async fn first_slot_session(&self) -> Result<Option<FirstSession>> {
+        let Some((slot, publication)) = crate::wal::recorded_slot(&self.pool, &self.schema).await?
+        else {
+            return Ok(None);
+        };
+        let Some(target) = self.replication.clone() else {
+            return Err(Error::invalid(
+                "replication",
+                format!("schema {} is read through replication slot {slot} (outbox migrate --mode wal): give the relay the server's address for its replication connection (RelayBuilder::replication)", self.schema.name()),
+            ));
+        };
+        crate::wal::setup::refuse_database_encoding(&self.pool).await?;
+        let position = wal::position::Position::new(self.pool.clone(), &self.schema);
+        let switch = wal::switch::Switch::new(self.pool.clone(), &self.schema);
+        let first =
+            wal::reader::first_session(&target, &slot, &publication, &position, &switch).await?;
+        Ok(Some(FirstSession {
+            slot,
+            publication,
+            target,
+            first,
+        }))
+    }
+}
+
+/// A WAL-mode schema's slot, with its first session open (`None`: another
+/// relay reads the slot and this one stands by, or the slot is gone while
+/// a switch back to the table mode needs no more of it).
+struct FirstSession {
+    slot: String,
+    publication: String,
+    target: wal::ReplicationTarget,
+    first: Option<wal::session::Session>,
 }
 
 /// A running relay.

@@ -12,9 +12,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::shared::{SourceCtx, SourceShared};
+use crate::relay::assembly::Assembly;
 use crate::relay::backoff::DoublingDelay;
-use crate::relay::observe::{OutageKind, RelayObserver};
-use crate::relay::wal::{ReaderParts, SlotState};
+use crate::relay::observe::OutageKind;
+use crate::relay::wal::SlotState;
 
 /// The longest wait before a failed reader is started again.
 const RETRY_MAX_MS: u64 = 30_000;
@@ -35,7 +36,7 @@ impl SlotReader {
         &mut self,
         src: &Arc<SourceShared>,
         ctx: &SourceCtx,
-        observer: &Arc<dyn RelayObserver>,
+        parts: &Assembly,
         stop: &watch::Receiver<bool>,
     ) {
         if let Some((task, _)) = &self.running {
@@ -53,7 +54,9 @@ impl SlotReader {
                 Ok(Err(e)) => {
                     let problem = format!("replication: {}", e.with_causes());
                     src.database_problem(Some(problem.clone()));
-                    observer.on_outage(OutageKind::Database, &problem);
+                    if let Some(o) = &parts.observer {
+                        o.on_outage(OutageKind::Database, &problem);
+                    }
                     self.not_before = Some(tokio::time::Instant::now() + retry.next_delay());
                 }
                 Err(e) => {
@@ -90,20 +93,9 @@ impl SlotReader {
             return;
         };
         tracing::info!(source = %src.name, slot, "reading the schema's replication slot");
-        let parts = ReaderParts {
-            pool: ctx.pool.clone(),
-            schema: src.schema.clone(),
-            target,
-            publisher: ctx.publisher.clone(),
-            config: ctx.config.clone(),
-            stats: src.stats.clone(),
-            observer: Some(observer.clone()),
-            shutdown: stop.clone(),
-            wakeup: src.wakeup.clone(),
-            #[cfg(feature = "opentelemetry")]
-            tracer: ctx.tracer.clone(),
-        };
-        let (task, state) = parts.spawn(slot, publication, None);
+        let (task, state) = parts
+            .reader(target, stop.clone())
+            .spawn(slot, publication, None);
         // When it ends, the source wakes to look at why.
         let wakeup = src.wakeup.clone();
         let watched = tokio::spawn(async move {
@@ -117,6 +109,13 @@ impl SlotReader {
             ended
         });
         self.running = Some((watched, state));
+    }
+
+    /// Whether a reader runs (the schema is read through its slot).
+    pub(crate) fn is_running(&self) -> bool {
+        self.running
+            .as_ref()
+            .is_some_and(|(task, _)| !task.is_finished())
     }
 
     /// When a failed reader may be started again, if one waits.

@@ -8,20 +8,18 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::watch;
-use tracing::Instrument;
 
 use super::shared::{SourceCtx, SourceShared};
 use super::slot::SlotReader;
 use super::SourceState;
 use crate::event::Event;
 use crate::publisher::{Outcome, Publisher, Unavailable};
+use crate::relay::assembly::{Assembly, TableStart};
 use crate::relay::backoff::DoublingDelay;
-use crate::relay::lease::{lease_loop, LeaseLoop};
 use crate::relay::observe::{BatchReport, OutageKind, RelayObserver};
 use crate::relay::ownership::Ownership;
 use crate::relay::store::Store;
-use crate::relay::worker::{self, Exit, Worker};
-use crate::relay::Retention;
+use crate::relay::worker::Exit;
 use crate::schema::Schema;
 
 /// The longest wait before a source whose start failed (tables missing,
@@ -32,44 +30,140 @@ const RETRY_MAX_MS: u64 = 30_000;
 /// lease round until the worker goes dormant again (or fails: then a wait
 /// that doubles, with the problem reported).
 pub(crate) async fn supervise(src: Arc<SourceShared>, ctx: SourceCtx, stop: watch::Receiver<bool>) {
-    let mut slot = SlotReader::default();
+    let parts = Assembly {
+        pool: ctx.pool.clone(),
+        schema: src.schema.clone(),
+        publisher: Arc::new(Unclosed(ctx.publisher.clone())),
+        config: ctx.config.clone(),
+        stats: src.stats.clone(),
+        observer: Some(Arc::new(Tracking {
+            src: src.clone(),
+            inner: ctx.observer.clone(),
+        })),
+        wakeup: src.wakeup.clone(),
+        rebalance: src.rebalance.clone(),
+        #[cfg(feature = "opentelemetry")]
+        tracer: ctx.tracer.clone(),
+    };
+    let mut source = Source {
+        src,
+        ctx,
+        store: parts.store(),
+        parts,
+        slot: SlotReader::default(),
+        retry: DoublingDelay::new(100, RETRY_MAX_MS),
+        partitions: None,
+        ownership: None,
+    };
     // A WAL-mode schema's producers wake nobody (they write no row): its
     // slot is read from the start, not from the first wake-up.
-    let observer: Arc<dyn RelayObserver> = Arc::new(Tracking {
-        src: src.clone(),
-        inner: ctx.observer.clone(),
-    });
-    slot.ensure(&src, &ctx, &observer, &stop).await;
-    serve(&src, &ctx, stop, &mut slot).await;
-    slot.finish().await;
+    source
+        .slot
+        .ensure(&source.src, &source.ctx, &source.parts, &stop)
+        .await;
+    source.serve(stop).await;
+    source.slot.finish().await;
 }
 
-/// [`supervise`]'s loop; a WAL-mode schema's slot reader is started (and
-/// started again after a failure) whenever the source wakes.
-async fn serve(
-    src: &Arc<SourceShared>,
-    ctx: &SourceCtx,
-    mut stop: watch::Receiver<bool>,
-    slot: &mut SlotReader,
-) {
-    let keep = ctx.config.retention == Retention::Keep;
-    let store = Store::new(ctx.pool.clone(), &src.schema, keep);
-    let publisher: Arc<dyn Publisher> = Arc::new(Unclosed(ctx.publisher.clone()));
-    let observer: Arc<dyn RelayObserver> = Arc::new(Tracking {
-        src: src.clone(),
-        inner: ctx.observer.clone(),
-    });
-    let mut retry = DoublingDelay::new(100, RETRY_MAX_MS);
-    let mut partitions: Option<i32> = None;
-    let mut woken = src.wakeup.generation();
-    // When the earliest backoff ends, as the last worker left it.
-    let mut retry_at: Option<tokio::time::Instant> = None;
-    let mut ownership: Option<Arc<Ownership>> = None;
-    loop {
-        // Dormant: wait for a wake-up (one since `woken` ends this at once)
-        // or the end of a backoff.
-        src.set_state(SourceState::Dormant);
-        let wake_at = match (retry_at, slot.retry_at()) {
+/// One source's task and what it keeps between its workers.
+struct Source {
+    src: Arc<SourceShared>,
+    ctx: SourceCtx,
+    parts: Assembly,
+    store: Store,
+    slot: SlotReader,
+    /// The wait before starting again what failed.
+    retry: DoublingDelay,
+    /// The schema's partition count, read once.
+    partitions: Option<i32>,
+    /// Kept while dormant: leases still valid are claimed from at once.
+    ownership: Option<Arc<Ownership>>,
+}
+
+/// Why a source's worker ended, as its task sees it.
+enum Ended {
+    /// Idle: dormant until `woken` has passed, or the backoff at `retry_at`.
+    Dormant {
+        woken: u64,
+        retry_at: Option<tokio::time::Instant>,
+    },
+    /// It failed; started again after a wait.
+    Failed,
+    /// The source is stopping.
+    Stopped,
+}
+
+impl Source {
+    /// [`supervise`]'s loop; a WAL-mode schema's slot reader is started
+    /// (and started again after a failure) whenever the source wakes.
+    async fn serve(&mut self, mut stop: watch::Receiver<bool>) {
+        let mut woken = self.src.wakeup.generation();
+        // When the earliest backoff ends, as the last worker left it.
+        let mut retry_at: Option<tokio::time::Instant> = None;
+        loop {
+            if !self.sleep_dormant(woken, retry_at, &mut stop).await {
+                return;
+            }
+            retry_at = None;
+            let total = match prepare(
+                &self.ctx.pool,
+                &self.src.schema,
+                &self.store,
+                &mut self.partitions,
+            )
+            .await
+            {
+                Ok(total) => total,
+                Err(e) => {
+                    self.src.database_problem(Some(e.with_causes()));
+                    if let Some(o) = &self.ctx.observer {
+                        o.on_outage(OutageKind::Database, &e.with_causes());
+                    }
+                    if !self.wait_to_retry(&mut stop).await {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            self.slot
+                .ensure(&self.src, &self.ctx, &self.parts, &stop)
+                .await;
+            self.src.set_state(SourceState::Active);
+            match self.run_worker(total, &mut stop).await {
+                Ended::Dormant {
+                    woken: w,
+                    retry_at: at,
+                } => {
+                    self.retry.reset();
+                    woken = w;
+                    retry_at = at;
+                    tracing::debug!(source = %self.src.name, "dormant");
+                }
+                Ended::Failed => {
+                    woken = self.src.wakeup.generation();
+                    if !self.wait_to_retry(&mut stop).await {
+                        return;
+                    }
+                }
+                Ended::Stopped => return,
+            }
+            if *stop.borrow() {
+                return;
+            }
+        }
+    }
+
+    /// Dormant: waits for a wake-up (one since `woken` ends this at once),
+    /// the end of a backoff (the worker's or the slot reader's) or the
+    /// stop. Returns whether to go on.
+    async fn sleep_dormant(
+        &self,
+        woken: u64,
+        retry_at: Option<tokio::time::Instant>,
+        stop: &mut watch::Receiver<bool>,
+    ) -> bool {
+        self.src.set_state(SourceState::Dormant);
+        let wake_at = match (retry_at, self.slot.retry_at()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
@@ -80,51 +174,41 @@ async fn serve(
             }
         };
         tokio::select! {
-            _ = src.wakeup.wait_since(woken) => {}
+            _ = self.src.wakeup.wait_since(woken) => {}
             _ = backoff_end => {}
-            _ = stop.changed() => return,
+            _ = stop.changed() => return false,
         }
-        retry_at = None;
-        if *stop.borrow() {
-            return;
+        !*stop.borrow()
+    }
+
+    /// After a failure: a wait that doubles, then a look again whatever
+    /// woke the source meanwhile. Returns whether to go on.
+    async fn wait_to_retry(&mut self, stop: &mut watch::Receiver<bool>) -> bool {
+        tokio::select! {
+            _ = tokio::time::sleep(self.retry.next_delay()) => {}
+            _ = stop.changed() => return false,
         }
-        let total = match prepare(&ctx.pool, &src.schema, &store, &mut partitions).await {
-            Ok(total) => total,
-            Err(e) => {
-                src.database_problem(Some(e.with_causes()));
-                if let Some(o) = &ctx.observer {
-                    o.on_outage(OutageKind::Database, &e.with_causes());
-                }
-                let delay = retry.next_delay();
-                tokio::select! {
-                    _ = tokio::time::sleep(delay) => {}
-                    _ = stop.changed() => return,
-                }
-                // Look again after the wait, whatever woke it meanwhile.
-                src.wakeup.wake_local();
-                continue;
-            }
-        };
-        slot.ensure(src, ctx, &observer, &stop).await;
-        src.set_state(SourceState::Active);
-        let lease = Duration::from_millis(ctx.config.lease_ms);
-        // Kept while dormant: leases still valid are claimed from at once.
-        let ownership = match &ownership {
-            Some(o) => o.clone(),
-            None => {
-                let o = Ownership::new(ctx.instance_id.clone(), total, lease);
-                ownership = Some(o.clone());
-                o
-            }
-        };
+        self.src.wakeup.wake_local();
+        true
+    }
+
+    /// Runs a worker and its lease round until the worker ends.
+    async fn run_worker(&mut self, total: i32, stop: &mut watch::Receiver<bool>) -> Ended {
+        let lease = Duration::from_millis(self.ctx.config.lease_ms);
+        let ownership = self
+            .ownership
+            .get_or_insert_with(|| Ownership::new(self.ctx.instance_id.clone(), total, lease))
+            .clone();
         // Without a lease still valid, the first lease round runs before
         // the worker starts, so that its first step is a claim; with one,
         // the round runs beside the worker's first claim.
         let valid = !ownership.claimable().partitions.is_empty();
         let first_round_done = !valid
-            && match ownership.tick(&store).await {
+            && match ownership.tick(&self.store).await {
                 Ok(()) => {
-                    observer.on_ownership(ownership.held_count(), total as usize);
+                    if let Some(o) = &self.parts.observer {
+                        o.on_ownership(ownership.held_count(), total as usize);
+                    }
                     true
                 }
                 Err(e) => {
@@ -133,79 +217,41 @@ async fn serve(
                 }
             };
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
-        let channel = src.schema.channel();
-        let lease_task = tokio::spawn(
-            lease_loop(
-                LeaseLoop {
-                    store: store.clone(),
-                    ownership: ownership.clone(),
-                    wakeup: src.wakeup.clone(),
-                    observer: Some(observer.clone()),
-                    total: total as usize,
-                    channel: channel.clone(),
-                    rebalance: src.rebalance.clone(),
-                    first_round_done,
-                },
-                shutdown_rx.clone(),
-            )
-            .instrument(tracing::Span::current()),
-        );
-        let worker = Worker::new(worker::Deps {
-            store: Arc::new(store.clone()),
+        let mut table = self.parts.start_table(TableStart {
+            store: self.store.clone(),
             ownership,
-            publisher: publisher.clone(),
-            config: ctx.config.clone(),
-            wakeup: src.wakeup.clone(),
+            total: total as usize,
+            first_round_done,
+            reads_slot: self.slot.is_running(),
+            dormant_after: Some(self.ctx.dormant_after),
             shutdown: shutdown_rx,
-            stats: src.stats.clone(),
-            observer: Some(observer.clone()),
-            channel,
-            #[cfg(feature = "opentelemetry")]
-            tracer: ctx.tracer.clone(),
-            dormant_after: Some(ctx.dormant_after),
         });
-        let mut running = tokio::spawn(worker.run().instrument(tracing::Span::current()));
         let exit = tokio::select! {
-            r = &mut running => r,
+            r = &mut table.worker => r,
             _ = stop.changed() => {
                 let _ = shutdown_tx.send(true);
-                (&mut running).await
+                (&mut table.worker).await
             }
         };
         // The lease round ends between rounds, not in one.
         let _ = shutdown_tx.send(true);
-        let _ = lease_task.await;
+        let _ = table.lease.await;
         match exit {
-            Ok(Ok(Exit::Dormant { woken: w, retry_in })) => {
-                retry.reset();
-                woken = w;
-                retry_at = retry_in.map(|d| tokio::time::Instant::now() + d);
-                tracing::debug!(source = %src.name, "dormant");
-            }
-            Ok(Ok(Exit::Stopped)) => return,
+            Ok(Ok(Exit::Dormant { woken, retry_in })) => Ended::Dormant {
+                woken,
+                retry_at: retry_in.map(|d| tokio::time::Instant::now() + d),
+            },
+            Ok(Ok(Exit::Stopped)) => Ended::Stopped,
             Ok(Err(e)) => {
-                src.database_problem(Some(e.with_causes()));
-                woken = src.wakeup.generation();
-                let delay = retry.next_delay();
-                tokio::select! {
-                    _ = tokio::time::sleep(delay) => {}
-                    _ = stop.changed() => return,
-                }
-                src.wakeup.wake_local();
+                self.src.database_problem(Some(e.with_causes()));
+                Ended::Failed
             }
             Err(e) => {
-                tracing::error!(source = %src.name, error = %e, "source worker panicked; starting it again");
-                src.database_problem(Some(format!("worker panicked: {e}")));
-                woken = src.wakeup.generation();
-                tokio::select! {
-                    _ = tokio::time::sleep(retry.next_delay()) => {}
-                    _ = stop.changed() => return,
-                }
-                src.wakeup.wake_local();
+                tracing::error!(source = %self.src.name, error = %e, "source worker panicked; starting it again");
+                self.src
+                    .database_problem(Some(format!("worker panicked: {e}")));
+                Ended::Failed
             }
-        }
-        if *stop.borrow() {
-            return;
         }
     }
 }
