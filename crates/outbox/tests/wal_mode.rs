@@ -314,11 +314,13 @@ async fn outbox_emit_refuses_what_the_table_refuses_with_the_tables_messages() {
             "{field}: {wal:?} does not read as {table:?} naming the field"
         );
     }
-    // 100 characters of two bytes each pass both.
+    // 100 characters of two bytes each pass both (and a topic of 255):
+    // over the bounds in bytes, within them in characters.
     let wide = "\u{e9}".repeat(100);
+    let wide_topic = "\u{e9}".repeat(255);
     for schema in ["tbl", "public"] {
         sqlx::query(&format!(
-            "SELECT {schema}.outbox_emit('{wide}', '{wide}', '{wide}', '{{}}')"
+            "SELECT {schema}.outbox_emit('{wide}', '{wide}', '{wide}', '{{}}', '{{}}', '{wide_topic}')"
         ))
         .execute(&pool)
         .await
