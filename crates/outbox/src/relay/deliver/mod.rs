@@ -6,7 +6,7 @@
 //!
 //! | concept | file |
 //! |---------|------|
-//! | a batch in lanes: no event overtakes its aggregate's earlier one, none waits for another aggregate's | here ([`Core::deliver`]), [`lanes`] |
+//! | a batch in lanes: no event overtakes its aggregate's earlier one, none waits for another aggregate's; the next batch joining while this one's last calls are in flight | here ([`Core::deliver`], [`Core::deliver_joined`]), [`lanes`] |
 //! | one publish call: the publish timeout, the spans | here ([`Core::send`]) |
 //! | outcomes into deliveries, retries, dead letters, an outage | [`outcomes`] |
 //! | the pauses, as a source that does not claim rows reads them | [`pauses`] |
@@ -15,6 +15,7 @@ pub(crate) mod lanes;
 pub(crate) mod outcomes;
 pub(crate) mod pauses;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,6 +26,14 @@ use crate::publisher::{Outcome, Publisher};
 use crate::relay::config::RelayConfig;
 use lanes::Lanes;
 use outcomes::{RetryPolicy, Settlement};
+
+/// What one turn of [`Core::deliver_joined`] came to.
+enum Step<A, J> {
+    /// A call was answered.
+    Answered(A),
+    /// The later batch arrived.
+    Joined(J),
+}
 
 /// What publishes a batch and judges its outcomes.
 #[derive(Clone)]
@@ -64,10 +73,36 @@ impl Core {
         &self,
         s: &mut Settlement,
         batch: Vec<Event>,
-        mut prepare: F,
+        prepare: F,
     ) -> Vec<Event>
     where
         F: FnMut(&mut Settlement, Vec<Event>) -> Vec<Event>,
+    {
+        let none: Option<std::future::Pending<()>> = None;
+        self.deliver_joined(s, batch, none, |()| Vec::new(), prepare)
+            .await
+            .0
+    }
+
+    /// [`Core::deliver`], with a later batch that may join: `next` (the
+    /// claim of the batch after this one, say) is awaited while calls are
+    /// in flight, and if it ends before this batch is done and without an
+    /// outage, `join` turns its output into events that join the lanes
+    /// behind their aggregates' earlier ones (so a slow call holds only
+    /// its aggregate, not the next batch). Returns, beside what was never
+    /// sent, `next` if it had not ended when this batch was done.
+    pub(crate) async fn deliver_joined<F, N, J>(
+        &self,
+        s: &mut Settlement,
+        batch: Vec<Event>,
+        mut next: Option<N>,
+        mut join: J,
+        mut prepare: F,
+    ) -> (Vec<Event>, Option<N>)
+    where
+        F: FnMut(&mut Settlement, Vec<Event>) -> Vec<Event>,
+        N: Future + Unpin,
+        J: FnMut(N::Output) -> Vec<Event>,
     {
         let calls = self.publisher.concurrent_calls().max(1);
         let per_call = if calls == 1 { usize::MAX } else { 1 };
@@ -84,12 +119,29 @@ impl Core {
                     (group, result)
                 });
             }
-            let Some((group, result)) = in_flight.next().await else {
+            if in_flight.is_empty() {
                 break;
+            }
+            let joining = next.is_some() && s.outage.is_none();
+            let step = {
+                let next_ends = async {
+                    match next.as_mut() {
+                        Some(n) if joining => n.await,
+                        _ => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    Some(answered) = in_flight.next() => Step::Answered(answered),
+                    out = next_ends => Step::Joined(out),
+                }
             };
-            match result {
-                Err(message) => self.not_sent(s, group, message),
-                Ok(outcomes) => {
+            match step {
+                Step::Joined(out) => {
+                    next = None;
+                    lanes.extend(join(out));
+                }
+                Step::Answered((group, Err(message))) => self.not_sent(s, group, message),
+                Step::Answered((group, Ok(outcomes))) => {
                     for (e, o) in group.iter().zip(&outcomes) {
                         if matches!(o, Outcome::Delivered) {
                             lanes.delivered(e);
@@ -99,7 +151,7 @@ impl Core {
                 }
             }
         }
-        lanes.left_over()
+        (lanes.left_over(), next)
     }
 
     /// Sends one group within the publish timeout; `Err` says why the
@@ -161,5 +213,100 @@ impl Core {
         for (e, error) in &s.dead {
             tracing::warn!(event_id = %e.id, event_type = %e.event_type, aggregate_id = %e.aggregate_id, %error, "event dead-lettered");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::test_event as ev;
+    use crate::publisher::Unavailable;
+    use std::sync::Mutex;
+
+    /// Four calls at once; aggregate `slow`'s events take 300 ms; every
+    /// event's delivery is recorded in order.
+    #[derive(Default)]
+    struct SlowOne {
+        delivered: Mutex<Vec<i64>>,
+    }
+
+    #[async_trait::async_trait]
+    impl Publisher for SlowOne {
+        fn name(&self) -> &str {
+            "slow-one"
+        }
+
+        async fn publish(&self, batch: &[Event]) -> Result<Vec<Outcome>, Unavailable> {
+            for e in batch {
+                if e.aggregate_id == "slow" {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+                self.delivered.lock().unwrap().push(e.seq);
+            }
+            Ok(vec![Outcome::Delivered; batch.len()])
+        }
+
+        fn concurrent_calls(&self) -> usize {
+            4
+        }
+    }
+
+    fn core(p: Arc<SlowOne>) -> Core {
+        Core::new(
+            p,
+            &RelayConfig::default(),
+            #[cfg(feature = "opentelemetry")]
+            None,
+        )
+    }
+
+    #[tokio::test]
+    async fn a_later_batch_is_sent_while_a_slow_call_of_the_earlier_one_is_in_flight() {
+        let p = Arc::new(SlowOne::default());
+        let mut s = Settlement::default();
+        let next = Box::pin(async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            vec![ev(3, "b"), ev(4, "slow"), ev(5, "c")]
+        });
+        let (left, next) = core(p.clone())
+            .deliver_joined(
+                &mut s,
+                vec![ev(1, "slow"), ev(2, "b")],
+                Some(next),
+                |joined| joined,
+                |_, group| group,
+            )
+            .await;
+        assert!(left.is_empty() && next.is_none(), "the later batch joined");
+        assert_eq!(s.delivered.len(), 5);
+        let order = p.delivered.lock().unwrap().clone();
+        assert_eq!(
+            order,
+            [2, 3, 5, 1, 4],
+            "b and c go while slow's first is in flight; slow's second waits for it"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_later_batch_that_arrives_after_this_one_is_done_is_handed_back() {
+        let p = Arc::new(SlowOne::default());
+        let mut s = Settlement::default();
+        let next = Box::pin(async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            vec![ev(3, "c")]
+        });
+        let (left, next) = core(p.clone())
+            .deliver_joined(
+                &mut s,
+                vec![ev(1, "a"), ev(2, "b")],
+                Some(next),
+                |j| j,
+                |_, g| g,
+            )
+            .await;
+        assert!(left.is_empty());
+        let later = next.expect("handed back, not joined").await;
+        assert_eq!(later.iter().map(|e| e.seq).collect::<Vec<_>>(), [3]);
+        assert_eq!(*p.delivered.lock().unwrap(), [1, 2]);
     }
 }

@@ -5,9 +5,8 @@ use std::time::Instant;
 
 use super::phase::Phase;
 use super::Worker;
-use crate::relay::cursor::Start;
+use crate::relay::cursor::{ClaimMeta, Start};
 use crate::relay::ownership::Claimable;
-use crate::relay::store::Claimed;
 
 impl Worker {
     /// Waits for the pace, then acknowledges the batch awaiting it and
@@ -38,7 +37,13 @@ impl Worker {
             .await;
         match claimed {
             Ok(batch) => {
-                self.claimed(&claim.partitions, start, started, &batch);
+                self.claimed(
+                    &claim.partitions,
+                    start,
+                    started,
+                    batch.meta,
+                    batch.events.len(),
+                );
                 if batch.events.is_empty() {
                     Phase::Idle(claim)
                 } else {
@@ -49,22 +54,24 @@ impl Worker {
         }
     }
 
-    /// Takes in `batch`, claimed from `partitions` at `start` by a claim
-    /// begun at `started`: the cursor learns what the claim saw, the batch
-    /// its statement acknowledged is counted, the pace learns the rate.
+    /// Takes in a claim of `events` rows from `partitions` at `start`,
+    /// begun at `started`, which saw `meta`: the cursor learns what the
+    /// claim saw, the batch its statement acknowledged is counted, the pace
+    /// learns the rate.
     pub(super) fn claimed(
         &mut self,
         partitions: &[i32],
         start: Start,
         started: Instant,
-        batch: &Claimed,
+        meta: Option<ClaimMeta>,
+        events: usize,
     ) {
-        self.cursor.observe(partitions, start, batch.meta);
-        if !batch.events.is_empty() {
+        self.cursor.observe(partitions, start, meta);
+        if events > 0 {
             self.idle_state.since = None;
         }
         self.unacked_acknowledged();
         self.pace
-            .observe(started, batch.events.len(), self.deps.config.batch_size);
+            .observe(started, events, self.deps.config.batch_size);
     }
 }

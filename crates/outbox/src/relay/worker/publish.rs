@@ -1,9 +1,12 @@
 //! Publishing a claimed batch: the publish phase, with the claim of the
 //! next batch running ahead beside it; the batch itself through the
 //! delivery core ([`crate::relay::deliver`]) in per-aggregate lanes, never
-//! from a partition whose lease is lapsing; failures are written (fenced)
-//! before the next claim.
+//! from a partition whose lease is lapsing; the batch claimed ahead joins
+//! the lanes if it arrives while this one's last calls are in flight;
+//! failures are written (fenced) before the next claim.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
@@ -15,7 +18,7 @@ use super::Worker;
 use crate::error::Result;
 use crate::event::Event;
 use crate::publisher::Outcome;
-use crate::relay::cursor::Start;
+use crate::relay::cursor::{ClaimMeta, Start};
 use crate::relay::deliver::outcomes::Settlement;
 use crate::relay::deliver::Core;
 use crate::relay::ownership::Claimable;
@@ -27,6 +30,40 @@ struct ClaimAhead {
     task: JoinHandle<Result<Claimed>>,
     start: Start,
     started: Instant,
+}
+
+/// What became of the claim ahead while a batch was published.
+enum Ahead {
+    /// None was started (the batch was short).
+    None,
+    /// It had not answered when the batch was done.
+    Pending(ClaimAhead),
+    /// It answered while calls were in flight, and its events joined the
+    /// batch (`Err`: it failed, and nothing joined).
+    Joined {
+        start: Start,
+        started: Instant,
+        claim: std::result::Result<JoinedClaim, String>,
+    },
+}
+
+/// What is kept of a claim whose events joined the batch in flight.
+struct JoinedClaim {
+    meta: Option<ClaimMeta>,
+    events: usize,
+}
+
+/// The batch being published, as the batch claimed ahead joins it: what
+/// the lanes' gate reads and the join adds to (one lock, never contended:
+/// both run on the worker's task, between its awaits).
+struct InFlight {
+    /// Rows that could not be decoded, by id, with the reason.
+    undecodable: HashMap<uuid::Uuid, String>,
+    ctids: HashMap<uuid::Uuid, String>,
+    /// Events claimed, the joined batch's included.
+    claimed: usize,
+    /// The claim ahead, once it joined.
+    joined: Option<std::result::Result<JoinedClaim, String>>,
 }
 
 impl Worker {
@@ -50,9 +87,18 @@ impl Worker {
             self.idle_state.poll.reset();
         }
         let ahead = self.claim_ahead(&claim, &batch);
-        let published = self.publish_releasing(batch, &claim).await;
-        if let Some(ahead) = ahead {
-            self.claimed_ahead(ahead, &claim, &published).await;
+        let (published, ahead) = self.publish_releasing(batch, ahead, &claim).await;
+        match ahead {
+            Ahead::None => {}
+            Ahead::Pending(ahead) => self.claimed_ahead(ahead, &claim, &published).await,
+            Ahead::Joined {
+                start,
+                started,
+                claim: joined,
+            } => match joined {
+                Ok(j) => self.claimed(&claim.partitions, start, started, j.meta, j.events),
+                Err(e) => tracing::debug!(error = %e, "prefetch failed; claiming afresh"),
+            },
         }
         // If no claim ahead acknowledged the previous batch (it failed, or
         // this batch followed a backlog's last one), do it now.
@@ -109,7 +155,13 @@ impl Worker {
         };
         match next {
             Ok(next) => {
-                self.claimed(&claim.partitions, ahead.start, ahead.started, &next);
+                self.claimed(
+                    &claim.partitions,
+                    ahead.start,
+                    ahead.started,
+                    next.meta,
+                    next.events.len(),
+                );
                 if published.all_delivered() {
                     self.prefetched = Some(next);
                 }
@@ -122,9 +174,14 @@ impl Worker {
     /// back to the pool once publishing has taken the latency budget: a
     /// broker that answers as fast as the worker claims keeps it, and a
     /// slow one does not keep it from the pool's other users.
-    async fn publish_releasing(&self, batch: Claimed, claim: &Claimable) -> Published {
+    async fn publish_releasing(
+        &self,
+        batch: Claimed,
+        ahead: Option<ClaimAhead>,
+        claim: &Claimable,
+    ) -> (Published, Ahead) {
         let keep = Duration::from_millis(self.deps.config.latency_budget_ms);
-        let publishing = self.publish_batch(batch, claim);
+        let publishing = self.publish_batch(batch, ahead, claim);
         tokio::pin!(publishing);
         tokio::select! {
             published = &mut publishing => published,
@@ -136,53 +193,114 @@ impl Worker {
     }
 
     /// Publishes `batch` and records its failures. The deliveries are
-    /// acknowledged later, with the next claim.
+    /// acknowledged later, with the next claim. The batch claimed `ahead`,
+    /// if it arrives while calls are in flight and nothing is down, joins
+    /// the lanes (its events behind their aggregates' earlier ones, never
+    /// behind one that failed) and is published with this one, as one.
     ///
     /// Rows that could not be decoded are never sent: each is dead-lettered
     /// with its reason, exactly like an event the broker rejected.
-    async fn publish_batch(&self, batch: Claimed, claim: &Claimable) -> Published {
+    async fn publish_batch(
+        &self,
+        batch: Claimed,
+        ahead: Option<ClaimAhead>,
+        claim: &Claimable,
+    ) -> (Published, Ahead) {
         let started = Instant::now();
-        let claimed = batch.events.len();
         let policy = self.deps.config.retry_policy();
         let mut s = Settlement::default();
-        let undecodable = &batch.undecodable;
+        let batch_events = batch.events;
+        let state = Mutex::new(InFlight {
+            claimed: batch_events.len(),
+            undecodable: batch.undecodable,
+            ctids: batch.ctids,
+            joined: None,
+        });
         let ownership = &self.deps.ownership;
+        let (start, ahead_started) = match &ahead {
+            Some(a) => (Some(a.start), a.started),
+            None => (None, started),
+        };
         // What is not sent stays a pending row, claimed again later.
-        let _not_sent = self
+        let (_not_sent, left) = self
             .core
-            .deliver(&mut s, batch.events, |s, group| {
-                // Never publish from a partition whose lease is about to
-                // lapse: its next owner may already be publishing.
-                let valid = ownership.still_valid();
-                let (group, lapsed): (Vec<Event>, Vec<Event>) = group
-                    .into_iter()
-                    .partition(|e| valid.get(e.partition as usize) == Some(&true));
-                for e in lapsed {
-                    s.hold(e);
-                }
-                if undecodable.is_empty() {
-                    return group;
-                }
-                // Rows that could not be decoded are never sent: each is
-                // dead-lettered with its reason.
-                let (bad, good): (Vec<Event>, Vec<Event>) = group
-                    .into_iter()
-                    .partition(|e| undecodable.contains_key(&e.id));
-                let reasons = bad
-                    .iter()
-                    .map(|e| Outcome::Rejected(undecodable[&e.id].clone()))
-                    .collect();
-                s.settle(bad, reasons, &policy);
-                good
-            })
+            .deliver_joined(
+                &mut s,
+                batch_events,
+                ahead.map(|a| a.task),
+                |answer| {
+                    let mut st = state.lock().expect("batch in flight");
+                    let next = match answer {
+                        Ok(Ok(next)) => next,
+                        Ok(Err(e)) => {
+                            st.joined = Some(Err(e.with_causes()));
+                            return Vec::new();
+                        }
+                        Err(panicked) => {
+                            st.joined = Some(Err(format!("prefetch task failed: {panicked}")));
+                            return Vec::new();
+                        }
+                    };
+                    st.undecodable.extend(next.undecodable);
+                    st.ctids.extend(next.ctids);
+                    st.claimed += next.events.len();
+                    st.joined = Some(Ok(JoinedClaim {
+                        meta: next.meta,
+                        events: next.events.len(),
+                    }));
+                    next.events
+                },
+                |s, group| {
+                    // Never publish from a partition whose lease is about to
+                    // lapse: its next owner may already be publishing.
+                    let valid = ownership.still_valid();
+                    let (group, lapsed): (Vec<Event>, Vec<Event>) = group
+                        .into_iter()
+                        .partition(|e| valid.get(e.partition as usize) == Some(&true));
+                    for e in lapsed {
+                        s.hold(e);
+                    }
+                    let st = state.lock().expect("batch in flight");
+                    let undecodable = &st.undecodable;
+                    if undecodable.is_empty() {
+                        return group;
+                    }
+                    // Rows that could not be decoded are never sent: each is
+                    // dead-lettered with its reason.
+                    let (bad, good): (Vec<Event>, Vec<Event>) = group
+                        .into_iter()
+                        .partition(|e| undecodable.contains_key(&e.id));
+                    let reasons = bad
+                        .iter()
+                        .map(|e| Outcome::Rejected(undecodable[&e.id].clone()))
+                        .collect();
+                    s.settle(bad, reasons, &policy);
+                    good
+                },
+            )
             .await;
         self.record_failures(&s, claim).await;
-        Published {
-            claimed,
+        let st = state.into_inner().expect("batch in flight");
+        let ahead = match (left, st.joined, start) {
+            (_, Some(claim), Some(start)) => Ahead::Joined {
+                start,
+                started: ahead_started,
+                claim,
+            },
+            (Some(task), _, Some(start)) => Ahead::Pending(ClaimAhead {
+                task,
+                start,
+                started: ahead_started,
+            }),
+            _ => Ahead::None,
+        };
+        let published = Published {
+            claimed: st.claimed,
             started,
             settlement: s,
-            ctids: batch.ctids,
-        }
+            ctids: st.ctids,
+        };
+        (published, ahead)
     }
 
     /// Writes the batch's failures before the next claim, so that claim
