@@ -79,18 +79,19 @@ impl Core {
         F: FnMut(&mut Settlement, Vec<Event>) -> Vec<Event>,
     {
         let none: Option<std::future::Pending<()>> = None;
-        self.deliver_joined(s, batch, none, |()| Vec::new(), prepare)
+        self.deliver_joined(s, batch, none, |()| (Vec::new(), None), prepare)
             .await
             .0
     }
 
-    /// [`Core::deliver`], with a later batch that may join: `next` (the
+    /// [`Core::deliver`], with later batches that may join: `next` (the
     /// claim of the batch after this one, say) is awaited while calls are
     /// in flight, and if it ends before this batch is done and without an
     /// outage, `join` turns its output into events that join the lanes
     /// behind their aggregates' earlier ones (so a slow call holds only
-    /// its aggregate, not the next batch). Returns, beside what was never
-    /// sent, `next` if it had not ended when this batch was done.
+    /// its aggregate, not the next batch), and may give the `next` after
+    /// it. Returns, beside what was never sent, the `next` that had not
+    /// ended when this batch was done.
     pub(crate) async fn deliver_joined<F, N, J>(
         &self,
         s: &mut Settlement,
@@ -102,7 +103,7 @@ impl Core {
     where
         F: FnMut(&mut Settlement, Vec<Event>) -> Vec<Event>,
         N: Future + Unpin,
-        J: FnMut(N::Output) -> Vec<Event>,
+        J: FnMut(N::Output) -> (Vec<Event>, Option<N>),
     {
         let calls = self.publisher.concurrent_calls().max(1);
         let per_call = if calls == 1 { usize::MAX } else { 1 };
@@ -137,8 +138,9 @@ impl Core {
             };
             match step {
                 Step::Joined(out) => {
-                    next = None;
-                    lanes.extend(join(out));
+                    let (events, after) = join(out);
+                    next = after;
+                    lanes.extend(events);
                 }
                 Step::Answered((group, Err(message))) => self.not_sent(s, group, message),
                 Step::Answered((group, Ok(outcomes))) => {
@@ -273,7 +275,7 @@ mod tests {
                 &mut s,
                 vec![ev(1, "slow"), ev(2, "b")],
                 Some(next),
-                |joined| joined,
+                |joined| (joined, None),
                 |_, group| group,
             )
             .await;
@@ -300,7 +302,7 @@ mod tests {
                 &mut s,
                 vec![ev(1, "a"), ev(2, "b")],
                 Some(next),
-                |j| j,
+                |j| (j, None),
                 |_, g| g,
             )
             .await;

@@ -11,6 +11,7 @@
 //! how long a worker that keeps up waits between claims.
 
 mod ack;
+mod ahead;
 mod claim;
 mod claim_cursor;
 mod dormant;

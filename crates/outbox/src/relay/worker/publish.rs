@@ -5,66 +5,20 @@
 //! the lanes if it arrives while this one's last calls are in flight;
 //! failures are written (fenced) before the next claim.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use tokio::task::JoinHandle;
-
 use super::ack::Published;
+use super::ahead::{ClaimAhead, InFlight, Joined};
 use super::pace::Pace;
 use super::phase::Phase;
 use super::Worker;
-use crate::error::Result;
 use crate::event::Event;
 use crate::publisher::Outcome;
-use crate::relay::cursor::{ClaimMeta, Start};
 use crate::relay::deliver::outcomes::Settlement;
 use crate::relay::deliver::Core;
 use crate::relay::ownership::Claimable;
 use crate::relay::store::Claimed;
-
-/// The claim of the next batch, running on its own task while a batch is
-/// published.
-struct ClaimAhead {
-    task: JoinHandle<Result<Claimed>>,
-    start: Start,
-    started: Instant,
-}
-
-/// What became of the claim ahead while a batch was published.
-enum Ahead {
-    /// None was started (the batch was short).
-    None,
-    /// It had not answered when the batch was done.
-    Pending(ClaimAhead),
-    /// It answered while calls were in flight, and its events joined the
-    /// batch (`Err`: it failed, and nothing joined).
-    Joined {
-        start: Start,
-        started: Instant,
-        claim: std::result::Result<JoinedClaim, String>,
-    },
-}
-
-/// What is kept of a claim whose events joined the batch in flight.
-struct JoinedClaim {
-    meta: Option<ClaimMeta>,
-    events: usize,
-}
-
-/// The batch being published, as the batch claimed ahead joins it: what
-/// the lanes' gate reads and the join adds to (one lock, never contended:
-/// both run on the worker's task, between its awaits).
-struct InFlight {
-    /// Rows that could not be decoded, by id, with the reason.
-    undecodable: HashMap<uuid::Uuid, String>,
-    ctids: HashMap<uuid::Uuid, String>,
-    /// Events claimed, the joined batch's included.
-    claimed: usize,
-    /// The claim ahead, once it joined.
-    joined: Option<std::result::Result<JoinedClaim, String>>,
-}
 
 impl Worker {
     /// Publishes `batch`. A full batch (a backlog) is published while, on
@@ -87,18 +41,17 @@ impl Worker {
             self.idle_state.poll.reset();
         }
         let ahead = self.claim_ahead(&claim, &batch);
-        let (published, ahead) = self.publish_releasing(batch, ahead, &claim).await;
-        match ahead {
-            Ahead::None => {}
-            Ahead::Pending(ahead) => self.claimed_ahead(ahead, &claim, &published).await,
-            Ahead::Joined {
-                start,
-                started,
-                claim: joined,
-            } => match joined {
-                Ok(j) => self.claimed(&claim.partitions, start, started, j.meta, j.events),
+        let (published, joined, pending) = self.publish_releasing(batch, ahead, &claim).await;
+        for j in joined {
+            match j.claim {
+                Ok((meta, events)) => {
+                    self.claimed(&claim.partitions, j.start, j.started, meta, events)
+                }
                 Err(e) => tracing::debug!(error = %e, "prefetch failed; claiming afresh"),
-            },
+            }
+        }
+        if let Some(ahead) = pending {
+            self.claimed_ahead(ahead, &claim, &published).await;
         }
         // If no claim ahead acknowledged the previous batch (it failed, or
         // this batch followed a backlog's last one), do it now.
@@ -129,18 +82,14 @@ impl Worker {
         let mut exclude = acked.ids.clone();
         exclude.extend(batch.events.iter().map(|e| e.id));
         let start = self.cursor.start(&self.deps.store, &claim.partitions);
-        let (store, partitions) = (self.deps.store.clone(), claim.partitions.clone());
-        let started = Instant::now();
-        let task = tokio::spawn(async move {
-            store
-                .event_ack_and_claim(&partitions, batch_size, &acked, &exclude, start)
-                .await
-        });
-        Some(ClaimAhead {
-            task,
+        Some(ClaimAhead::spawn(
+            self.deps.store.clone(),
+            claim.partitions.clone(),
+            batch_size,
+            acked,
+            exclude,
             start,
-            started,
-        })
+        ))
     }
 
     /// Takes in the batch claimed ahead while `published` was published. It
@@ -179,7 +128,7 @@ impl Worker {
         batch: Claimed,
         ahead: Option<ClaimAhead>,
         claim: &Claimable,
-    ) -> (Published, Ahead) {
+    ) -> (Published, Vec<Joined>, Option<ClaimAhead>) {
         let keep = Duration::from_millis(self.deps.config.latency_budget_ms);
         let publishing = self.publish_batch(batch, ahead, claim);
         tokio::pin!(publishing);
@@ -193,63 +142,39 @@ impl Worker {
     }
 
     /// Publishes `batch` and records its failures. The deliveries are
-    /// acknowledged later, with the next claim. The batch claimed `ahead`,
-    /// if it arrives while calls are in flight and nothing is down, joins
-    /// the lanes (its events behind their aggregates' earlier ones, never
-    /// behind one that failed) and is published with this one, as one.
+    /// acknowledged later, with the next claim. A batch claimed `ahead`
+    /// that answers while calls are in flight and nothing is down joins the
+    /// lanes, and is published with this one, as one (`ahead.rs`). Returns
+    /// the batch published, the claims that joined it, and the claim still
+    /// running when it was done.
     ///
     /// Rows that could not be decoded are never sent: each is dead-lettered
     /// with its reason, exactly like an event the broker rejected.
     async fn publish_batch(
         &self,
-        batch: Claimed,
+        mut batch: Claimed,
         ahead: Option<ClaimAhead>,
         claim: &Claimable,
-    ) -> (Published, Ahead) {
+    ) -> (Published, Vec<Joined>, Option<ClaimAhead>) {
         let started = Instant::now();
         let policy = self.deps.config.retry_policy();
         let mut s = Settlement::default();
-        let batch_events = batch.events;
-        let state = Mutex::new(InFlight {
-            claimed: batch_events.len(),
-            undecodable: batch.undecodable,
-            ctids: batch.ctids,
-            joined: None,
-        });
+        let state = Mutex::new(InFlight::new(
+            &mut batch,
+            ahead.as_ref(),
+            self.deps.store.clone(),
+            claim.partitions.clone(),
+            self.deps.config.batch_size,
+        ));
         let ownership = &self.deps.ownership;
-        let (start, ahead_started) = match &ahead {
-            Some(a) => (Some(a.start), a.started),
-            None => (None, started),
-        };
         // What is not sent stays a pending row, claimed again later.
         let (_not_sent, left) = self
             .core
             .deliver_joined(
                 &mut s,
-                batch_events,
+                batch.events,
                 ahead.map(|a| a.task),
-                |answer| {
-                    let mut st = state.lock().expect("batch in flight");
-                    let next = match answer {
-                        Ok(Ok(next)) => next,
-                        Ok(Err(e)) => {
-                            st.joined = Some(Err(e.with_causes()));
-                            return Vec::new();
-                        }
-                        Err(panicked) => {
-                            st.joined = Some(Err(format!("prefetch task failed: {panicked}")));
-                            return Vec::new();
-                        }
-                    };
-                    st.undecodable.extend(next.undecodable);
-                    st.ctids.extend(next.ctids);
-                    st.claimed += next.events.len();
-                    st.joined = Some(Ok(JoinedClaim {
-                        meta: next.meta,
-                        events: next.events.len(),
-                    }));
-                    next.events
-                },
+                |answer| state.lock().expect("batch in flight").join(answer),
                 |s, group| {
                     // Never publish from a partition whose lease is about to
                     // lapse: its next owner may already be publishing.
@@ -281,26 +206,14 @@ impl Worker {
             .await;
         self.record_failures(&s, claim).await;
         let st = state.into_inner().expect("batch in flight");
-        let ahead = match (left, st.joined, start) {
-            (_, Some(claim), Some(start)) => Ahead::Joined {
-                start,
-                started: ahead_started,
-                claim,
-            },
-            (Some(task), _, Some(start)) => Ahead::Pending(ClaimAhead {
-                task,
-                start,
-                started: ahead_started,
-            }),
-            _ => Ahead::None,
-        };
+        let pending = st.pending(left);
         let published = Published {
             claimed: st.claimed,
             started,
             settlement: s,
             ctids: st.ctids,
         };
-        (published, ahead)
+        (published, st.joined, pending)
     }
 
     /// Writes the batch's failures before the next claim, so that claim

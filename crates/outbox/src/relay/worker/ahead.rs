@@ -1,0 +1,180 @@
+//! Claiming ahead: while a full batch is published, the next one is
+//! claimed on its own task (acknowledging the batch before, in the same
+//! statement). If that claim answers while the batch's last calls are
+//! still in flight, its events join the lanes ([`InFlight::join`]) and the
+//! claim after it starts, up to [`JOINED_MAX`] batches published as one: a
+//! slow request then holds only its aggregate, not the batches behind it.
+//! What joined is acknowledged together, by the claim after the batch,
+//! and never past an event that was not delivered (the lanes keep an
+//! aggregate's later events behind it).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::task::{JoinError, JoinHandle};
+use uuid::Uuid;
+
+use crate::error::Result;
+use crate::event::Event;
+use crate::relay::cursor::{ClaimMeta, Start};
+use crate::relay::store::{Claimed, RowRefs, Store};
+
+/// The most batches published as one (the first and those that joined
+/// it): past this, the batch ends with its slowest call, and its
+/// acknowledgement goes out, before the next claim.
+pub(super) const JOINED_MAX: usize = 4;
+
+/// The claim of the next batch, running on its own task while a batch is
+/// published.
+pub(super) struct ClaimAhead {
+    pub task: JoinHandle<Result<Claimed>>,
+    pub start: Start,
+    pub started: Instant,
+}
+
+impl ClaimAhead {
+    /// Acknowledges `acked` and claims up to `batch_size` events of
+    /// `partitions` other than `exclude`, from `start`, on its own task.
+    pub(super) fn spawn(
+        store: Arc<Store>,
+        partitions: Vec<i32>,
+        batch_size: usize,
+        acked: RowRefs,
+        exclude: Vec<Uuid>,
+        start: Start,
+    ) -> Self {
+        let started = Instant::now();
+        let task = tokio::spawn(async move {
+            store
+                .event_ack_and_claim(&partitions, batch_size, &acked, &exclude, start)
+                .await
+        });
+        ClaimAhead {
+            task,
+            start,
+            started,
+        }
+    }
+}
+
+/// A claim ahead that answered while the batch was in flight: what the
+/// worker learns from it once the batch is done.
+pub(super) struct Joined {
+    pub start: Start,
+    pub started: Instant,
+    /// Its rows' meta and count; `Err`: it failed, and nothing joined.
+    pub claim: std::result::Result<(Option<ClaimMeta>, usize), String>,
+}
+
+/// The batch being published, as claims ahead join it: what the lanes'
+/// gate reads and each join adds to. Behind one lock, never contended:
+/// the gate and the joins run on the worker's task, between its awaits.
+pub(super) struct InFlight {
+    /// Rows that could not be decoded, by id, with the reason.
+    pub undecodable: HashMap<Uuid, String>,
+    pub ctids: HashMap<Uuid, String>,
+    /// Events claimed, the joined batches' included.
+    pub claimed: usize,
+    /// The claims that answered while the batch was in flight, in order.
+    pub joined: Vec<Joined>,
+    /// The claim now running, and where the next one starts.
+    running: Option<(Start, Instant)>,
+    /// Every event claimed so far: the next claim excludes them.
+    exclude: Vec<Uuid>,
+    store: Arc<Store>,
+    partitions: Vec<i32>,
+    batch_size: usize,
+}
+
+impl InFlight {
+    /// The batch `first` (its rows' locations and undecodable rows taken
+    /// out of it), with `ahead` claiming the next one.
+    pub(super) fn new(
+        first: &mut Claimed,
+        ahead: Option<&ClaimAhead>,
+        store: Arc<Store>,
+        partitions: Vec<i32>,
+        batch_size: usize,
+    ) -> Self {
+        InFlight {
+            undecodable: std::mem::take(&mut first.undecodable),
+            ctids: std::mem::take(&mut first.ctids),
+            claimed: first.events.len(),
+            joined: Vec::new(),
+            running: ahead.map(|a| (a.start, a.started)),
+            exclude: first.events.iter().map(|e| e.id).collect(),
+            store,
+            partitions,
+            batch_size,
+        }
+    }
+
+    /// The running claim answered while calls were in flight: its events
+    /// join (returned), and, if it was full and fewer than [`JOINED_MAX`]
+    /// batches are in this one, the claim after it starts (returned).
+    pub(super) fn join(
+        &mut self,
+        answer: std::result::Result<Result<Claimed>, JoinError>,
+    ) -> (Vec<Event>, Option<JoinHandle<Result<Claimed>>>) {
+        let Some((start, started)) = self.running.take() else {
+            return (Vec::new(), None);
+        };
+        let next = match answer {
+            Ok(Ok(next)) => next,
+            Ok(Err(e)) => {
+                self.joined.push(Joined {
+                    start,
+                    started,
+                    claim: Err(e.with_causes()),
+                });
+                return (Vec::new(), None);
+            }
+            Err(panicked) => {
+                self.joined.push(Joined {
+                    start,
+                    started,
+                    claim: Err(format!("prefetch task failed: {panicked}")),
+                });
+                return (Vec::new(), None);
+            }
+        };
+        let count = next.events.len();
+        self.joined.push(Joined {
+            start,
+            started,
+            claim: Ok((next.meta, count)),
+        });
+        self.undecodable.extend(next.undecodable);
+        self.ctids.extend(next.ctids);
+        self.claimed += count;
+        self.exclude.extend(next.events.iter().map(|e| e.id));
+        let full = count >= self.batch_size;
+        let after = (full && self.joined.len() + 1 < JOINED_MAX).then(|| {
+            // The first claim's start still stands: the cursor never
+            // passes a pending row, and these rows are excluded by id.
+            let ahead = ClaimAhead::spawn(
+                self.store.clone(),
+                self.partitions.clone(),
+                self.batch_size,
+                RowRefs::default(),
+                self.exclude.clone(),
+                start,
+            );
+            self.running = Some((ahead.start, ahead.started));
+            ahead.task
+        });
+        (next.events, after)
+    }
+
+    /// The claim still running when the batch was done, if any: `task`
+    /// (handed back by the lanes) with where it started.
+    pub(super) fn pending(&self, task: Option<JoinHandle<Result<Claimed>>>) -> Option<ClaimAhead> {
+        let (start, started) = self.running?;
+        Some(ClaimAhead {
+            task: task?,
+            start,
+            started,
+        })
+    }
+}
