@@ -2,8 +2,9 @@
 //! runs one step and names the next; [`phase::decide`] is where the worker
 //! decides what to do next. A batch goes from `claim` (where it is claimed,
 //! from where `claim_cursor` says) to `publish` (where it is published,
-//! while the next one is claimed ahead, through [`crate::relay::deliver`],
-//! where a publisher's outcomes become retries, dead letters or an outage) and
+//! while the next one is claimed ahead and joins it if it answers while
+//! calls are in flight, `ahead`, through [`crate::relay::deliver`], where a
+//! publisher's outcomes become retries, dead letters or an outage) and
 //! `ack` (where deliveries are acknowledged). `idle` is the phase without
 //! work and the announcement that producers should wake the worker,
 //! `dormant` when an idle worker ends to let its source watch instead,
