@@ -72,7 +72,8 @@ pub trait Publisher: Send + Sync + 'static {
 
     /// How many [`Publisher::publish`] calls the relay may have in flight
     /// at once. 1 (the default): each call gets every event that is ready
-    /// (one per aggregate), for a broker that batches them itself. More:
+    /// (one per aggregate), at most `batch_size` of them, for a broker that
+    /// batches them itself. More:
     /// each call gets one event, and the next event of an aggregate goes
     /// as soon as its previous one is acknowledged, without waiting for
     /// the others in flight (a webhook, one request per event). Never two

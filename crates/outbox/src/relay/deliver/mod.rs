@@ -39,6 +39,9 @@ enum Step<A, J> {
 #[derive(Clone)]
 pub(crate) struct Core {
     publisher: Arc<dyn Publisher>,
+    /// The most events in one call of a publisher that takes one call at a
+    /// time (`batch_size`): batches joined in flight never make one larger.
+    call_max: usize,
     timeout: Duration,
     policy: RetryPolicy,
     #[cfg(feature = "opentelemetry")]
@@ -53,6 +56,7 @@ impl Core {
     ) -> Self {
         Core {
             publisher,
+            call_max: config.batch_size.max(1),
             timeout: Duration::from_millis(config.publish_timeout_ms),
             policy: config.retry_policy(),
             #[cfg(feature = "opentelemetry")]
@@ -106,7 +110,7 @@ impl Core {
         J: FnMut(N::Output) -> (Vec<Event>, Option<N>),
     {
         let calls = self.publisher.concurrent_calls().max(1);
-        let per_call = if calls == 1 { usize::MAX } else { 1 };
+        let per_call = if calls == 1 { self.call_max } else { 1 };
         let mut lanes = Lanes::new(batch);
         let mut in_flight = FuturesUnordered::new();
         loop {
