@@ -430,6 +430,30 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: LatencyArgs) -> Result<serde_json
     );
     let server = Server::start(ctx, fsync).await?;
     let pool = server.pool(args.connections + 6).await?;
+    let schema = latency_schema(&pool, &args).await?;
+    create_orders(&pool, &schema).await?;
+
+    let observed = match args.producer {
+        Producer::Library => library(&pool, &schema, &args, total).await?,
+        Producer::Sql => sql(&server, &pool, &schema, &args, total).await?,
+    };
+    let latencies = Latencies::of(&observed);
+    ensure!(
+        latencies.sorted.len() as u64 == total,
+        "only {} of {total} events were delivered",
+        latencies.sorted.len()
+    );
+    print_latency(&args, total, &observed, &latencies);
+    sqlx::raw_sql("DROP SCHEMA bench_latency CASCADE")
+        .execute(&pool)
+        .await?;
+    super::drop_slot(&pool, &schema).await?;
+    Ok(summary(&args, total, &observed, &latencies))
+}
+
+/// The run's schema, in the mode `--mode` names (the WAL mode only with
+/// the plain-SQL producer: its relay runs as its own process).
+async fn latency_schema(pool: &PgPool, args: &LatencyArgs) -> Result<Schema> {
     let wakeup = args.wakeup();
     if args.mode == Some(outbox::DeliveryMode::Wal) {
         ensure!(
@@ -437,43 +461,69 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: LatencyArgs) -> Result<serde_json
             "--mode wal needs --producer sql (the relay runs as its own process)"
         );
     }
-    let schema = match args.mode {
-        Some(outbox::DeliveryMode::Wal) => fresh_wal_schema(&pool, "bench_latency", wakeup).await?,
-        _ => fresh_schema(&pool, "bench_latency", wakeup).await?,
-    };
-    create_orders(&pool, &schema).await?;
+    Ok(match args.mode {
+        Some(outbox::DeliveryMode::Wal) => fresh_wal_schema(pool, "bench_latency", wakeup).await?,
+        _ => fresh_schema(pool, "bench_latency", wakeup).await?,
+    })
+}
 
-    let observed = match args.producer {
-        Producer::Library => library(&pool, &schema, &args, total).await?,
-        Producer::Sql => sql(&server, &pool, &schema, &args, total).await?,
-    };
+/// Each delivered event's latency from its commit, sorted.
+struct Latencies {
+    sorted: Vec<Duration>,
+    /// Events delivered before their commit returned to the client,
+    /// counted as 0: the relay can see a commit before the client hears
+    /// of it.
+    early: u64,
+}
 
-    let mut early = 0u64;
-    let mut samples: Vec<Duration> = observed
-        .committed
-        .iter()
-        .filter_map(|(id, at)| {
-            let seen = observed.delivered.get(id)?;
-            // The relay can see a commit before the client hears of it.
-            Some(seen.checked_duration_since(*at).unwrap_or_else(|| {
-                early += 1;
-                Duration::ZERO
-            }))
-        })
-        .collect();
-    ensure!(
-        samples.len() as u64 == total,
-        "only {} of {total} events were delivered",
-        samples.len()
-    );
-    samples.sort();
-    let (p50, p99, p999, max) = (
-        quantile(&samples, 0.50),
-        quantile(&samples, 0.99),
-        quantile(&samples, 0.999),
-        *samples.last().unwrap_or(&Duration::ZERO),
-    );
-    let achieved = total as f64 / observed.produce_secs;
+impl Latencies {
+    fn of(observed: &Observed) -> Latencies {
+        let mut early = 0u64;
+        let mut sorted: Vec<Duration> = observed
+            .committed
+            .iter()
+            .filter_map(|(id, at)| {
+                let seen = observed.delivered.get(id)?;
+                Some(seen.checked_duration_since(*at).unwrap_or_else(|| {
+                    early += 1;
+                    Duration::ZERO
+                }))
+            })
+            .collect();
+        sorted.sort();
+        Latencies { sorted, early }
+    }
+
+    /// p50, p99, p99.9 and the most.
+    fn quantiles(&self) -> (Duration, Duration, Duration, Duration) {
+        let s = &self.sorted;
+        (
+            quantile(s, 0.50),
+            quantile(s, 0.99),
+            quantile(s, 0.999),
+            *s.last().unwrap_or(&Duration::ZERO),
+        )
+    }
+}
+
+/// Events per second the producers achieved.
+fn achieved(total: u64, observed: &Observed) -> f64 {
+    total as f64 / observed.produce_secs
+}
+
+/// Whether the server kept the schedule (95 % of `--rate`): the latency
+/// of a schedule it could not keep is the latency at the rate it did
+/// keep.
+fn schedule_kept(achieved: f64, rate: u32) -> bool {
+    achieved >= 0.95 * f64::from(rate)
+}
+
+/// The report on stdout: the setup, the schedule, the quantiles, and the
+/// relay's CPU when it ran as its own process.
+fn print_latency(args: &LatencyArgs, total: u64, observed: &Observed, latencies: &Latencies) {
+    let wakeup = args.wakeup();
+    let (p50, p99, p999, max) = latencies.quantiles();
+    let achieved = achieved(total, observed);
     let (setup, measured) = match args.producer {
         Producer::Library => (
             "library producer (enqueue + wake), embedded relay".to_owned(),
@@ -500,10 +550,7 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: LatencyArgs) -> Result<serde_json
         ms(p999),
         ms(max)
     );
-    // The latency of a schedule the server could not keep is the latency
-    // at the rate it did keep.
-    let schedule_kept = achieved >= 0.95 * f64::from(args.rate);
-    if !schedule_kept {
+    if !schedule_kept(achieved, args.rate) {
         println!(
             "  the server did not keep the schedule: these figures are for {achieved:.0} /s, not {} /s",
             args.rate
@@ -512,52 +559,67 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: LatencyArgs) -> Result<serde_json
     if let Some(d) = observed.duplicates {
         println!(
             "  delivered {} of {total} ({d} delivered again)",
-            samples.len()
+            latencies.sorted.len()
         );
     }
     if let Some(cpu) = &observed.cpu {
-        let f = |k: &str| cpu.busy[k].as_f64().unwrap_or(f64::NAN);
+        print_relay_cpu(cpu);
+    }
+    if latencies.early > 0 {
         println!(
-            "  relay cpu: {:.1} us/event ({:.1} process + {:.1} its sessions), {:.2} % of a core; idle before: {:.2} % of a core",
-            f("relay_us_per_event"),
-            f("relay_process_us_per_event"),
-            f("relay_sessions_us_per_event"),
-            f("relay_core_share") * 100.0,
-            cpu.idle_core_share * 100.0
+            "  ({} events were delivered before their commit returned to the client; counted as 0)",
+            latencies.early
         );
-        if let Some(r) = &cpu.reference {
-            println!(
-                "  pg_recvlogical at the same rate (the reference): {:.1} us/event ({:.1} process + {:.1} walsender); idle before: {:.2} % of a core",
-                r.process_us_per_event + r.walsender_us_per_event,
-                r.process_us_per_event,
-                r.walsender_us_per_event,
-                r.idle_core_share * 100.0
-            );
-        }
     }
-    if early > 0 {
-        println!("  ({early} events were delivered before their commit returned to the client; counted as 0)");
+}
+
+/// The child relay's CPU per event, and the reference's at the same rate.
+fn print_relay_cpu(cpu: &RelayCpu) {
+    let f = |k: &str| cpu.busy[k].as_f64().unwrap_or(f64::NAN);
+    println!(
+        "  relay cpu: {:.1} us/event ({:.1} process + {:.1} its sessions), {:.2} % of a core; idle before: {:.2} % of a core",
+        f("relay_us_per_event"),
+        f("relay_process_us_per_event"),
+        f("relay_sessions_us_per_event"),
+        f("relay_core_share") * 100.0,
+        cpu.idle_core_share * 100.0
+    );
+    if let Some(r) = &cpu.reference {
+        println!(
+            "  pg_recvlogical at the same rate (the reference): {:.1} us/event ({:.1} process + {:.1} walsender); idle before: {:.2} % of a core",
+            r.process_us_per_event + r.walsender_us_per_event,
+            r.process_us_per_event,
+            r.walsender_us_per_event,
+            r.idle_core_share * 100.0
+        );
     }
-    sqlx::raw_sql("DROP SCHEMA bench_latency CASCADE")
-        .execute(&pool)
-        .await?;
-    super::drop_slot(&pool, &schema).await?;
-    Ok(json!({
+}
+
+/// The run's JSON summary (`bench --json`).
+fn summary(
+    args: &LatencyArgs,
+    total: u64,
+    observed: &Observed,
+    latencies: &Latencies,
+) -> serde_json::Value {
+    let (p50, p99, p999, max) = latencies.quantiles();
+    let achieved = achieved(total, observed);
+    json!({
         "scenario": "latency",
         "mode": args.mode.unwrap_or_default().name(),
         "producer": match args.producer { Producer::Library => "library", Producer::Sql => "sql" },
-        "wakeup_trigger": wakeup.name(),
+        "wakeup_trigger": args.wakeup().name(),
         "idle_secs": (args.producer == Producer::Sql).then_some(args.idle_secs),
         "latency_budget_ms": args.latency_budget_ms,
         "rate": args.rate,
         "achieved_rate": achieved,
         "events": total,
-        "delivered": samples.len(),
+        "delivered": latencies.sorted.len(),
         "duplicates": observed.duplicates,
-        "early": early,
+        "early": latencies.early,
         "late_starts": observed.late,
         "late_begins": observed.late_begins,
-        "schedule_kept": schedule_kept,
+        "schedule_kept": schedule_kept(achieved, args.rate),
         "p50_ms": ms(p50),
         "p99_ms": ms(p99),
         "p999_ms": ms(p999),
@@ -571,5 +633,5 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: LatencyArgs) -> Result<serde_json
             "us_per_event": r.process_us_per_event + r.walsender_us_per_event,
             "idle_core_share": r.idle_core_share,
         })),
-    }))
+    })
 }
