@@ -13,7 +13,7 @@ use serde_json::json;
 use sqlx::PgPool;
 
 use super::stats::{cpu_secs, peak_rss_kib, reset_peak_rss};
-use super::{event_rows, fresh_schema, Server};
+use super::{drop_schemas, event_rows, fresh_schema, Server};
 use crate::ctx::Ctx;
 
 #[derive(Debug, Args)]
@@ -288,11 +288,7 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::
         built,
     };
     print_drained(&args, &drained);
-    for s in [&reference_schema, &relay_schema] {
-        sqlx::raw_sql(&format!("DROP SCHEMA {} CASCADE", s.name()))
-            .execute(&pool)
-            .await?;
-    }
+    drop_schemas(&pool, &[&reference_schema, &relay_schema]).await?;
     Ok(summary(&args, &drained))
 }
 

@@ -19,7 +19,7 @@ use super::drain::{preload, DrainArgs};
 use super::held_snapshot::cpu_seconds;
 use super::recvlogical;
 use super::stats::peak_rss_kib_of;
-use super::{drop_slot, event_rows, fresh_schema, fresh_wal_schema, Server};
+use super::{drop_schemas, drop_slot, event_rows, fresh_schema, fresh_wal_schema, Server};
 use crate::ctx::Ctx;
 
 /// Emits `n` events like [`preload`]'s through `outbox_emit`, `per_tx` to a
@@ -129,8 +129,9 @@ async fn read_backlog(
     })
 }
 
-/// The three reads of one backlog.
+/// The three reads of one backlog of `events`.
 struct Reads {
+    events: u64,
     /// `pg_recvlogical` on the reference slot.
     reference: Read,
     /// `outbox relay` on the WAL mode's slot.
@@ -163,16 +164,13 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::
     let wal = read_wal(&server, &pool, &schema, &slot, &end, &args).await?;
     let (table_schema, table) = drain_table(&server, &pool, &args).await?;
     let reads = Reads {
+        events: n,
         reference,
         wal,
         table,
     };
     print_reads(&args, &reads);
-    for s in [&schema, &table_schema] {
-        sqlx::raw_sql(&format!("DROP SCHEMA {} CASCADE", s.name()))
-            .execute(&pool)
-            .await?;
-    }
+    drop_schemas(&pool, &[&schema, &table_schema]).await?;
     drop_slot(&pool, &schema).await?;
     recvlogical::drop_slot(&pool).await?;
     Ok(summary(&args, &reads))
@@ -244,27 +242,24 @@ async fn drain_table(server: &Server, pool: &PgPool, args: &DrainArgs) -> Result
     Ok((table_schema, table))
 }
 
-/// Events per second of a read of `n` events.
-fn events_per_sec(n: u64, r: &Read) -> f64 {
-    n as f64 / r.secs
-}
+impl Reads {
+    /// Events per second of read `r`.
+    fn rate(&self, r: &Read) -> f64 {
+        self.events as f64 / r.secs
+    }
 
-/// CPU microseconds per event of `n`.
-fn us_per_event(n: u64, cpu: f64) -> f64 {
-    cpu * 1e6 / n as f64
+    /// `cpu` seconds as microseconds per event.
+    fn us(&self, cpu: f64) -> f64 {
+        cpu * 1e6 / self.events as f64
+    }
 }
 
 /// The report on stdout: each read's rate and CPU per event, and the WAL
 /// relay's ratios to the other two.
 fn print_reads(args: &DrainArgs, reads: &Reads) {
     let n = args.events;
-    let rate = |r: &Read| events_per_sec(n, r);
-    let us = |cpu: f64| us_per_event(n, cpu);
-    let Reads {
-        reference,
-        wal,
-        table,
-    } = reads;
+    let (rate, us) = (|r| reads.rate(r), |cpu| reads.us(cpu));
+    let (reference, wal, table) = (&reads.reference, &reads.wal, &reads.table);
     println!(
         "drain --mode wal: {n} events, {} aggregates, {} per transaction",
         args.aggregates, args.per_transaction
@@ -297,13 +292,8 @@ fn print_reads(args: &DrainArgs, reads: &Reads) {
 /// The run's JSON summary (`bench --json`).
 fn summary(args: &DrainArgs, reads: &Reads) -> serde_json::Value {
     let n = args.events;
-    let rate = |r: &Read| events_per_sec(n, r);
-    let us = |cpu: f64| us_per_event(n, cpu);
-    let Reads {
-        reference,
-        wal,
-        table,
-    } = reads;
+    let (rate, us) = (|r| reads.rate(r), |cpu| reads.us(cpu));
+    let (reference, wal, table) = (&reads.reference, &reads.wal, &reads.table);
     json!({
         "scenario": "drain_wal",
         "events": n,

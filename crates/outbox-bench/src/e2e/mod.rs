@@ -231,10 +231,20 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: E2eArgs) -> Result<Value> {
     let producers = server
         .producer_pool(args.connections, Duration::from_secs(args.seconds) + STALL)
         .await?;
-    let rates = latency_runs(
-        &args, &broker, &producers, &pool, &schema, &mut relay, &mut cpu,
-    )
-    .await?;
+    // The latency runs, one per `--rate`, each after the relay has been
+    // idle `--idle-secs`.
+    warm_up(&producers, args.connections).await?;
+    let mut rates = Vec::new();
+    for &rate in &args.rate {
+        tokio::time::sleep(Duration::from_secs(args.idle_secs)).await;
+        relay.check_running()?;
+        rates.push(
+            at_rate(
+                &args, rate, &broker, &producers, &pool, &schema, &mut relay, &mut cpu,
+            )
+            .await?,
+        );
+    }
     let stopped = relay.stop().await?;
     ensure!(
         stopped.success(),
@@ -393,27 +403,6 @@ fn print_drain(n: u64, relayed: &RelayDrain, reference: &ReferenceDrain) {
             .as_f64()
             .unwrap_or(f64::NAN),
     );
-}
-
-/// The latency runs, one per `--rate`, each after the relay has been idle
-/// `--idle-secs`, on producer connections opened beforehand.
-async fn latency_runs(
-    args: &E2eArgs,
-    broker: &Broker,
-    producers: &PgPool,
-    pool: &PgPool,
-    schema: &Schema,
-    relay: &mut Relay,
-    cpu: &mut Cpu,
-) -> Result<Vec<Value>> {
-    warm_up(producers, args.connections).await?;
-    let mut rates = Vec::new();
-    for &rate in &args.rate {
-        tokio::time::sleep(Duration::from_secs(args.idle_secs)).await;
-        relay.check_running()?;
-        rates.push(at_rate(args, rate, broker, producers, pool, schema, relay, cpu).await?);
-    }
-    Ok(rates)
 }
 
 /// The run's JSON summary (`bench --json`).
