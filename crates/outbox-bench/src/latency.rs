@@ -32,7 +32,7 @@ use serde_json::json;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::child_relay::{ChildRelay, Output};
+use super::child_relay::{ChildRelay, Lines, Output};
 use super::recvlogical;
 use super::relay_cpu::{core_share, cpu_report, Cpu};
 use super::stats::{ms, quantile};
@@ -296,31 +296,9 @@ async fn sql(
         )
         .await?;
     warm_up(&producers, args.connections).await?;
-    let budget = args.latency_budget_ms.map(|ms| ms.to_string());
-    let extra: Vec<&str> = match &budget {
-        Some(ms) => vec!["--latency-budget-ms", ms],
-        None => vec![],
-    };
-    let mut relay = ChildRelay::spawn_with(
-        &server.url,
-        schema,
-        "bench-latency-relay",
-        Output::Timed,
-        &extra,
-    )?;
-    relay
-        .wait_idle(pool, schema, Duration::from_secs(60))
-        .await?;
+    let mut relay = idle_relay(server, pool, schema, args).await?;
     let mut cpu = Cpu::default();
-    let idle_from = (cpu.now(pool, &relay).await?, Instant::now());
-    tokio::time::sleep(Duration::from_secs(args.idle_secs)).await;
-    relay.check_running()?;
-    let busy_from = (cpu.now(pool, &relay).await?, Instant::now());
-    let idle_core_share = core_share(
-        idle_from.0,
-        busy_from.0,
-        (busy_from.1 - idle_from.1).as_secs_f64(),
-    );
+    let (idle_core_share, busy_from) = idle_core_share(&mut cpu, pool, &mut relay, args).await?;
 
     eprintln!(
         "bench latency: {} tx/s for {} s (plain SQL, child relay idle {} s, wake-up trigger {})",
@@ -329,17 +307,8 @@ async fn sql(
         args.idle_secs,
         args.wakeup().name()
     );
-    let s = schema.name();
     let orders = order_insert(schema);
-    // Every other column of the event has a default, as for any producer.
-    let event: Arc<str> = match args.mode {
-        Some(outbox::DeliveryMode::Wal) => format!("SELECT {s}.outbox_emit($1, $2, $3, $4)"),
-        _ => format!(
-            "INSERT INTO {s}.outbox_events (aggregate_type, aggregate_id, event_type, payload)
-             VALUES ($1, $2, $3, $4) RETURNING id"
-        ),
-    }
-    .into();
+    let event = event_insert(schema, args.mode);
     let commit = |id: i64| {
         let (pool, orders, event) = (producers.clone(), orders.clone(), event.clone());
         async move {
@@ -359,49 +328,16 @@ async fn sql(
     };
     let schedule = open_loop(args.rate, total, commit).await?;
     let lines = relay.lines().expect("timed output").clone();
-    let deadline = Instant::now() + DELIVERY_DEADLINE;
-    while lines.distinct.load(std::sync::atomic::Ordering::Relaxed) < total
-        && Instant::now() < deadline
-    {
-        relay.check_running()?;
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    lines_read(&mut relay, &lines, total).await?;
     let busy = cpu_report(
         busy_from.0,
         cpu.now(pool, &relay).await?,
         total,
         busy_from.1.elapsed().as_secs_f64(),
     );
-    let status = relay.stop().await?;
-    if !status.success() {
-        eprintln!("bench latency: the child relay ended with {status}");
-    }
-    let unparsed = lines.unparsed.load(std::sync::atomic::Ordering::Relaxed);
-    ensure!(
-        unparsed == 0,
-        "the relay printed {unparsed} lines that are not an event's JSON"
-    );
-    let delivered = std::mem::take(&mut *lines.first_seen.lock().expect("lock"));
-    // The WAL mode's reference at the same rate: pg_recvlogical on a slot
-    // of its own, the same schedule (the next order ids).
+    let delivered = stopped(relay, &lines).await?;
     let reference = if args.mode == Some(outbox::DeliveryMode::Wal) {
-        eprintln!("bench latency: the same schedule read by pg_recvlogical (the reference)");
-        let offset = total as i64;
-        let schedule = async {
-            open_loop(args.rate, total, |id| commit(id + offset)).await?;
-            Ok(())
-        };
-        Some(
-            recvlogical::at_rate(
-                &server.url,
-                pool,
-                &outbox::default_slot_name(schema)?,
-                Duration::from_secs(args.idle_secs),
-                total,
-                schedule,
-            )
-            .await?,
-        )
+        Some(recvlogical_reference(server, pool, schema, args, total, commit).await?)
     } else {
         None
     };
@@ -418,6 +354,128 @@ async fn sql(
         Some(duplicates),
         Some(cpu),
     ))
+}
+
+/// The child relay, its lines timed, once it is idle.
+async fn idle_relay(
+    server: &Server,
+    pool: &PgPool,
+    schema: &Schema,
+    args: &LatencyArgs,
+) -> Result<ChildRelay> {
+    let budget = args.latency_budget_ms.map(|ms| ms.to_string());
+    let extra: Vec<&str> = match &budget {
+        Some(ms) => vec!["--latency-budget-ms", ms],
+        None => vec![],
+    };
+    let mut relay = ChildRelay::spawn_with(
+        &server.url,
+        schema,
+        "bench-latency-relay",
+        Output::Timed,
+        &extra,
+    )?;
+    relay
+        .wait_idle(pool, schema, Duration::from_secs(60))
+        .await?;
+    Ok(relay)
+}
+
+/// A CPU reading of the child relay (process, sessions), and when.
+type Reading = ((f64, f64), Instant);
+
+/// The relay's share of a core over `--idle-secs` with nothing to do, and
+/// the reading the busy figures start from.
+async fn idle_core_share(
+    cpu: &mut Cpu,
+    pool: &PgPool,
+    relay: &mut ChildRelay,
+    args: &LatencyArgs,
+) -> Result<(f64, Reading)> {
+    let idle_from = (cpu.now(pool, relay).await?, Instant::now());
+    tokio::time::sleep(Duration::from_secs(args.idle_secs)).await;
+    relay.check_running()?;
+    let busy_from = (cpu.now(pool, relay).await?, Instant::now());
+    let share = core_share(
+        idle_from.0,
+        busy_from.0,
+        (busy_from.1 - idle_from.1).as_secs_f64(),
+    );
+    Ok((share, busy_from))
+}
+
+/// The statement that writes an order's event: a row in the table mode,
+/// `outbox_emit` in the WAL mode. Every other column of the event has a
+/// default, as for any producer.
+fn event_insert(schema: &Schema, mode: Option<outbox::DeliveryMode>) -> Arc<str> {
+    let s = schema.name();
+    match mode {
+        Some(outbox::DeliveryMode::Wal) => format!("SELECT {s}.outbox_emit($1, $2, $3, $4)"),
+        _ => format!(
+            "INSERT INTO {s}.outbox_events (aggregate_type, aggregate_id, event_type, payload)
+             VALUES ($1, $2, $3, $4) RETURNING id"
+        ),
+    }
+    .into()
+}
+
+/// Waits until the relay has printed a line for each of `total` events, or
+/// [`DELIVERY_DEADLINE`] has passed.
+async fn lines_read(relay: &mut ChildRelay, lines: &Lines, total: u64) -> Result<()> {
+    let deadline = Instant::now() + DELIVERY_DEADLINE;
+    while lines.distinct.load(std::sync::atomic::Ordering::Relaxed) < total
+        && Instant::now() < deadline
+    {
+        relay.check_running()?;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(())
+}
+
+/// Stops the relay: each event and when its first line was read. Every
+/// line must have been an event's JSON.
+async fn stopped(relay: ChildRelay, lines: &Lines) -> Result<HashMap<Uuid, Instant>> {
+    let status = relay.stop().await?;
+    if !status.success() {
+        eprintln!("bench latency: the child relay ended with {status}");
+    }
+    let unparsed = lines.unparsed.load(std::sync::atomic::Ordering::Relaxed);
+    ensure!(
+        unparsed == 0,
+        "the relay printed {unparsed} lines that are not an event's JSON"
+    );
+    Ok(std::mem::take(&mut *lines.first_seen.lock().expect("lock")))
+}
+
+/// The WAL mode's reference at the same rate: pg_recvlogical on a slot of
+/// its own, the same schedule (the next order ids).
+async fn recvlogical_reference<F, Fut>(
+    server: &Server,
+    pool: &PgPool,
+    schema: &Schema,
+    args: &LatencyArgs,
+    total: u64,
+    commit: F,
+) -> Result<recvlogical::AtRate>
+where
+    F: Fn(i64) -> Fut,
+    Fut: Future<Output = Result<(Uuid, Instant, Instant)>> + Send + 'static,
+{
+    eprintln!("bench latency: the same schedule read by pg_recvlogical (the reference)");
+    let offset = total as i64;
+    let schedule = async {
+        open_loop(args.rate, total, |id| commit(id + offset)).await?;
+        Ok(())
+    };
+    recvlogical::at_rate(
+        &server.url,
+        pool,
+        &outbox::default_slot_name(schema)?,
+        Duration::from_secs(args.idle_secs),
+        total,
+        schedule,
+    )
+    .await
 }
 
 pub async fn run(ctx: &Ctx, fsync: bool, args: LatencyArgs) -> Result<serde_json::Value> {
