@@ -237,7 +237,8 @@ enum Unsigned {
     Open,
     /// The sign-in page: a GET to a console with one.
     SignIn,
-    /// A refusal: anything else changes nothing without a session.
+    /// A refusal (403): any other method, a POST among them, which
+    /// changes nothing without a session.
     Refuse,
 }
 
