@@ -446,7 +446,10 @@ impl Reader {
         hand: &mut InHand,
     ) -> std::result::Result<ControlFlow<Ended, Option<Lsn>>, String> {
         let end = hand.batch_end.take();
-        if !self.flush(client, std::mem::take(&mut hand.batch), end).await? {
+        if !self
+            .flush(client, std::mem::take(&mut hand.batch), end)
+            .await?
+        {
             client.stop();
             return Ok(ControlFlow::Break(Ended::Stopped));
         }
