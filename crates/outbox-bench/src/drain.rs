@@ -13,7 +13,7 @@ use serde_json::json;
 use sqlx::PgPool;
 
 use super::stats::{cpu_secs, peak_rss_kib, reset_peak_rss};
-use super::{event_rows, fresh_schema, Server};
+use super::{drop_schemas, event_rows, fresh_schema, Server};
 use crate::ctx::Ctx;
 
 #[derive(Debug, Args)]
@@ -244,9 +244,58 @@ async fn build_only(
     })
 }
 
+/// What `bench drain` measured, over `--events` events.
+struct Drained {
+    /// How long the reference took.
+    reference: Duration,
+    /// How long the relay took.
+    relay: Duration,
+    /// The relay's process: peak RSS (KiB) and CPU seconds, where read.
+    rss: Option<u64>,
+    cpu: Option<f64>,
+    /// Building the messages alone, with `--format` or `--destination`.
+    built: Option<Built>,
+}
+
+impl Drained {
+    fn reference_rate(&self, n: u64) -> f64 {
+        n as f64 / self.reference.as_secs_f64()
+    }
+
+    fn relay_rate(&self, n: u64) -> f64 {
+        n as f64 / self.relay.as_secs_f64()
+    }
+}
+
 pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::Value> {
-    // The preloaded events carry no headers: a template that needs one
-    // would reject every event, and the relay would never drain.
+    refuse_header_destination(&args)?;
+    let server = Server::start(ctx, fsync).await?;
+    let pool = server.pool(8).await?;
+    let n = args.events;
+    let (reference_schema, reference) = drain_reference(&pool, &args).await?;
+    let (relay_schema, relay, rss, cpu) = drain_relay(&pool, &args).await?;
+    let built = match (args.format, &args.destination) {
+        (None, None) => None,
+        (format, destination) => {
+            Some(build_only(format, destination.as_ref(), &relay_schema, n).await?)
+        }
+    };
+    let drained = Drained {
+        reference,
+        relay,
+        rss,
+        cpu,
+        built,
+    };
+    print_drained(&args, &drained);
+    drop_schemas(&pool, &[&reference_schema, &relay_schema]).await?;
+    Ok(summary(&args, &drained))
+}
+
+/// Refuses a `--destination` that needs a header: the preloaded events
+/// carry none, so the template would reject every event and the relay
+/// would never drain.
+fn refuse_header_destination(args: &DrainArgs) -> Result<()> {
     if let Some(template) = &args.destination {
         if let Err(missing) = template.render(&event_like_preloaded(0)) {
             anyhow::bail!(
@@ -254,50 +303,62 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::
             );
         }
     }
-    let server = Server::start(ctx, fsync).await?;
-    let pool = server.pool(8).await?;
+    Ok(())
+}
+
+/// The reference's run on a schema of its own, preloaded: the schema and
+/// how long the drain took.
+async fn drain_reference(pool: &PgPool, args: &DrainArgs) -> Result<(Schema, Duration)> {
     let n = args.events;
-
     eprintln!("bench drain: preloading {n} events for the reference");
-    let reference_schema = fresh_schema(&pool, "bench_reference", WakeupTrigger::Off).await?;
-    preload(&pool, &reference_schema, n, args.aggregates).await?;
-    let (ref_n, ref_t) = reference(&pool, &reference_schema, args.reference_batch).await?;
+    let schema = fresh_schema(pool, "bench_reference", WakeupTrigger::Off).await?;
+    preload(pool, &schema, n, args.aggregates).await?;
+    let (ref_n, ref_t) = reference(pool, &schema, args.reference_batch).await?;
     ensure!(ref_n == n, "reference drained {ref_n} of {n}");
+    Ok((schema, ref_t))
+}
 
+/// The relay's run on a schema of its own, preloaded: the schema, how
+/// long the drain took, the peak RSS and the CPU time ([`relay`]).
+/// Every row must be gone.
+async fn drain_relay(
+    pool: &PgPool,
+    args: &DrainArgs,
+) -> Result<(Schema, Duration, Option<u64>, Option<f64>)> {
+    let n = args.events;
     eprintln!("bench drain: preloading {n} events for the relay");
-    let relay_schema = fresh_schema(&pool, "bench_relay", WakeupTrigger::Off).await?;
-    preload(&pool, &relay_schema, n, args.aggregates).await?;
+    let schema = fresh_schema(pool, "bench_relay", WakeupTrigger::Off).await?;
+    preload(pool, &schema, n, args.aggregates).await?;
     let (relay_n, relay_t, rss, cpu) = relay(
-        &pool,
-        &relay_schema,
+        pool,
+        &schema,
         n,
         args.batch_size,
         args.format,
         args.destination.as_ref(),
     )
     .await?;
-    let left = event_rows(&pool, &relay_schema).await?;
+    let left = event_rows(pool, &schema).await?;
     ensure!(
         left == 0 && relay_n == n,
         "relay left {left} rows, delivered {relay_n} of {n}"
     );
+    Ok((schema, relay_t, rss, cpu))
+}
 
-    let built = match (args.format, &args.destination) {
-        (None, None) => None,
-        (format, destination) => {
-            Some(build_only(format, destination.as_ref(), &relay_schema, n).await?)
-        }
-    };
-
-    let ref_rate = n as f64 / ref_t.as_secs_f64();
-    let relay_rate = n as f64 / relay_t.as_secs_f64();
+/// The report on stdout: both rates and their ratio, then what the
+/// relay's process used and what building the messages alone took.
+fn print_drained(args: &DrainArgs, d: &Drained) {
+    let n = args.events;
+    let ref_rate = d.reference_rate(n);
+    let relay_rate = d.relay_rate(n);
     let ratio = relay_rate / ref_rate;
     println!("drain: {n} events, {} aggregates", args.aggregates);
     println!(
         "  reference (DELETE … RETURNING, batches of {}): {:>9.0} events/s ({:.2} s)",
         args.reference_batch,
         ref_rate,
-        ref_t.as_secs_f64()
+        d.reference.as_secs_f64()
     );
     let publisher = match (args.format, &args.destination) {
         (Some(f), None) => format!("null publisher, {f} messages built):"),
@@ -311,13 +372,13 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::
         "  relay (batch {}, {publisher} {:>9.0} events/s ({:.2} s)",
         args.batch_size,
         relay_rate,
-        relay_t.as_secs_f64()
+        d.relay.as_secs_f64()
     );
     println!("  ratio relay / reference: {ratio:.2}");
-    if let Some(kib) = rss {
+    if let Some(kib) = d.rss {
         println!("  relay process peak RSS: {:.1} MiB", kib as f64 / 1024.0);
     }
-    if let Some(built) = &built {
+    if let Some(built) = &d.built {
         let per_event = |d: Duration| d.as_secs_f64() * 1e6 / n as f64;
         println!(
             "  building the {n} messages alone: {:.3} s ({:.2} µs per event)",
@@ -332,29 +393,31 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::
             );
         }
     }
-    if let Some(cpu) = cpu {
+    if let Some(cpu) = d.cpu {
         println!(
             "  relay process CPU: {cpu:.2} s ({:.2} µs per event)",
             cpu * 1e6 / n as f64
         );
     }
-    for s in [&reference_schema, &relay_schema] {
-        sqlx::raw_sql(&format!("DROP SCHEMA {} CASCADE", s.name()))
-            .execute(&pool)
-            .await?;
-    }
-    Ok(json!({
+}
+
+/// The run's JSON summary (`bench --json`).
+fn summary(args: &DrainArgs, d: &Drained) -> serde_json::Value {
+    let n = args.events;
+    let ref_rate = d.reference_rate(n);
+    let relay_rate = d.relay_rate(n);
+    json!({
         "scenario": "drain",
         "events": n,
         "aggregates": args.aggregates,
         "reference_events_per_sec": ref_rate,
         "relay_events_per_sec": relay_rate,
-        "ratio": ratio,
+        "ratio": relay_rate / ref_rate,
         "format": args.format.map(Format::name),
-        "relay_peak_rss_mib": rss.map(|k| k as f64 / 1024.0),
-        "relay_cpu_secs": cpu,
+        "relay_peak_rss_mib": d.rss.map(|k| k as f64 / 1024.0),
+        "relay_cpu_secs": d.cpu,
         "destination": args.destination.as_ref().map(Template::as_str),
-        "build_only_secs": built.as_ref().map(|b| b.publisher.as_secs_f64()),
-        "replacing_only_secs": built.as_ref().and_then(|b| b.replacing).map(|d| d.as_secs_f64()),
-    }))
+        "build_only_secs": d.built.as_ref().map(|b| b.publisher.as_secs_f64()),
+        "replacing_only_secs": d.built.as_ref().and_then(|b| b.replacing).map(|d| d.as_secs_f64()),
+    })
 }

@@ -19,7 +19,7 @@ use super::drain::{preload, DrainArgs};
 use super::held_snapshot::cpu_seconds;
 use super::recvlogical;
 use super::stats::peak_rss_kib_of;
-use super::{drop_slot, event_rows, fresh_schema, fresh_wal_schema, Server};
+use super::{drop_schemas, drop_slot, event_rows, fresh_schema, fresh_wal_schema, Server};
 use crate::ctx::Ctx;
 
 /// Emits `n` events like [`preload`]'s through `outbox_emit`, `per_tx` to a
@@ -129,16 +129,21 @@ async fn read_backlog(
     })
 }
 
+/// The three reads of one backlog of `events`.
+struct Reads {
+    events: u64,
+    /// `pg_recvlogical` on the reference slot.
+    reference: Read,
+    /// `outbox relay` on the WAL mode's slot.
+    wal: Read,
+    /// `outbox relay --drain` on the same events as rows.
+    table: Read,
+}
+
 pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::Value> {
     let server = Server::start(ctx, fsync).await?;
     let pool = server.pool(8).await?;
-    let level: String = sqlx::query_scalar("SELECT current_setting('wal_level')")
-        .fetch_one(&pool)
-        .await?;
-    ensure!(
-        level == "logical",
-        "bench drain --mode wal needs wal_level = logical (the server runs with {level})"
-    );
+    require_logical(&pool).await?;
     let n = args.events;
 
     // The WAL mode's schema and its slot, and the reference's slot on the
@@ -156,7 +161,44 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::
     // The publication is the relay's: pgoutput needs one to start.
     let reference = recvlogical::command(&server.url, &slot, Some(&end), 1)?;
     let reference = read_backlog(reference, &pool, recvlogical::SLOT, &end, true).await?;
+    let wal = read_wal(&server, &pool, &schema, &slot, &end, &args).await?;
+    let (table_schema, table) = drain_table(&server, &pool, &args).await?;
+    let reads = Reads {
+        events: n,
+        reference,
+        wal,
+        table,
+    };
+    print_reads(&args, &reads);
+    drop_schemas(&pool, &[&schema, &table_schema]).await?;
+    drop_slot(&pool, &schema).await?;
+    recvlogical::drop_slot(&pool).await?;
+    Ok(summary(&args, &reads))
+}
 
+/// Refuses a server whose `wal_level` is not `logical`: no slot could be
+/// read.
+async fn require_logical(pool: &PgPool) -> Result<()> {
+    let level: String = sqlx::query_scalar("SELECT current_setting('wal_level')")
+        .fetch_one(pool)
+        .await?;
+    ensure!(
+        level == "logical",
+        "bench drain --mode wal needs wal_level = logical (the server runs with {level})"
+    );
+    Ok(())
+}
+
+/// `outbox relay`, as its own process, reading the WAL mode's slot to
+/// `end`.
+async fn read_wal(
+    server: &Server,
+    pool: &PgPool,
+    schema: &Schema,
+    slot: &str,
+    end: &str,
+    args: &DrainArgs,
+) -> Result<Read> {
     eprintln!("bench drain: outbox relay reads its slot");
     let mut relay = child_command(
         None,
@@ -171,11 +213,15 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::
         "bench-drain-wal",
     )?;
     relay.env("DATABASE_URL", &server.url);
-    let wal = read_backlog(relay, &pool, &slot, &end, false).await?;
+    read_backlog(relay, pool, slot, end, false).await
+}
 
+/// The table mode's `outbox relay --drain` on the same events as rows, in
+/// a schema of its own (returned): every row must be gone.
+async fn drain_table(server: &Server, pool: &PgPool, args: &DrainArgs) -> Result<(Schema, Read)> {
     eprintln!("bench drain: the table mode's outbox relay --drain, the same events as rows");
-    let table_schema = fresh_schema(&pool, "bench_drain_table", WakeupTrigger::default()).await?;
-    preload(&pool, &table_schema, n, args.aggregates).await?;
+    let table_schema = fresh_schema(pool, "bench_drain_table", WakeupTrigger::default()).await?;
+    preload(pool, &table_schema, args.events, args.aggregates).await?;
     let mut table = child_command(
         None,
         &[
@@ -190,28 +236,46 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::
         "bench-drain-table",
     )?;
     table.env("DATABASE_URL", &server.url);
-    let table = read_backlog(table, &pool, "-", "", true).await?;
-    let left = event_rows(&pool, &table_schema).await?;
+    let table = read_backlog(table, pool, "-", "", true).await?;
+    let left = event_rows(pool, &table_schema).await?;
     ensure!(left == 0, "the table relay left {left} rows");
+    Ok((table_schema, table))
+}
 
-    let rate = |r: &Read| n as f64 / r.secs;
-    let us = |cpu: f64| cpu * 1e6 / n as f64;
+impl Reads {
+    /// Events per second of read `r`.
+    fn rate(&self, r: &Read) -> f64 {
+        self.events as f64 / r.secs
+    }
+
+    /// `cpu` seconds as microseconds per event.
+    fn us(&self, cpu: f64) -> f64 {
+        cpu * 1e6 / self.events as f64
+    }
+}
+
+/// The report on stdout: each read's rate and CPU per event, and the WAL
+/// relay's ratios to the other two.
+fn print_reads(args: &DrainArgs, reads: &Reads) {
+    let n = args.events;
+    let (rate, us) = (|r| reads.rate(r), |cpu| reads.us(cpu));
+    let (reference, wal, table) = (&reads.reference, &reads.wal, &reads.table);
     println!(
         "drain --mode wal: {n} events, {} aggregates, {} per transaction",
         args.aggregates, args.per_transaction
     );
     println!(
         "  pg_recvlogical to /dev/null:         {:>9.0} events/s ({:.2} s), its process {:.2} µs + walsender {:.2} µs per event",
-        rate(&reference), reference.secs, us(reference.process_cpu), us(reference.walsender_cpu)
+        rate(reference), reference.secs, us(reference.process_cpu), us(reference.walsender_cpu)
     );
     println!(
         "  outbox relay, WAL mode (stdout):         {:>9.0} events/s ({:.2} s), its process {:.2} µs + walsender {:.2} µs per event, peak RSS {}",
-        rate(&wal), wal.secs, us(wal.process_cpu), us(wal.walsender_cpu),
+        rate(wal), wal.secs, us(wal.process_cpu), us(wal.walsender_cpu),
         wal.peak_rss_kib.map_or("-".into(), |k| format!("{:.1} MiB", k as f64 / 1024.0))
     );
     println!(
         "  outbox relay --drain, table mode:     {:>9.0} events/s ({:.2} s), its process {:.2} µs per event, peak RSS {}",
-        rate(&table),
+        rate(table),
         table.secs,
         us(table.process_cpu),
         table
@@ -220,32 +284,32 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: DrainArgs) -> Result<serde_json::
     );
     println!(
         "  ratios: WAL relay / pg_recvlogical {:.2}, WAL relay / table relay {:.2}",
-        rate(&wal) / rate(&reference),
-        rate(&wal) / rate(&table)
+        rate(wal) / rate(reference),
+        rate(wal) / rate(table)
     );
-    for s in [&schema, &table_schema] {
-        sqlx::raw_sql(&format!("DROP SCHEMA {} CASCADE", s.name()))
-            .execute(&pool)
-            .await?;
-    }
-    drop_slot(&pool, &schema).await?;
-    recvlogical::drop_slot(&pool).await?;
-    Ok(json!({
+}
+
+/// The run's JSON summary (`bench --json`).
+fn summary(args: &DrainArgs, reads: &Reads) -> serde_json::Value {
+    let n = args.events;
+    let (rate, us) = (|r| reads.rate(r), |cpu| reads.us(cpu));
+    let (reference, wal, table) = (&reads.reference, &reads.wal, &reads.table);
+    json!({
         "scenario": "drain_wal",
         "events": n,
         "aggregates": args.aggregates,
         "per_transaction": args.per_transaction,
-        "recvlogical_events_per_sec": rate(&reference),
+        "recvlogical_events_per_sec": rate(reference),
         "recvlogical_us_per_event": us(reference.process_cpu),
         "recvlogical_walsender_us_per_event": us(reference.walsender_cpu),
-        "wal_relay_events_per_sec": rate(&wal),
+        "wal_relay_events_per_sec": rate(wal),
         "wal_relay_process_us_per_event": us(wal.process_cpu),
         "wal_relay_walsender_us_per_event": us(wal.walsender_cpu),
         "wal_relay_peak_rss_mib": wal.peak_rss_kib.map(|k| k as f64 / 1024.0),
-        "table_relay_events_per_sec": rate(&table),
+        "table_relay_events_per_sec": rate(table),
         "table_relay_process_us_per_event": us(table.process_cpu),
         "table_relay_peak_rss_mib": table.peak_rss_kib.map(|k| k as f64 / 1024.0),
-        "ratio_to_recvlogical": rate(&wal) / rate(&reference),
-        "ratio_to_table": rate(&wal) / rate(&table),
-    }))
+        "ratio_to_recvlogical": rate(wal) / rate(reference),
+        "ratio_to_table": rate(wal) / rate(table),
+    })
 }

@@ -172,12 +172,50 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: HeldSnapshotArgs) -> Result<serde
         args.aggregates,
         total,
     ));
+    let observed = observe(&pool, &schema, &mut relay, &args, total, hold_at).await?;
+    producer.await.context("producer task")??;
+    relay.stop().await?;
+
+    let window = WINDOW
+        .min(Duration::from_secs(args.before))
+        .min(Duration::from_secs(args.hold));
+    let cpu = CpuPerEvent {
+        before_by_class: cpu_per_event(&observed.samples, hold_at.saturating_sub(window), hold_at),
+        end_by_class: cpu_per_event(&observed.samples, total.saturating_sub(window), total),
+    };
+    print_held(&args, &observed, &cpu);
+    Ok(summary(&args, &observed, &cpu))
+}
+
+/// What the run saw: the samples, and the oldest pending event's age
+/// checked every second.
+struct Observed {
+    samples: Vec<Sample>,
+    /// The most the oldest pending event had waited, over the run (ms).
+    max_oldest_ms: f64,
+    /// The same while the snapshot was held (ms).
+    max_oldest_held_ms: f64,
+}
+
+/// Watches the run for `total`: the outbox's status every second, a
+/// sample every `--sample-every` seconds (printed as it is taken), and the
+/// snapshot taken at `hold_at` and held to the end, then let go.
+async fn observe(
+    pool: &PgPool,
+    schema: &Schema,
+    relay: &mut ChildRelay,
+    args: &HeldSnapshotArgs,
+    total: Duration,
+    hold_at: Duration,
+) -> Result<Observed> {
     let started = Instant::now();
     let mut holder = None;
-    let mut samples: Vec<Sample> = Vec::new();
+    let mut observed = Observed {
+        samples: Vec::new(),
+        max_oldest_ms: 0.0,
+        max_oldest_held_ms: 0.0,
+    };
     let mut cpu_seen = HashMap::new();
-    let mut max_oldest_ms: f64 = 0.0;
-    let mut max_oldest_held_ms: f64 = 0.0;
     let mut next_sample = Duration::ZERO;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     while started.elapsed() < total {
@@ -185,84 +223,128 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: HeldSnapshotArgs) -> Result<serde
         relay.check_running()?;
         let at = started.elapsed();
         if holder.is_none() && at >= hold_at {
-            let mut conn = pool.acquire().await?;
-            sqlx::raw_sql("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pg_class;")
-                .execute(&mut *conn)
-                .await?;
-            holder = Some(conn);
-            eprintln!(
-                "bench held-snapshot: snapshot taken at {:.0} s",
-                at.as_secs_f64()
-            );
+            holder = Some(hold_snapshot(pool, at).await?);
         }
         let status = {
             let mut conn = pool.acquire().await?;
-            Status::read(&mut conn, &schema).await?
+            Status::read(&mut conn, schema).await?
         };
         let oldest_ms = status.oldest_pending_age_seconds.unwrap_or(0.0).max(0.0) * 1e3;
-        max_oldest_ms = max_oldest_ms.max(oldest_ms);
+        observed.max_oldest_ms = observed.max_oldest_ms.max(oldest_ms);
         if holder.is_some() {
-            max_oldest_held_ms = max_oldest_held_ms.max(oldest_ms);
+            observed.max_oldest_held_ms = observed.max_oldest_held_ms.max(oldest_ms);
         }
         if at >= next_sample {
             next_sample += Duration::from_secs(args.sample_every);
-            let dead_tuples: i64 = sqlx::query_scalar(
-                "SELECT coalesce(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables
-                 WHERE schemaname = $1 AND relname = 'outbox_events'",
-            )
-            .bind(schema.name())
-            .fetch_one(&pool)
-            .await?;
-            let produced = fetch_i64(
-                &pool,
-                &format!(
-                    "SELECT coalesce(pg_sequence_last_value('{}.outbox_events_seq_seq'), 0)",
-                    schema.name()
-                ),
-            )
-            .await?;
+            let (dead_tuples, produced, db_cpu) =
+                server_figures(pool, schema, &mut cpu_seen).await?;
             let sample = Sample {
                 at,
-                produced: produced as u64,
-                db_cpu: database_cpu(&pool, &mut cpu_seen).await?,
+                produced,
+                db_cpu,
                 relay_cpu: cpu_seconds(relay.pid()),
                 pending: status.pending,
                 oldest_ms,
                 dead_tuples,
                 held: holder.is_some(),
             };
-            print_sample(samples.last(), &sample);
-            samples.push(sample);
+            print_sample(observed.samples.last(), &sample);
+            observed.samples.push(sample);
         }
     }
     if let Some(mut conn) = holder.take() {
         sqlx::raw_sql("COMMIT").execute(&mut *conn).await?;
     }
-    producer.await.context("producer task")??;
-    relay.stop().await?;
+    Ok(observed)
+}
 
-    // CPU per event between the first and the last sample of a window,
-    // by class.
-    let per_event = |from: Duration, to: Duration| -> Option<[f64; CLASSES.len()]> {
-        let a = samples.iter().find(|s| s.at >= from && s.at <= to)?;
-        let b = samples.iter().rev().find(|s| s.at <= to && s.at > a.at)?;
-        let events = b.produced.checked_sub(a.produced).filter(|n| *n > 0)? as f64;
-        let (a_cpu, b_cpu) = (a.db_cpu?, b.db_cpu?);
-        Some(std::array::from_fn(|c| {
-            (b_cpu[c] - a_cpu[c]) / events * 1e6
-        }))
-    };
-    let window = WINDOW
-        .min(Duration::from_secs(args.before))
-        .min(Duration::from_secs(args.hold));
-    let before_by_class = per_event(hold_at.saturating_sub(window), hold_at);
-    let end_by_class = per_event(total.saturating_sub(window), total);
-    let before = before_by_class.as_ref().map(measured);
-    let end = end_by_class.as_ref().map(measured);
-    let ratio = match (before, end) {
-        (Some(b), Some(e)) if b > 0.0 => Some(e / b),
-        _ => None,
-    };
+/// A connection holding a snapshot (a repeatable-read transaction that
+/// has read), taken `at` into the run: what keeps the server from
+/// removing the dead rows of every table.
+async fn hold_snapshot(
+    pool: &PgPool,
+    at: Duration,
+) -> Result<sqlx::pool::PoolConnection<sqlx::Postgres>> {
+    let mut conn = pool.acquire().await?;
+    sqlx::raw_sql("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pg_class;")
+        .execute(&mut *conn)
+        .await?;
+    eprintln!(
+        "bench held-snapshot: snapshot taken at {:.0} s",
+        at.as_secs_f64()
+    );
+    Ok(conn)
+}
+
+/// What a sample reads of the server: the events table's dead tuples, the
+/// events produced so far (the seq's last value), and the database's CPU
+/// by class.
+async fn server_figures(
+    pool: &PgPool,
+    schema: &Schema,
+    cpu_seen: &mut HashMap<u32, (usize, f64)>,
+) -> Result<(i64, u64, Option<[f64; CLASSES.len()]>)> {
+    let dead_tuples: i64 = sqlx::query_scalar(
+        "SELECT coalesce(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables
+         WHERE schemaname = $1 AND relname = 'outbox_events'",
+    )
+    .bind(schema.name())
+    .fetch_one(pool)
+    .await?;
+    let produced = fetch_i64(
+        pool,
+        &format!(
+            "SELECT coalesce(pg_sequence_last_value('{}.outbox_events_seq_seq'), 0)",
+            schema.name()
+        ),
+    )
+    .await?;
+    let db_cpu = database_cpu(pool, cpu_seen).await?;
+    Ok((dead_tuples, produced as u64, db_cpu))
+}
+
+/// The database's CPU per event (µs) by class, in the window before the
+/// hold and in the hold's last one.
+struct CpuPerEvent {
+    before_by_class: Option<[f64; CLASSES.len()]>,
+    end_by_class: Option<[f64; CLASSES.len()]>,
+}
+
+impl CpuPerEvent {
+    /// Before the hold, the classes counted.
+    fn before(&self) -> Option<f64> {
+        self.before_by_class.as_ref().map(measured)
+    }
+
+    /// At the hold's end, the classes counted.
+    fn end(&self) -> Option<f64> {
+        self.end_by_class.as_ref().map(measured)
+    }
+
+    /// The end's over the before's: what holding the snapshot costs.
+    fn ratio(&self) -> Option<f64> {
+        match (self.before(), self.end()) {
+            (Some(b), Some(e)) if b > 0.0 => Some(e / b),
+            _ => None,
+        }
+    }
+}
+
+/// CPU per event (µs) between the first and the last sample of the window
+/// `from`..=`to`, by class.
+fn cpu_per_event(samples: &[Sample], from: Duration, to: Duration) -> Option<[f64; CLASSES.len()]> {
+    let a = samples.iter().find(|s| s.at >= from && s.at <= to)?;
+    let b = samples.iter().rev().find(|s| s.at <= to && s.at > a.at)?;
+    let events = b.produced.checked_sub(a.produced).filter(|n| *n > 0)? as f64;
+    let (a_cpu, b_cpu) = (a.db_cpu?, b.db_cpu?);
+    Some(std::array::from_fn(|c| {
+        (b_cpu[c] - a_cpu[c]) / events * 1e6
+    }))
+}
+
+/// The report on stdout: the CPU per event before and at the end of the
+/// hold, by class, and the oldest pending event's age.
+fn print_held(args: &HeldSnapshotArgs, observed: &Observed, cpu: &CpuPerEvent) {
     let shown = |v: Option<f64>| v.map_or("n/a".to_owned(), |v| format!("{v:.1}"));
     println!(
         "bench held-snapshot ({} events/s, held {} s):",
@@ -270,15 +352,15 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: HeldSnapshotArgs) -> Result<serde
     );
     println!(
         "  database CPU per event: {} µs the minute before the hold, {} µs its last minute (ratio {})",
-        shown(before),
-        shown(end),
-        ratio.map_or("n/a".to_owned(), |r| format!("{r:.2}"))
+        shown(cpu.before()),
+        shown(cpu.end()),
+        cpu.ratio().map_or("n/a".to_owned(), |r| format!("{r:.2}"))
     );
     for (c, name) in CLASSES.iter().enumerate() {
         println!(
             "    {name:<10} {} µs before, {} µs at the end{}",
-            shown(before_by_class.map(|b| b[c])),
-            shown(end_by_class.map(|e| e[c])),
+            shown(cpu.before_by_class.map(|b| b[c])),
+            shown(cpu.end_by_class.map(|e| e[c])),
             if *name == "observer" {
                 " (this bench's samples: not counted)"
             } else {
@@ -287,31 +369,36 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: HeldSnapshotArgs) -> Result<serde
         );
     }
     println!(
-        "  oldest pending: at most {max_oldest_held_ms:.0} ms while held ({max_oldest_ms:.0} ms over the run, sampled every second)"
+        "  oldest pending: at most {:.0} ms while held ({:.0} ms over the run, sampled every second)",
+        observed.max_oldest_held_ms, observed.max_oldest_ms
     );
-    Ok(json!({
+}
+
+/// The run's JSON summary (`bench --json`), every sample with it.
+fn summary(args: &HeldSnapshotArgs, observed: &Observed, cpu: &CpuPerEvent) -> serde_json::Value {
+    json!({
         "scenario": "held-snapshot",
         "rate": args.rate,
         "hold_seconds": args.hold,
         "retention": args.keep_processed,
-        "db_cpu_us_per_event_before": before,
-        "db_cpu_us_per_event_end_of_hold": end,
-        "ratio": ratio,
+        "db_cpu_us_per_event_before": cpu.before(),
+        "db_cpu_us_per_event_end_of_hold": cpu.end(),
+        "ratio": cpu.ratio(),
         "by_class_us_per_event": CLASSES.iter().enumerate().map(|(c, name)| json!({
             "class": name,
-            "before": before_by_class.map(|b| b[c]),
-            "end_of_hold": end_by_class.map(|e| e[c]),
+            "before": cpu.before_by_class.map(|b| b[c]),
+            "end_of_hold": cpu.end_by_class.map(|e| e[c]),
         })).collect::<Vec<_>>(),
-        "max_oldest_pending_ms_held": max_oldest_held_ms,
-        "max_oldest_pending_ms": max_oldest_ms,
-        "samples": samples.iter().map(|s| json!({
+        "max_oldest_pending_ms_held": observed.max_oldest_held_ms,
+        "max_oldest_pending_ms": observed.max_oldest_ms,
+        "samples": observed.samples.iter().map(|s| json!({
             "at_s": s.at.as_secs_f64(), "produced": s.produced,
             "db_cpu_s": s.db_cpu.as_ref().map(measured),
             "db_cpu_s_by_class": s.db_cpu,
             "relay_cpu_s": s.relay_cpu, "pending": s.pending, "oldest_pending_ms": s.oldest_ms,
             "dead_tuples": s.dead_tuples, "held": s.held,
         })).collect::<Vec<_>>(),
-    }))
+    })
 }
 
 fn print_sample(previous: Option<&Sample>, s: &Sample) {

@@ -32,7 +32,7 @@ use serde_json::json;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::child_relay::{ChildRelay, Output};
+use super::child_relay::{ChildRelay, Lines, Output};
 use super::recvlogical;
 use super::relay_cpu::{core_share, cpu_report, Cpu};
 use super::stats::{ms, quantile};
@@ -296,31 +296,9 @@ async fn sql(
         )
         .await?;
     warm_up(&producers, args.connections).await?;
-    let budget = args.latency_budget_ms.map(|ms| ms.to_string());
-    let extra: Vec<&str> = match &budget {
-        Some(ms) => vec!["--latency-budget-ms", ms],
-        None => vec![],
-    };
-    let mut relay = ChildRelay::spawn_with(
-        &server.url,
-        schema,
-        "bench-latency-relay",
-        Output::Timed,
-        &extra,
-    )?;
-    relay
-        .wait_idle(pool, schema, Duration::from_secs(60))
-        .await?;
+    let mut relay = idle_relay(server, pool, schema, args).await?;
     let mut cpu = Cpu::default();
-    let idle_from = (cpu.now(pool, &relay).await?, Instant::now());
-    tokio::time::sleep(Duration::from_secs(args.idle_secs)).await;
-    relay.check_running()?;
-    let busy_from = (cpu.now(pool, &relay).await?, Instant::now());
-    let idle_core_share = core_share(
-        idle_from.0,
-        busy_from.0,
-        (busy_from.1 - idle_from.1).as_secs_f64(),
-    );
+    let (idle_core_share, busy_from) = idle_core_share(&mut cpu, pool, &mut relay, args).await?;
 
     eprintln!(
         "bench latency: {} tx/s for {} s (plain SQL, child relay idle {} s, wake-up trigger {})",
@@ -329,17 +307,8 @@ async fn sql(
         args.idle_secs,
         args.wakeup().name()
     );
-    let s = schema.name();
     let orders = order_insert(schema);
-    // Every other column of the event has a default, as for any producer.
-    let event: Arc<str> = match args.mode {
-        Some(outbox::DeliveryMode::Wal) => format!("SELECT {s}.outbox_emit($1, $2, $3, $4)"),
-        _ => format!(
-            "INSERT INTO {s}.outbox_events (aggregate_type, aggregate_id, event_type, payload)
-             VALUES ($1, $2, $3, $4) RETURNING id"
-        ),
-    }
-    .into();
+    let event = event_insert(schema, args.mode);
     let commit = |id: i64| {
         let (pool, orders, event) = (producers.clone(), orders.clone(), event.clone());
         async move {
@@ -359,49 +328,16 @@ async fn sql(
     };
     let schedule = open_loop(args.rate, total, commit).await?;
     let lines = relay.lines().expect("timed output").clone();
-    let deadline = Instant::now() + DELIVERY_DEADLINE;
-    while lines.distinct.load(std::sync::atomic::Ordering::Relaxed) < total
-        && Instant::now() < deadline
-    {
-        relay.check_running()?;
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    lines_read(&mut relay, &lines, total).await?;
     let busy = cpu_report(
         busy_from.0,
         cpu.now(pool, &relay).await?,
         total,
         busy_from.1.elapsed().as_secs_f64(),
     );
-    let status = relay.stop().await?;
-    if !status.success() {
-        eprintln!("bench latency: the child relay ended with {status}");
-    }
-    let unparsed = lines.unparsed.load(std::sync::atomic::Ordering::Relaxed);
-    ensure!(
-        unparsed == 0,
-        "the relay printed {unparsed} lines that are not an event's JSON"
-    );
-    let delivered = std::mem::take(&mut *lines.first_seen.lock().expect("lock"));
-    // The WAL mode's reference at the same rate: pg_recvlogical on a slot
-    // of its own, the same schedule (the next order ids).
+    let delivered = stopped(relay, &lines).await?;
     let reference = if args.mode == Some(outbox::DeliveryMode::Wal) {
-        eprintln!("bench latency: the same schedule read by pg_recvlogical (the reference)");
-        let offset = total as i64;
-        let schedule = async {
-            open_loop(args.rate, total, |id| commit(id + offset)).await?;
-            Ok(())
-        };
-        Some(
-            recvlogical::at_rate(
-                &server.url,
-                pool,
-                &outbox::default_slot_name(schema)?,
-                Duration::from_secs(args.idle_secs),
-                total,
-                schedule,
-            )
-            .await?,
-        )
+        Some(recvlogical_reference(server, pool, schema, args, total, commit).await?)
     } else {
         None
     };
@@ -420,6 +356,128 @@ async fn sql(
     ))
 }
 
+/// The child relay, its lines timed, once it is idle.
+async fn idle_relay(
+    server: &Server,
+    pool: &PgPool,
+    schema: &Schema,
+    args: &LatencyArgs,
+) -> Result<ChildRelay> {
+    let budget = args.latency_budget_ms.map(|ms| ms.to_string());
+    let extra: Vec<&str> = match &budget {
+        Some(ms) => vec!["--latency-budget-ms", ms],
+        None => vec![],
+    };
+    let mut relay = ChildRelay::spawn_with(
+        &server.url,
+        schema,
+        "bench-latency-relay",
+        Output::Timed,
+        &extra,
+    )?;
+    relay
+        .wait_idle(pool, schema, Duration::from_secs(60))
+        .await?;
+    Ok(relay)
+}
+
+/// A CPU reading of the child relay (process, sessions), and when.
+type Reading = ((f64, f64), Instant);
+
+/// The relay's share of a core over `--idle-secs` with nothing to do, and
+/// the reading the busy figures start from.
+async fn idle_core_share(
+    cpu: &mut Cpu,
+    pool: &PgPool,
+    relay: &mut ChildRelay,
+    args: &LatencyArgs,
+) -> Result<(f64, Reading)> {
+    let idle_from = (cpu.now(pool, relay).await?, Instant::now());
+    tokio::time::sleep(Duration::from_secs(args.idle_secs)).await;
+    relay.check_running()?;
+    let busy_from = (cpu.now(pool, relay).await?, Instant::now());
+    let share = core_share(
+        idle_from.0,
+        busy_from.0,
+        (busy_from.1 - idle_from.1).as_secs_f64(),
+    );
+    Ok((share, busy_from))
+}
+
+/// The statement that writes an order's event: a row in the table mode,
+/// `outbox_emit` in the WAL mode. Every other column of the event has a
+/// default, as for any producer.
+fn event_insert(schema: &Schema, mode: Option<outbox::DeliveryMode>) -> Arc<str> {
+    let s = schema.name();
+    match mode {
+        Some(outbox::DeliveryMode::Wal) => format!("SELECT {s}.outbox_emit($1, $2, $3, $4)"),
+        _ => format!(
+            "INSERT INTO {s}.outbox_events (aggregate_type, aggregate_id, event_type, payload)
+             VALUES ($1, $2, $3, $4) RETURNING id"
+        ),
+    }
+    .into()
+}
+
+/// Waits until the relay has printed a line for each of `total` events, or
+/// [`DELIVERY_DEADLINE`] has passed.
+async fn lines_read(relay: &mut ChildRelay, lines: &Lines, total: u64) -> Result<()> {
+    let deadline = Instant::now() + DELIVERY_DEADLINE;
+    while lines.distinct.load(std::sync::atomic::Ordering::Relaxed) < total
+        && Instant::now() < deadline
+    {
+        relay.check_running()?;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(())
+}
+
+/// Stops the relay: each event and when its first line was read. Every
+/// line must have been an event's JSON.
+async fn stopped(relay: ChildRelay, lines: &Lines) -> Result<HashMap<Uuid, Instant>> {
+    let status = relay.stop().await?;
+    if !status.success() {
+        eprintln!("bench latency: the child relay ended with {status}");
+    }
+    let unparsed = lines.unparsed.load(std::sync::atomic::Ordering::Relaxed);
+    ensure!(
+        unparsed == 0,
+        "the relay printed {unparsed} lines that are not an event's JSON"
+    );
+    Ok(std::mem::take(&mut *lines.first_seen.lock().expect("lock")))
+}
+
+/// The WAL mode's reference at the same rate: pg_recvlogical on a slot of
+/// its own, the same schedule (the next order ids).
+async fn recvlogical_reference<F, Fut>(
+    server: &Server,
+    pool: &PgPool,
+    schema: &Schema,
+    args: &LatencyArgs,
+    total: u64,
+    commit: F,
+) -> Result<recvlogical::AtRate>
+where
+    F: Fn(i64) -> Fut,
+    Fut: Future<Output = Result<(Uuid, Instant, Instant)>> + Send + 'static,
+{
+    eprintln!("bench latency: the same schedule read by pg_recvlogical (the reference)");
+    let offset = total as i64;
+    let schedule = async {
+        open_loop(args.rate, total, |id| commit(id + offset)).await?;
+        Ok(())
+    };
+    recvlogical::at_rate(
+        &server.url,
+        pool,
+        &outbox::default_slot_name(schema)?,
+        Duration::from_secs(args.idle_secs),
+        total,
+        schedule,
+    )
+    .await
+}
+
 pub async fn run(ctx: &Ctx, fsync: bool, args: LatencyArgs) -> Result<serde_json::Value> {
     let total = u64::from(args.rate) * args.seconds;
     ensure!(
@@ -430,6 +488,30 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: LatencyArgs) -> Result<serde_json
     );
     let server = Server::start(ctx, fsync).await?;
     let pool = server.pool(args.connections + 6).await?;
+    let schema = latency_schema(&pool, &args).await?;
+    create_orders(&pool, &schema).await?;
+
+    let observed = match args.producer {
+        Producer::Library => library(&pool, &schema, &args, total).await?,
+        Producer::Sql => sql(&server, &pool, &schema, &args, total).await?,
+    };
+    let latencies = Latencies::of(&observed);
+    ensure!(
+        latencies.sorted.len() as u64 == total,
+        "only {} of {total} events were delivered",
+        latencies.sorted.len()
+    );
+    print_latency(&args, total, &observed, &latencies);
+    sqlx::raw_sql("DROP SCHEMA bench_latency CASCADE")
+        .execute(&pool)
+        .await?;
+    super::drop_slot(&pool, &schema).await?;
+    Ok(summary(&args, total, &observed, &latencies))
+}
+
+/// The run's schema, in the mode `--mode` names (the WAL mode only with
+/// the plain-SQL producer: its relay runs as its own process).
+async fn latency_schema(pool: &PgPool, args: &LatencyArgs) -> Result<Schema> {
     let wakeup = args.wakeup();
     if args.mode == Some(outbox::DeliveryMode::Wal) {
         ensure!(
@@ -437,43 +519,69 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: LatencyArgs) -> Result<serde_json
             "--mode wal needs --producer sql (the relay runs as its own process)"
         );
     }
-    let schema = match args.mode {
-        Some(outbox::DeliveryMode::Wal) => fresh_wal_schema(&pool, "bench_latency", wakeup).await?,
-        _ => fresh_schema(&pool, "bench_latency", wakeup).await?,
-    };
-    create_orders(&pool, &schema).await?;
+    Ok(match args.mode {
+        Some(outbox::DeliveryMode::Wal) => fresh_wal_schema(pool, "bench_latency", wakeup).await?,
+        _ => fresh_schema(pool, "bench_latency", wakeup).await?,
+    })
+}
 
-    let observed = match args.producer {
-        Producer::Library => library(&pool, &schema, &args, total).await?,
-        Producer::Sql => sql(&server, &pool, &schema, &args, total).await?,
-    };
+/// Each delivered event's latency from its commit, sorted.
+struct Latencies {
+    sorted: Vec<Duration>,
+    /// Events delivered before their commit returned to the client,
+    /// counted as 0: the relay can see a commit before the client hears
+    /// of it.
+    early: u64,
+}
 
-    let mut early = 0u64;
-    let mut samples: Vec<Duration> = observed
-        .committed
-        .iter()
-        .filter_map(|(id, at)| {
-            let seen = observed.delivered.get(id)?;
-            // The relay can see a commit before the client hears of it.
-            Some(seen.checked_duration_since(*at).unwrap_or_else(|| {
-                early += 1;
-                Duration::ZERO
-            }))
-        })
-        .collect();
-    ensure!(
-        samples.len() as u64 == total,
-        "only {} of {total} events were delivered",
-        samples.len()
-    );
-    samples.sort();
-    let (p50, p99, p999, max) = (
-        quantile(&samples, 0.50),
-        quantile(&samples, 0.99),
-        quantile(&samples, 0.999),
-        *samples.last().unwrap_or(&Duration::ZERO),
-    );
-    let achieved = total as f64 / observed.produce_secs;
+impl Latencies {
+    fn of(observed: &Observed) -> Latencies {
+        let mut early = 0u64;
+        let mut sorted: Vec<Duration> = observed
+            .committed
+            .iter()
+            .filter_map(|(id, at)| {
+                let seen = observed.delivered.get(id)?;
+                Some(seen.checked_duration_since(*at).unwrap_or_else(|| {
+                    early += 1;
+                    Duration::ZERO
+                }))
+            })
+            .collect();
+        sorted.sort();
+        Latencies { sorted, early }
+    }
+
+    /// p50, p99, p99.9 and the most.
+    fn quantiles(&self) -> (Duration, Duration, Duration, Duration) {
+        let s = &self.sorted;
+        (
+            quantile(s, 0.50),
+            quantile(s, 0.99),
+            quantile(s, 0.999),
+            *s.last().unwrap_or(&Duration::ZERO),
+        )
+    }
+}
+
+/// Events per second the producers achieved.
+fn achieved(total: u64, observed: &Observed) -> f64 {
+    total as f64 / observed.produce_secs
+}
+
+/// Whether the server kept the schedule (95 % of `--rate`): the latency
+/// of a schedule it could not keep is the latency at the rate it did
+/// keep.
+fn schedule_kept(achieved: f64, rate: u32) -> bool {
+    achieved >= 0.95 * f64::from(rate)
+}
+
+/// The report on stdout: the setup, the schedule, the quantiles, and the
+/// relay's CPU when it ran as its own process.
+fn print_latency(args: &LatencyArgs, total: u64, observed: &Observed, latencies: &Latencies) {
+    let wakeup = args.wakeup();
+    let (p50, p99, p999, max) = latencies.quantiles();
+    let achieved = achieved(total, observed);
     let (setup, measured) = match args.producer {
         Producer::Library => (
             "library producer (enqueue + wake), embedded relay".to_owned(),
@@ -500,10 +608,7 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: LatencyArgs) -> Result<serde_json
         ms(p999),
         ms(max)
     );
-    // The latency of a schedule the server could not keep is the latency
-    // at the rate it did keep.
-    let schedule_kept = achieved >= 0.95 * f64::from(args.rate);
-    if !schedule_kept {
+    if !schedule_kept(achieved, args.rate) {
         println!(
             "  the server did not keep the schedule: these figures are for {achieved:.0} /s, not {} /s",
             args.rate
@@ -512,52 +617,67 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: LatencyArgs) -> Result<serde_json
     if let Some(d) = observed.duplicates {
         println!(
             "  delivered {} of {total} ({d} delivered again)",
-            samples.len()
+            latencies.sorted.len()
         );
     }
     if let Some(cpu) = &observed.cpu {
-        let f = |k: &str| cpu.busy[k].as_f64().unwrap_or(f64::NAN);
+        print_relay_cpu(cpu);
+    }
+    if latencies.early > 0 {
         println!(
-            "  relay cpu: {:.1} us/event ({:.1} process + {:.1} its sessions), {:.2} % of a core; idle before: {:.2} % of a core",
-            f("relay_us_per_event"),
-            f("relay_process_us_per_event"),
-            f("relay_sessions_us_per_event"),
-            f("relay_core_share") * 100.0,
-            cpu.idle_core_share * 100.0
+            "  ({} events were delivered before their commit returned to the client; counted as 0)",
+            latencies.early
         );
-        if let Some(r) = &cpu.reference {
-            println!(
-                "  pg_recvlogical at the same rate (the reference): {:.1} us/event ({:.1} process + {:.1} walsender); idle before: {:.2} % of a core",
-                r.process_us_per_event + r.walsender_us_per_event,
-                r.process_us_per_event,
-                r.walsender_us_per_event,
-                r.idle_core_share * 100.0
-            );
-        }
     }
-    if early > 0 {
-        println!("  ({early} events were delivered before their commit returned to the client; counted as 0)");
+}
+
+/// The child relay's CPU per event, and the reference's at the same rate.
+fn print_relay_cpu(cpu: &RelayCpu) {
+    let f = |k: &str| cpu.busy[k].as_f64().unwrap_or(f64::NAN);
+    println!(
+        "  relay cpu: {:.1} us/event ({:.1} process + {:.1} its sessions), {:.2} % of a core; idle before: {:.2} % of a core",
+        f("relay_us_per_event"),
+        f("relay_process_us_per_event"),
+        f("relay_sessions_us_per_event"),
+        f("relay_core_share") * 100.0,
+        cpu.idle_core_share * 100.0
+    );
+    if let Some(r) = &cpu.reference {
+        println!(
+            "  pg_recvlogical at the same rate (the reference): {:.1} us/event ({:.1} process + {:.1} walsender); idle before: {:.2} % of a core",
+            r.process_us_per_event + r.walsender_us_per_event,
+            r.process_us_per_event,
+            r.walsender_us_per_event,
+            r.idle_core_share * 100.0
+        );
     }
-    sqlx::raw_sql("DROP SCHEMA bench_latency CASCADE")
-        .execute(&pool)
-        .await?;
-    super::drop_slot(&pool, &schema).await?;
-    Ok(json!({
+}
+
+/// The run's JSON summary (`bench --json`).
+fn summary(
+    args: &LatencyArgs,
+    total: u64,
+    observed: &Observed,
+    latencies: &Latencies,
+) -> serde_json::Value {
+    let (p50, p99, p999, max) = latencies.quantiles();
+    let achieved = achieved(total, observed);
+    json!({
         "scenario": "latency",
         "mode": args.mode.unwrap_or_default().name(),
         "producer": match args.producer { Producer::Library => "library", Producer::Sql => "sql" },
-        "wakeup_trigger": wakeup.name(),
+        "wakeup_trigger": args.wakeup().name(),
         "idle_secs": (args.producer == Producer::Sql).then_some(args.idle_secs),
         "latency_budget_ms": args.latency_budget_ms,
         "rate": args.rate,
         "achieved_rate": achieved,
         "events": total,
-        "delivered": samples.len(),
+        "delivered": latencies.sorted.len(),
         "duplicates": observed.duplicates,
-        "early": early,
+        "early": latencies.early,
         "late_starts": observed.late,
         "late_begins": observed.late_begins,
-        "schedule_kept": schedule_kept,
+        "schedule_kept": schedule_kept(achieved, args.rate),
         "p50_ms": ms(p50),
         "p99_ms": ms(p99),
         "p999_ms": ms(p999),
@@ -571,5 +691,5 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: LatencyArgs) -> Result<serde_json
             "us_per_event": r.process_us_per_event + r.walsender_us_per_event,
             "idle_core_share": r.idle_core_share,
         })),
-    }))
+    })
 }

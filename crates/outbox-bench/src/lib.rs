@@ -173,6 +173,17 @@ pub async fn drop_slot(pool: &PgPool, schema: &Schema) -> Result<()> {
     Ok(())
 }
 
+/// Drops each of `schemas` with all it holds: a run leaves no schema of
+/// its own behind.
+pub async fn drop_schemas(pool: &PgPool, schemas: &[&Schema]) -> Result<()> {
+    for s in schemas {
+        sqlx::raw_sql(&format!("DROP SCHEMA {} CASCADE", s.name()))
+            .execute(pool)
+            .await?;
+    }
+    Ok(())
+}
+
 /// [`fresh_schema`] in the WAL mode: a slot left by an earlier run goes
 /// first (its name is the schema's, and it would hold WAL for nothing).
 pub async fn fresh_wal_schema(

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use outbox::redact::{redact_url, shorten};
+use outbox_console::is_mapped_loopback;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgPool};
 
@@ -61,14 +62,6 @@ pub fn database_address(options: &PgConnectOptions) -> String {
         .get_database()
         .unwrap_or_else(|| options.get_username());
     format!("{host}:{}/{database}", options.get_port())
-}
-
-/// `::ffff:127.x.y.z`, the IPv4 loopback as an IPv6 address.
-pub fn is_mapped_loopback(ip: std::net::IpAddr) -> bool {
-    match ip {
-        std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
-        std::net::IpAddr::V4(_) => false,
-    }
 }
 
 /// Checks that `url` is a PostgreSQL URL (`postgres://` or

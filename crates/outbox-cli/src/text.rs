@@ -5,6 +5,10 @@
 
 use std::fmt::{self, Write};
 
+/// The console's rule, so that a page and an error line say one error
+/// alike.
+pub use outbox_console::error_chain;
+
 /// Longest word a parser's message shows whole, and how much of a longer
 /// one it keeps (as [`cut`] does for a value).
 const SHOWN_WHOLE: usize = 80;
@@ -38,24 +42,6 @@ pub fn cut_words(text: &str) -> String {
 /// `text` with its line breaks and runs of spaces folded.
 pub fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// `error` and its causes on one line (`a: b: c`), a cause left out when
-/// the line already ends with its text: the driver's database errors
-/// repeat their message as their own cause ("timestamp out of range:
-/// timestamp out of range").
-pub fn error_chain(error: &anyhow::Error) -> String {
-    let mut out = String::new();
-    for cause in error.chain() {
-        let text = cause.to_string();
-        if out.is_empty() {
-            out = text;
-        } else if !out.ends_with(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-    }
-    out
 }
 
 /// The first control character of `text` (a line break, an escape, …),
@@ -126,34 +112,5 @@ mod tests {
             "x\\ny\\r\\u{1b}[31mz\\u{7f}"
         );
         assert_eq!(escape_controls("plain, ünïcode ✓"), "plain, ünïcode ✓");
-    }
-
-    #[test]
-    fn a_cause_that_repeats_the_message_is_said_once() {
-        #[derive(Debug)]
-        struct Inner;
-        impl std::fmt::Display for Inner {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("timestamp out of range")
-            }
-        }
-        impl std::error::Error for Inner {}
-        #[derive(Debug)]
-        struct Outer(Inner);
-        impl std::fmt::Display for Outer {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("error returned from database: timestamp out of range")
-            }
-        }
-        impl std::error::Error for Outer {
-            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-                Some(&self.0)
-            }
-        }
-        let e = anyhow::Error::new(Outer(Inner)).context("database error during cleanup");
-        assert_eq!(
-            error_chain(&e),
-            "database error during cleanup: error returned from database: timestamp out of range"
-        );
     }
 }

@@ -500,9 +500,9 @@ fn unisolated_overrides(html: &str) -> Vec<String> {
 }
 
 /// A U+202E in a stored aggregate type, aggregate id, event type, error or
-/// `paused_by` reversed the rest of the sentence or cell it sat in
+/// `paused_by` would reverse the rest of the sentence or cell it sits in
 /// ("aggregate type X" in the pauses table, `type/id` in the events
-/// table). Each stored value is now isolated in a `<bdi>` on the overview,
+/// table), so each stored value is isolated in a `<bdi>` on the overview,
 /// the stuck aggregates, the dead letters, the event page and the notice
 /// after a pause.
 #[tokio::test]

@@ -557,8 +557,8 @@ fn config_check_and_relay_judge_listen_addresses_and_kafka_properties_alike() {
     }
 }
 
-/// Messages that used to leave the user guessing say what to do, before
-/// any connection or query.
+/// A database URL or an age that cannot work is refused with what to do,
+/// before any connection or query, rather than leaving the user guessing.
 #[test]
 fn database_urls_and_ages_that_cannot_work_say_what_to_do() {
     for password in ["a/b", "a#b", "a?b"] {
@@ -727,8 +727,8 @@ fn bench_and_demo_numbers_have_ranges() {
     }
 }
 
-/// A FIFO nobody reads used to block the relay in `open` before it logged
-/// anything, deaf to SIGTERM. It is refused at once, with or without a
+/// A FIFO nobody reads would block the relay in `open` before it logged
+/// anything, deaf to SIGTERM, so it is refused at once, with or without a
 /// reader.
 #[test]
 fn a_file_publisher_on_a_fifo_is_refused_at_once() {

@@ -97,9 +97,12 @@ pub(super) fn failure_text(e: &anyhow::Error) -> String {
     redact_text(&error_chain(e))
 }
 
-/// Every cause of `error` once, joined with `: ` (a driver's error often
-/// repeats its source's message at its end).
-fn error_chain(error: &anyhow::Error) -> String {
+/// `error` and its causes on one line (`a: b: c`), a cause left out when
+/// the line already ends with its text: the driver's database errors
+/// repeat their message as their own cause ("timestamp out of range:
+/// timestamp out of range"). The console's failure pages and the `outbox`
+/// program's error lines both say an error this way.
+pub fn error_chain(error: &anyhow::Error) -> String {
     let mut out = String::new();
     for cause in error.chain() {
         let text = cause.to_string();
@@ -127,4 +130,38 @@ pub(super) fn failed(view: &View, e: anyhow::Error) -> Answer {
         StatusCode::INTERNAL_SERVER_ERROR,
         pages::layout::page(view, "Error", "", maud::html! { p.error { (text) } }),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_chain;
+
+    #[test]
+    fn a_cause_that_repeats_the_message_is_said_once() {
+        #[derive(Debug)]
+        struct Inner;
+        impl std::fmt::Display for Inner {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("timestamp out of range")
+            }
+        }
+        impl std::error::Error for Inner {}
+        #[derive(Debug)]
+        struct Outer(Inner);
+        impl std::fmt::Display for Outer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("error returned from database: timestamp out of range")
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let e = anyhow::Error::new(Outer(Inner)).context("database error during cleanup");
+        assert_eq!(
+            error_chain(&e),
+            "database error during cleanup: error returned from database: timestamp out of range"
+        );
+    }
 }

@@ -50,7 +50,9 @@ pub fn loopback_host(host: Option<&str>) -> bool {
 }
 
 /// Whether `ip` is an IPv4-mapped IPv6 address of the IPv4 loopback
-/// (`::ffff:127.0.0.1`), which `is_loopback` does not count.
+/// (`::ffff:127.x.y.z`), which `is_loopback` does not count: the
+/// console's Host check and the `outbox` program's database addresses and
+/// listen addresses count it as loopback.
 pub fn is_mapped_loopback(ip: std::net::IpAddr) -> bool {
     match ip {
         std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),

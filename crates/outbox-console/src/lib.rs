@@ -44,6 +44,8 @@ mod throttle;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+pub use answer::error_chain;
+pub use auth::is_mapped_loopback;
 pub use delivery::slot_line;
 
 /// What the console answers: a whole body, its security headers set.

@@ -84,6 +84,9 @@ fn own_path<'a>(base: &str, full: &'a str) -> Option<&'a str> {
     }
 }
 
+/// The console's answer to a request: the gates that need no session
+/// (the Host, the path, the method, the open routes), then the form, the
+/// session, and the route. A session opened here comes back as a cookie.
 async fn handle<B>(app: &App, req: Request<B>, peer: SocketAddr) -> Answer
 where
     B: http_body::Body,
@@ -91,101 +94,208 @@ where
 {
     let full = req.uri().path().to_owned();
     let own = own_path(&app.base, &full).map(str::to_owned);
-    // Without a password the console is loopback only: a Host naming
-    // anything else is refused (auth::loopback_host).
-    if app.password.is_none() && !auth::loopback_host(header(&req, "host")) {
-        tracing::warn!(%peer, host = ?header(&req, "host"), "console request refused: not a loopback Host");
-        if req.method() == Method::POST {
-            let path = own.as_deref().unwrap_or(&full);
-            app.metrics.action(action_of(path, None), Outcome::Refused);
-        }
-        return plain(
-            StatusCode::FORBIDDEN,
-            "refused: without a password the console answers only to localhost or a loopback address in Host",
-        );
+    if let Some(refused) = refused_host(app, &req, own.as_deref().unwrap_or(&full), peer) {
+        return refused;
     }
     let Some(path) = own else {
         return plain(StatusCode::NOT_FOUND, "not found");
     };
-    if let Some(allow) = allowed_methods(&path) {
-        let m = req.method().as_str();
-        if !allow.split(", ").any(|a| a == m) {
-            if req.method() == Method::POST {
-                app.metrics.action(action_of(&path, None), Outcome::Refused);
-            }
-            let mut r = plain(
-                StatusCode::METHOD_NOT_ALLOWED,
-                &format!("refused: {full} takes {allow}"),
-            );
-            r.headers_mut()
-                .insert(ALLOW, HeaderValue::from_static(allow));
-            return r;
-        }
+    if let Some(refused) = refused_method(app, req.method(), &full, &path) {
+        return refused;
     }
-    match path.as_str() {
-        "/assets/console.js" => return asset("text/javascript; charset=utf-8", JS),
-        "/assets/console.css" => return asset("text/css; charset=utf-8", CSS),
-        // Counts only, nothing read from the database: open to a scraper
-        // as the relay's /metrics is.
-        "/metrics" if req.method() == Method::GET => {
-            return answer(
-                StatusCode::OK,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                app.metrics.encode(),
-            )
-        }
-        _ => {}
+    if let Some(r) = open_route(app, req.method(), &path) {
+        return r;
     }
-    let method = req.method().clone();
-    let query = Params::parse(req.uri().query().unwrap_or(""));
-    let cookie_id = header(&req, "cookie")
-        .and_then(|c| auth::cookie(c, COOKIE))
-        .map(str::to_owned);
-    let origin = header(&req, "origin").map(str::to_owned);
-    let host = header(&req, "host").map(str::to_owned);
-    let form = if method == Method::POST {
-        let body = Limited::new(req.into_body(), MAX_BODY).collect();
-        match tokio::time::timeout(BODY_TIMEOUT, body).await {
-            Ok(Ok(body)) => Params::parse(&String::from_utf8_lossy(&body.to_bytes())),
-            Ok(Err(_)) => return plain(StatusCode::PAYLOAD_TOO_LARGE, "form too large"),
-            Err(_) => {
-                return plain(
-                    StatusCode::REQUEST_TIMEOUT,
-                    "refused: the form did not arrive within 10 s",
-                )
-            }
-        }
-    } else {
-        Params::default()
+    let head = Head::of(&req);
+    let form = match form_of(&head.method, req.into_body()).await {
+        Ok(form) => form,
+        Err(refused) => return refused,
     };
-
     if path == "/login" {
         return login(
             app,
-            &method,
+            &head.method,
             &form,
-            origin.as_deref(),
-            host.as_deref(),
+            head.origin.as_deref(),
+            head.host.as_deref(),
             peer,
         )
         .await;
     }
-    let session = cookie_id
+    let (sid, session, new_cookie) = match session_of(app, &head, &path, &form) {
+        Ok(found) => found,
+        Err(refused) => return *refused,
+    };
+    let mut r = routed(app, &head, &path, &form, &sid, &session, peer).await;
+    if new_cookie {
+        r = set_cookie(app, r, &sid, None);
+    }
+    r
+}
+
+/// What the console reads of a request besides its path and body.
+struct Head {
+    method: Method,
+    query: Params,
+    /// The session cookie's value, if one came.
+    cookie_id: Option<String>,
+    origin: Option<String>,
+    host: Option<String>,
+}
+
+impl Head {
+    fn of<B>(req: &Request<B>) -> Head {
+        Head {
+            method: req.method().clone(),
+            query: Params::parse(req.uri().query().unwrap_or("")),
+            cookie_id: header(req, "cookie")
+                .and_then(|c| auth::cookie(c, COOKIE))
+                .map(str::to_owned),
+            origin: header(req, "origin").map(str::to_owned),
+            host: header(req, "host").map(str::to_owned),
+        }
+    }
+}
+
+/// Refuses a request whose Host is not loopback when the console has no
+/// password: without one the console is loopback only
+/// (auth::loopback_host). A refused POST counts as its action refused.
+fn refused_host<B>(app: &App, req: &Request<B>, path: &str, peer: SocketAddr) -> Option<Answer> {
+    if app.password.is_some() || auth::loopback_host(header(req, "host")) {
+        return None;
+    }
+    tracing::warn!(%peer, host = ?header(req, "host"), "console request refused: not a loopback Host");
+    if req.method() == Method::POST {
+        app.metrics.action(action_of(path, None), Outcome::Refused);
+    }
+    Some(plain(
+        StatusCode::FORBIDDEN,
+        "refused: without a password the console answers only to localhost or a loopback address in Host",
+    ))
+}
+
+/// Refuses (405, with `Allow`) a method the route does not take; a
+/// refused POST counts as its action refused.
+fn refused_method(app: &App, method: &Method, full: &str, path: &str) -> Option<Answer> {
+    let allow = allowed_methods(path)?;
+    if allow.split(", ").any(|a| a == method.as_str()) {
+        return None;
+    }
+    if method == Method::POST {
+        app.metrics.action(action_of(path, None), Outcome::Refused);
+    }
+    let mut r = plain(
+        StatusCode::METHOD_NOT_ALLOWED,
+        &format!("refused: {full} takes {allow}"),
+    );
+    r.headers_mut()
+        .insert(ALLOW, HeaderValue::from_static(allow));
+    Some(r)
+}
+
+/// The routes answered without a session: the assets, and the metrics
+/// (counts only, nothing read from the database: open to a scraper as the
+/// relay's /metrics is).
+fn open_route(app: &App, method: &Method, path: &str) -> Option<Answer> {
+    match path {
+        "/assets/console.js" => Some(asset("text/javascript; charset=utf-8", JS)),
+        "/assets/console.css" => Some(asset("text/css; charset=utf-8", CSS)),
+        "/metrics" if method == Method::GET => Some(answer(
+            StatusCode::OK,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            app.metrics.encode(),
+        )),
+        _ => None,
+    }
+}
+
+/// The form a POST carries, read within [`BODY_TIMEOUT`] and up to
+/// [`MAX_BODY`]; other methods carry none.
+async fn form_of<B>(method: &Method, body: B) -> Result<Params, Answer>
+where
+    B: http_body::Body,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    if method != Method::POST {
+        return Ok(Params::default());
+    }
+    let body = Limited::new(body, MAX_BODY).collect();
+    match tokio::time::timeout(BODY_TIMEOUT, body).await {
+        Ok(Ok(body)) => Ok(Params::parse(&String::from_utf8_lossy(&body.to_bytes()))),
+        Ok(Err(_)) => Err(plain(StatusCode::PAYLOAD_TOO_LARGE, "form too large")),
+        Err(_) => Err(plain(
+            StatusCode::REQUEST_TIMEOUT,
+            "refused: the form did not arrive within 10 s",
+        )),
+    }
+}
+
+/// What a request without a signed-in session gets.
+#[derive(Debug, PartialEq)]
+enum Unsigned {
+    /// A session opens for it: a GET to a console without a password.
+    Open,
+    /// The sign-in page: a GET to a console with one.
+    SignIn,
+    /// A refusal (403): any other method, a POST among them, which
+    /// changes nothing without a session.
+    Refuse,
+}
+
+impl Unsigned {
+    fn of(password: bool, method: &Method) -> Unsigned {
+        if method != Method::GET {
+            Unsigned::Refuse
+        } else if password {
+            Unsigned::SignIn
+        } else {
+            Unsigned::Open
+        }
+    }
+}
+
+/// The request's session: the signed-in one its cookie names, or one
+/// opened for it (`true`: its cookie is to be set); else the sign-in page,
+/// or a refusal counted as its action refused.
+fn session_of(
+    app: &App,
+    head: &Head,
+    path: &str,
+    form: &Params,
+) -> Result<(String, Session, bool), Box<Answer>> {
+    let known = head
+        .cookie_id
         .as_deref()
         .and_then(|id| app.sessions.get(id).map(|s| (id.to_owned(), s)));
-    let (sid, session, new_cookie) = match session {
-        Some((id, s)) if s.signed_in => (id, s, false),
-        _ if app.password.is_none() && method == Method::GET => {
+    match known {
+        Some((id, s)) if s.signed_in => return Ok((id, s, false)),
+        _ => {}
+    }
+    match Unsigned::of(app.password.is_some(), &head.method) {
+        Unsigned::Open => {
             let (id, s) = app.sessions.open(true, false);
-            (id, s, true)
+            Ok((id, s, true))
         }
-        _ if method == Method::GET => return redirect(&app.at("/login")),
-        _ => {
+        Unsigned::SignIn => Err(Box::new(redirect(&app.at("/login")))),
+        Unsigned::Refuse => {
             app.metrics
-                .action(action_of(&path, form.get("action")), Outcome::Refused);
-            return plain(StatusCode::FORBIDDEN, not_signed_in(app));
+                .action(action_of(path, form.get("action")), Outcome::Refused);
+            Err(Box::new(plain(StatusCode::FORBIDDEN, not_signed_in(app))))
         }
-    };
+    }
+}
+
+/// A route's answer within a session: a query or form the store cannot
+/// hold refused (400), a POST's action, a GET's or HEAD's page.
+async fn routed(
+    app: &App,
+    head: &Head,
+    path: &str,
+    form: &Params,
+    sid: &str,
+    session: &Session,
+    peer: SocketAddr,
+) -> Answer {
     let view = View {
         csrf: session.csrf.clone(),
         read_only: app.read_only,
@@ -193,37 +303,34 @@ where
         schema: app.schema.clone(),
         base: app.base.clone(),
     };
-    let mut r = if let Err(e) = query.storable().and_then(|()| form.storable()) {
+    let method = &head.method;
+    if let Err(e) = head.query.storable().and_then(|()| form.storable()) {
         if method == Method::POST {
             app.metrics
-                .action(action_of(&path, form.get("action")), Outcome::Refused);
+                .action(action_of(path, form.get("action")), Outcome::Refused);
         }
         html(
             StatusCode::BAD_REQUEST,
-            pages::layout::refused(&view, &e, &path),
+            pages::layout::refused(&view, &e, path),
         )
     } else if method == Method::POST {
         post(
             app,
-            &path,
-            &form,
-            &sid,
-            &session,
-            origin.as_deref(),
-            host.as_deref(),
+            path,
+            form,
+            sid,
+            session,
+            head.origin.as_deref(),
+            head.host.as_deref(),
             &view,
             peer,
         )
         .await
     } else if method == Method::GET || method == Method::HEAD {
-        get(app, &path, &query, &sid, &view).await
+        get(app, path, &head.query, sid, &view).await
     } else {
         plain(StatusCode::METHOD_NOT_ALLOWED, "use GET or POST")
-    };
-    if new_cookie {
-        r = set_cookie(app, r, &sid, None);
     }
-    r
 }
 
 /// The methods a console route takes (`Allow`), `None` for a path that
@@ -528,7 +635,17 @@ async fn post(
 
 #[cfg(test)]
 mod tests {
-    use super::own_path;
+    use super::{own_path, Unsigned};
+    use http::Method;
+
+    #[test]
+    fn without_a_session_only_a_get_opens_one_or_signs_in() {
+        assert_eq!(Unsigned::of(false, &Method::GET), Unsigned::Open);
+        assert_eq!(Unsigned::of(true, &Method::GET), Unsigned::SignIn);
+        assert_eq!(Unsigned::of(false, &Method::POST), Unsigned::Refuse);
+        assert_eq!(Unsigned::of(true, &Method::POST), Unsigned::Refuse);
+        assert_eq!(Unsigned::of(false, &Method::HEAD), Unsigned::Refuse);
+    }
 
     #[test]
     fn the_base_path_is_stripped_and_nothing_outside_it_is_the_consoles() {

@@ -289,8 +289,8 @@ async fn a_retried_dead_letter_gets_the_full_attempts_again() {
         .await
         .unwrap();
     let publisher = TestPublisher::new();
-    // One more transient failure: with the old count (3 + 1 >= 3) it would
-    // be dead-lettered again; with attempts reset it is retried.
+    // One more transient failure: were its count kept (3 + 1 >= 3) it
+    // would be dead-lettered again; with attempts reset it is retried.
     publisher.fail(Match::Id(id), Fail::Retry, Some(1));
     let mut conn = ctx.pool.acquire().await.unwrap();
     let n = DeadLetters::new(&Schema::default())

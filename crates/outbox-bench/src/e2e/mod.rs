@@ -220,9 +220,47 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: E2eArgs) -> Result<Value> {
     } else {
         fresh_schema(&pool, "bench_e2e", WakeupTrigger::Idle).await?
     };
-    let (n, aggs) = (args.events, args.aggregates);
+    announce(&args, &broker);
+    preload(&pool, &schema, args.events, args.aggregates, args.wal()).await?;
+
+    let (mut relay, mut cpu, relayed) =
+        drain_through_relay(&args, &broker, &server, &pool, &schema).await?;
+    let reference = drain_through_client(&args, &broker, relayed.bench_cpu_secs).await?;
+    print_drain(args.events, &relayed, &reference);
+
+    let producers = server
+        .producer_pool(args.connections, Duration::from_secs(args.seconds) + STALL)
+        .await?;
+    // The latency runs, one per `--rate`, each after the relay has been
+    // idle `--idle-secs`.
+    warm_up(&producers, args.connections).await?;
+    let mut rates = Vec::new();
+    for &rate in &args.rate {
+        tokio::time::sleep(Duration::from_secs(args.idle_secs)).await;
+        relay.check_running()?;
+        rates.push(
+            at_rate(
+                &args, rate, &broker, &producers, &pool, &schema, &mut relay, &mut cpu,
+            )
+            .await?,
+        );
+    }
+    let stopped = relay.stop().await?;
+    ensure!(
+        stopped.success(),
+        "the child `outbox relay` ended with {stopped}"
+    );
+    producers.close().await;
+    if args.wal() {
+        drop_slot(&pool, &schema).await?;
+    }
+    Ok(summary(&args, fsync, &broker, &relayed, &reference, rates))
+}
+
+/// The run's first line: the broker, the mode, the drain and the rates.
+fn announce(args: &E2eArgs, broker: &Broker) {
     println!(
-        "e2e: {} ({}), {} mode, {n} events over {aggs} aggregates, then {:?} events/s for {} s each",
+        "e2e: {} ({}), {} mode, {} events over {} aggregates, then {:?} events/s for {} s each",
         broker.name(),
         if broker.started {
             "started by the bench"
@@ -230,50 +268,116 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: E2eArgs) -> Result<Value> {
             "running"
         },
         args.mode.unwrap_or_default().name(),
+        args.events,
+        args.aggregates,
         args.rate,
         args.seconds
     );
-    preload(&pool, &schema, n, aggs, args.wal()).await?;
+}
 
-    // Drain: the relay starts with the backlog waiting.
+/// The drain through the relay.
+struct RelayDrain {
+    /// From the relay's start until the consumer had every event.
+    secs: f64,
+    /// From the relay's start to the first arrival.
+    first: f64,
+    /// The relay's CPU per event ([`cpu_report`]).
+    cpu: Value,
+    /// The bench's own CPU seconds meanwhile: its consumer's alone.
+    bench_cpu_secs: f64,
+    tally: check::Tally,
+}
+
+/// The drain through the relay, started with the backlog waiting, until
+/// the consumer has every event, none missing or out of order. The relay
+/// keeps running, and its CPU reading with it, for the latency runs.
+async fn drain_through_relay(
+    args: &E2eArgs,
+    broker: &Broker,
+    server: &Server,
+    pool: &PgPool,
+    schema: &Schema,
+) -> Result<(Relay, Cpu, RelayDrain)> {
+    let (n, aggs) = (args.events, args.aggregates);
     let arrivals = Arrivals::new(n, aggs);
-    let mut consumer = Consumer::start(&broker, Side::Relay, arrivals.clone()).await?;
+    let mut consumer = Consumer::start(broker, Side::Relay, arrivals.clone()).await?;
     let (spec, env) = broker.relay_spec();
     let start = Instant::now();
     let bench_at_start = bench_cpu_seconds();
-    let mut relay = Relay::spawn_publishing(&server.url, &schema, RELAY_INSTANCE, &spec, &env)?;
+    let mut relay = Relay::spawn_publishing(&server.url, schema, RELAY_INSTANCE, &spec, &env)?;
     let mut cpu = Cpu::default();
-    let cpu_before = cpu.now(&pool, &relay).await?;
-    let relay_secs = wait_all(&arrivals, n, &mut consumer, Some(&mut relay), start).await?;
-    let drain_cpu = cpu_report(cpu_before, cpu.now(&pool, &relay).await?, n, relay_secs);
-    let bench_while_relay = bench_cpu_seconds() - bench_at_start;
+    let cpu_before = cpu.now(pool, &relay).await?;
+    let secs = wait_all(&arrivals, n, &mut consumer, Some(&mut relay), start).await?;
+    let relay_cpu = cpu_report(cpu_before, cpu.now(pool, &relay).await?, n, secs);
+    let bench_cpu_secs = bench_cpu_seconds() - bench_at_start;
     drop(consumer);
     let (tally, times) = verdict("drain through the relay", &arrivals)?;
-    let relay_first = first_arrival(&times, start);
-    let (relay_dups, relay_delivered, relay_reordered) =
-        (tally.duplicates, tally.distinct, tally.out_of_order);
+    let drained = RelayDrain {
+        secs,
+        first: first_arrival(&times, start),
+        cpu: relay_cpu,
+        bench_cpu_secs,
+        tally,
+    };
+    Ok((relay, cpu, drained))
+}
 
-    // The reference: the broker's own client, the same messages.
+/// The reference drain: the same messages published by the broker's own
+/// client.
+struct ReferenceDrain {
+    /// From the first publish until the consumer had every event.
+    secs: f64,
+    /// From the first publish to the first arrival.
+    first: f64,
+    /// The bench's CPU per event while the relay drained and while the
+    /// client published ([`bench_report`]).
+    bench_cpu: Value,
+    tally: check::Tally,
+}
+
+/// The reference drain, read back by the same consumer and checked the
+/// same way; `bench_while_relay`: the bench's CPU seconds during the
+/// relay's drain, what its consumer alone costs.
+async fn drain_through_client(
+    args: &E2eArgs,
+    broker: &Broker,
+    bench_while_relay: f64,
+) -> Result<ReferenceDrain> {
+    let (n, aggs) = (args.events, args.aggregates);
     let arrivals = Arrivals::new(n, aggs);
-    let mut consumer = Consumer::start(&broker, Side::Reference, arrivals.clone()).await?;
+    let mut consumer = Consumer::start(broker, Side::Reference, arrivals.clone()).await?;
     let start = Instant::now();
     let bench_at_reference = bench_cpu_seconds();
     let (published, waited) = tokio::join!(
-        reference::publish(&broker, n, aggs),
+        reference::publish(broker, n, aggs),
         wait_all(&arrivals, n, &mut consumer, None, start)
     );
     published?;
-    let reference_secs = waited?;
+    let secs = waited?;
     let bench_cpu = bench_report(
         bench_while_relay,
         bench_cpu_seconds() - bench_at_reference,
         n,
     );
     drop(consumer);
-    let (reference_tally, times) = verdict("drain through the broker's own client", &arrivals)?;
-    let reference_first = first_arrival(&times, start);
+    let (tally, times) = verdict("drain through the broker's own client", &arrivals)?;
+    Ok(ReferenceDrain {
+        secs,
+        first: first_arrival(&times, start),
+        bench_cpu,
+        tally,
+    })
+}
 
+/// The report's drain part: both rates and their ratio, the first
+/// arrivals, and the CPU per event of the relay and of the broker's
+/// client.
+fn print_drain(n: u64, relayed: &RelayDrain, reference: &ReferenceDrain) {
+    let (relay_secs, reference_secs) = (relayed.secs, reference.secs);
     let (relay_rate, reference_rate) = (n as f64 / relay_secs, n as f64 / reference_secs);
+    let (relay_dups, relay_first, reference_first) =
+        (relayed.tally.duplicates, relayed.first, reference.first);
+    let (drain_cpu, bench_cpu) = (&relayed.cpu, &reference.bench_cpu);
     println!(
         "  drain: relay {relay_rate:>9.0} events/s ({relay_secs:.2} s, {relay_dups} duplicates), \
          broker's own client {reference_rate:>9.0} events/s ({reference_secs:.2} s): {:.2}x",
@@ -299,58 +403,45 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: E2eArgs) -> Result<Value> {
             .as_f64()
             .unwrap_or(f64::NAN),
     );
+}
 
-    let producers = server
-        .producer_pool(args.connections, Duration::from_secs(args.seconds) + STALL)
-        .await?;
-    warm_up(&producers, args.connections).await?;
-    let mut rates = Vec::new();
-    for &rate in &args.rate {
-        tokio::time::sleep(Duration::from_secs(args.idle_secs)).await;
-        relay.check_running()?;
-        rates.push(
-            at_rate(
-                &args, rate, &broker, &producers, &pool, &schema, &mut relay, &mut cpu,
-            )
-            .await?,
-        );
-    }
-    let stopped = relay.stop().await?;
-    ensure!(
-        stopped.success(),
-        "the child `outbox relay` ended with {stopped}"
-    );
-    producers.close().await;
-    if args.wal() {
-        drop_slot(&pool, &schema).await?;
-    }
-
-    Ok(json!({
+/// The run's JSON summary (`bench --json`).
+fn summary(
+    args: &E2eArgs,
+    fsync: bool,
+    broker: &Broker,
+    relayed: &RelayDrain,
+    reference: &ReferenceDrain,
+    rates: Vec<Value>,
+) -> Value {
+    let n = args.events;
+    let (relay_rate, reference_rate) = (n as f64 / relayed.secs, n as f64 / reference.secs);
+    json!({
         "scenario": "e2e",
         "mode": args.mode.unwrap_or_default().name(),
         "broker": broker.name(),
         "broker_started": broker.started,
         "events": n,
-        "aggregates": aggs,
+        "aggregates": args.aggregates,
         "drain": {
             "relay_events_per_s": relay_rate,
             "reference_events_per_s": reference_rate,
             "ratio": relay_rate / reference_rate,
-            "relay_secs": relay_secs,
-            "reference_secs": reference_secs,
-            "relay_first_arrival_secs": relay_first,
-            "reference_first_arrival_secs": reference_first,
+            "relay_secs": relayed.secs,
+            "reference_secs": reference.secs,
+            "relay_first_arrival_secs": relayed.first,
+            "reference_first_arrival_secs": reference.first,
             "reference_in_flight": if broker.kind == broker::Kind::Http { reference::HTTP_IN_FLIGHT as u64 } else { reference::WINDOW },
-            "delivered": relay_delivered,
-            "out_of_order": relay_reordered,
-            "duplicates": relay_dups,
-            "reference_delivered": reference_tally.distinct,
-            "cpu": drain_cpu,
-            "bench_cpu": bench_cpu,
+            "delivered": relayed.tally.distinct,
+            "out_of_order": relayed.tally.out_of_order,
+            "duplicates": relayed.tally.duplicates,
+            "reference_delivered": reference.tally.distinct,
+            "cpu": relayed.cpu,
+            "bench_cpu": reference.bench_cpu,
         },
         "latency": rates,
         "fsync": fsync,
-    }))
+    })
 }
 
 /// One latency run at `rate` events/s.

@@ -15,6 +15,7 @@ use outbox::Schema;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use super::super::child_relay::{ChildRelay, Lines};
 use super::super::drain::preload;
 use super::super::latency::open_loop;
 use super::super::stats::{ms, quantile};
@@ -55,6 +56,9 @@ impl Fairness {
     }
 }
 
+/// One steady run: `--rate` into `steady` for `--seconds` under a relay
+/// serving both sources, `backlog` idle or (`with_backlog`) draining a
+/// backlog from before the schedule's start.
 async fn steady_run(
     url: &str,
     pool: &PgPool,
@@ -64,6 +68,46 @@ async fn steady_run(
     args: &SourcesArgs,
     with_backlog: bool,
 ) -> Result<Steady> {
+    prepare_backlog(pool, backlog, args, with_backlog).await?;
+    let mut relay = spawn_relay(url, configs, backlog, steady, args, with_backlog)?;
+    let lines = relay.lines().expect("timed output").clone();
+    let names = [backlog.name().to_owned(), steady.name().to_owned()];
+    if with_backlog {
+        // The backlog is being drained when the schedule starts.
+        first_delivery(&mut relay, &lines).await?;
+    } else {
+        child::wait_dormant(&mut relay, pool, &names, Duration::from_secs(120)).await?;
+    }
+    let total = u64::from(args.rate) * args.seconds;
+    let (committed, produce_secs, backlog_left) =
+        produce_steady(url, pool, steady, args, &names[..1], with_backlog).await?;
+    let seen_at = delivered(&mut relay, &lines, &committed).await?;
+    let backlog_end = with_backlog.then(|| backlog_last_delivery(&lines, &committed));
+    let status = relay.stop().await?;
+    if !status.success() {
+        eprintln!("bench sources: the relay ended with {status}");
+    }
+    let schedule_start = committed.first().map(|(_, at)| *at);
+    let (samples, backlog_lasted_secs) = counted(&seen_at, backlog_end, schedule_start);
+    Ok(Steady {
+        p50_ms: ms(quantile(&samples, 0.5)),
+        p99_ms: ms(quantile(&samples, 0.99)),
+        max_ms: ms(samples.last().copied().unwrap_or_default()),
+        samples: samples.len(),
+        backlog_lasted_secs,
+        backlog_left,
+        achieved: total as f64 / produce_secs,
+    })
+}
+
+/// Empties `backlog`, then (`with_backlog`) preloads `--backlog` events
+/// into it.
+async fn prepare_backlog(
+    pool: &PgPool,
+    backlog: &Schema,
+    args: &SourcesArgs,
+    with_backlog: bool,
+) -> Result<()> {
     sqlx::raw_sql(&format!("TRUNCATE {}.outbox_events", backlog.name()))
         .execute(pool)
         .await?;
@@ -75,6 +119,18 @@ async fn steady_run(
         );
         preload(pool, backlog, args.backlog, 10_000).await?;
     }
+    Ok(())
+}
+
+/// `outbox relay` over both sources, its lines timed.
+fn spawn_relay(
+    url: &str,
+    configs: &Configs,
+    backlog: &Schema,
+    steady: &Schema,
+    args: &SourcesArgs,
+    with_backlog: bool,
+) -> Result<ChildRelay> {
     let text = child::config_text(
         url,
         args.pool_size,
@@ -88,23 +144,33 @@ async fn steady_run(
     } else {
         "bench-sources-fair-alone"
     };
-    let mut relay = configs.spawn(instance, &text)?;
-    let lines = relay.lines().expect("timed output").clone();
-    let names = [backlog.name().to_owned(), steady.name().to_owned()];
-    if with_backlog {
-        // The backlog is being drained when the schedule starts.
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while lines.distinct.load(Ordering::Relaxed) == 0 {
-            relay.check_running()?;
-            if Instant::now() > deadline {
-                bail!("the relay delivered nothing of the backlog within 120 s");
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    } else {
-        child::wait_dormant(&mut relay, pool, &names, Duration::from_secs(120)).await?;
-    }
+    configs.spawn(instance, &text)
+}
 
+/// Waits (up to 120 s) for the relay's first delivery.
+async fn first_delivery(relay: &mut ChildRelay, lines: &Lines) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while lines.distinct.load(Ordering::Relaxed) == 0 {
+        relay.check_running()?;
+        if Instant::now() > deadline {
+            bail!("the relay delivered nothing of the backlog within 120 s");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(())
+}
+
+/// The schedule into `steady` on connections of its own: each event and
+/// when its commit returned, the schedule's length (s), and the events
+/// still pending in `backlog` when it ended.
+async fn produce_steady(
+    url: &str,
+    pool: &PgPool,
+    steady: &Schema,
+    args: &SourcesArgs,
+    backlog: &[String],
+    with_backlog: bool,
+) -> Result<(Vec<(Uuid, Instant)>, f64, i64)> {
     eprintln!(
         "bench sources: {} /s into {} for {} s, {}",
         args.rate,
@@ -141,12 +207,21 @@ async fn steady_run(
         }
     })
     .await?;
-    let backlog_left = child::pending(pool, &names[..1]).await?;
+    let backlog_left = child::pending(pool, backlog).await?;
     producers.close().await;
+    Ok((committed, produce_secs, backlog_left))
+}
 
+/// Waits (up to [`DELIVERY_DEADLINE`]) until every committed event is
+/// delivered: each one's commit and its latency.
+async fn delivered(
+    relay: &mut ChildRelay,
+    lines: &Lines,
+    committed: &[(Uuid, Instant)],
+) -> Result<Vec<(Instant, Duration)>> {
     let deadline = Instant::now() + DELIVERY_DEADLINE;
     let mut seen_at = Vec::with_capacity(committed.len());
-    for (id, at) in &committed {
+    for (id, at) in committed {
         let seen = loop {
             if let Some(seen) = lines.first_seen.lock().expect("lock").get(id) {
                 break *seen;
@@ -162,21 +237,29 @@ async fn steady_run(
         };
         seen_at.push((*at, seen.saturating_duration_since(*at)));
     }
-    // The backlog's last delivery: the latest line that is not the steady
-    // source's.
-    let backlog_end = with_backlog.then(|| {
-        let steady: std::collections::HashSet<&Uuid> = committed.iter().map(|(id, _)| id).collect();
-        let seen = lines.first_seen.lock().expect("lock");
-        seen.iter()
-            .filter(|(id, _)| !steady.contains(id))
-            .map(|(_, at)| *at)
-            .max()
-    });
-    let status = relay.stop().await?;
-    if !status.success() {
-        eprintln!("bench sources: the relay ended with {status}");
-    }
-    let schedule_start = committed.first().map(|(_, at)| *at);
+    Ok(seen_at)
+}
+
+/// The backlog's last delivery: the latest line that is not the steady
+/// source's (`None` if there is none).
+fn backlog_last_delivery(lines: &Lines, committed: &[(Uuid, Instant)]) -> Option<Instant> {
+    let steady: std::collections::HashSet<&Uuid> = committed.iter().map(|(id, _)| id).collect();
+    let seen = lines.first_seen.lock().expect("lock");
+    seen.iter()
+        .filter(|(id, _)| !steady.contains(id))
+        .map(|(_, at)| *at)
+        .max()
+}
+
+/// The latencies the figures are over, sorted, and how long the backlog
+/// lasted from the schedule's start: all of them alone (`backlog_end`
+/// `None`); beside a backlog, those committed before its last delivery
+/// (now, if none was seen).
+fn counted(
+    seen_at: &[(Instant, Duration)],
+    backlog_end: Option<Option<Instant>>,
+    schedule_start: Option<Instant>,
+) -> (Vec<Duration>, Option<f64>) {
     let (mut samples, backlog_lasted_secs): (Vec<Duration>, _) = match backlog_end {
         Some(end) => {
             let end = end.unwrap_or_else(Instant::now);
@@ -192,15 +275,7 @@ async fn steady_run(
         None => (seen_at.iter().map(|(_, d)| *d).collect(), None),
     };
     samples.sort();
-    Ok(Steady {
-        p50_ms: ms(quantile(&samples, 0.5)),
-        p99_ms: ms(quantile(&samples, 0.99)),
-        max_ms: ms(samples.last().copied().unwrap_or_default()),
-        samples: samples.len(),
-        backlog_lasted_secs,
-        backlog_left,
-        achieved: total as f64 / produce_secs,
-    })
+    (samples, backlog_lasted_secs)
 }
 
 pub async fn run(

@@ -91,6 +91,18 @@ async fn drop_schemas(pool: &PgPool, names: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// What `bench sources` measured.
+struct Measured {
+    /// How many tenant schemas the relay of many sources served.
+    tenants: usize,
+    /// The relay over every tenant schema, idle and waking one.
+    idle: idle::Idle,
+    /// `outbox relay --schema` over one idle schema.
+    reference: idle::Idle,
+    drain: drain::Drain,
+    fair: fairness::Fairness,
+}
+
 pub async fn run(ctx: &Ctx, fsync: bool, args: SourcesArgs) -> Result<serde_json::Value> {
     let server = Server::start(ctx, fsync).await?;
     let pool = server.pool(8).await?;
@@ -120,11 +132,33 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: SourcesArgs) -> Result<serde_json
     let fair = fairness::run(&server.url, &pool, &configs, &one, &steady, &args).await?;
     drop_schemas(&pool, &all).await?;
 
-    let limit = i64::from(args.pool_size) + 1;
+    let measured = Measured {
+        tenants: tenants.len(),
+        idle,
+        reference,
+        drain,
+        fair,
+    };
+    print_idle(&args, &measured);
+    print_drain(&args, &measured);
+    print_fairness(&args, &measured.fair);
+    Ok(summary(&args, &measured))
+}
+
+/// The relay connections the idle figures are held against:
+/// `[sources] pool_size` + 1.
+fn connection_limit(args: &SourcesArgs) -> i64 {
+    i64::from(args.pool_size) + 1
+}
+
+/// The report's idle part: the relay over every tenant schema, then over
+/// one, and how they compare.
+fn print_idle(args: &SourcesArgs, m: &Measured) {
+    let (idle, reference) = (&m.idle, &m.reference);
+    let limit = connection_limit(args);
     println!(
         "sources: one relay, {} tenant schemas on one database, [sources] pool_size {}",
-        tenants.len(),
-        args.pool_size
+        m.tenants, args.pool_size
     );
     println!(
         "  idle: {} relay connections (limit pool_size + 1 = {limit}); relay cpu {:.2} % of a core ({:.2} process + {:.2} its sessions) over {} s (all dormant {:.1} s after start)",
@@ -159,10 +193,16 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: SourcesArgs) -> Result<serde_json
         idle.p(0.5) / reference.p(0.5),
         idle.p(0.99) / reference.p(0.99)
     );
+}
+
+/// The report's drain part: the backlog over every tenant schema against
+/// the same backlog in one.
+fn print_drain(args: &SourcesArgs, m: &Measured) {
+    let drain = &m.drain;
     println!(
         "  drain of {} events: {} schemas x {} {:.0} events/s ({:.2} s, relay {:.1} µs/event), one schema {:.0} events/s ({:.2} s, relay {:.1} µs/event); ratio many / one {:.2}",
         drain.events,
-        tenants.len(),
+        m.tenants,
         args.events_per_schema,
         drain.many.events_per_sec,
         drain.many.secs,
@@ -172,6 +212,11 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: SourcesArgs) -> Result<serde_json
         drain.one.relay_us_per_event,
         drain.ratio()
     );
+}
+
+/// The report's fairness part: one source's latency alone and beside
+/// another's backlog.
+fn print_fairness(args: &SourcesArgs, fair: &fairness::Fairness) {
     let (a, b) = (&fair.alone, &fair.with_backlog);
     let lasted = if b.backlog_left > 0 {
         format!("{} of it left at the schedule's end", b.backlog_left)
@@ -197,12 +242,18 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: SourcesArgs) -> Result<serde_json
     if b.samples < 100 {
         println!("  fewer than 100 events were committed while the backlog lasted: raise --backlog or --rate for a steadier p99");
     }
+}
+
+/// The run's JSON summary (`bench --json`).
+fn summary(args: &SourcesArgs, m: &Measured) -> serde_json::Value {
+    let (idle, reference, drain, fair) = (&m.idle, &m.reference, &m.drain, &m.fair);
+    let (a, b) = (&fair.alone, &fair.with_backlog);
     let mut report = json!({
         "scenario": "sources",
-        "schemas": tenants.len(),
+        "schemas": m.tenants,
         "pool_size": args.pool_size,
         "relay_connections": idle.connections,
-        "connection_limit": limit,
+        "connection_limit": connection_limit(args),
         "idle_secs": args.idle_secs,
         "idle_core_share": idle.core_share,
         "idle_process_core_share": idle.process_share,
@@ -243,5 +294,5 @@ pub async fn run(ctx: &Ctx, fsync: bool, args: SourcesArgs) -> Result<serde_json
     // every figure passes the macro's recursion limit).
     report["drain_many_relay_us_per_event"] = json!(drain.many.relay_us_per_event);
     report["drain_one_relay_us_per_event"] = json!(drain.one.relay_us_per_event);
-    Ok(report)
+    report
 }

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use outbox_console::Console;
+use outbox_console::{is_mapped_loopback, Console};
 use tokio::net::TcpListener;
 
 use crate::ctx::Ctx;
@@ -210,7 +210,7 @@ pub fn is_loopback(listen: &str) -> Result<bool> {
     Ok(!addrs.is_empty()
         && addrs
             .iter()
-            .all(|a| a.ip().is_loopback() || db::is_mapped_loopback(a.ip())))
+            .all(|a| a.ip().is_loopback() || is_mapped_loopback(a.ip())))
 }
 
 /// Refuses to serve a non-loopback address without a password.

@@ -6,6 +6,7 @@
 //! again: at least once, never skipped.
 
 use std::collections::HashSet;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -96,6 +97,48 @@ enum Ended {
     /// The schema went back to the table mode and the slot is read to the
     /// switch: nothing more to read.
     Switched,
+}
+
+/// What a session holds between two events of the stream: the
+/// transaction being read, and the batch of what was read before it.
+#[derive(Default)]
+struct InHand {
+    /// The events of the transaction being read.
+    txn: Vec<Event>,
+    /// Whether the transaction being read carries a switch mark.
+    txn_marks: bool,
+    /// Whether the transaction being read changed a pause.
+    txn_pauses: bool,
+    /// Read, not yet published.
+    batch: Vec<Event>,
+    /// The end of the last whole transaction in the batch: where the slot
+    /// is confirmed once the batch is published.
+    batch_end: Option<Lsn>,
+}
+
+impl InHand {
+    /// A transaction begins: nothing of it is read yet.
+    fn begin(&mut self) {
+        self.txn.clear();
+        self.txn_marks = false;
+        self.txn_pauses = false;
+    }
+
+    /// Whether nothing of this schema is in hand, so the slot may move.
+    fn is_empty(&self) -> bool {
+        self.batch.is_empty() && self.txn.is_empty() && self.batch_end.is_none()
+    }
+}
+
+/// What the stream gives a session next.
+enum Received {
+    /// The relay is stopping.
+    Stop,
+    /// Nothing more is waiting while a whole transaction or more is in
+    /// hand: the time to publish it.
+    Idle,
+    /// The next event of the stream.
+    Event(ReplicationEvent),
 }
 
 /// Opens the first session before the relay counts as started, so that a
@@ -249,129 +292,187 @@ impl Reader {
         &mut self,
         mut client: ReplicationClient,
     ) -> std::result::Result<Ended, String> {
-        let mut txn: Vec<Event> = Vec::new();
-        let mut txn_marks = false;
-        // Whether the transaction being read changed a pause.
-        let mut txn_pauses = false;
-        let mut batch: Vec<Event> = Vec::new();
-        let mut batch_end: Option<Lsn> = None;
+        let mut hand = InHand::default();
         loop {
-            // With a whole transaction or more in hand, publish as soon as
-            // nothing more is waiting; otherwise wait for the stream.
-            let next = if batch_end.is_some() {
-                client.recv().now_or_never()
-            } else {
-                tokio::select! {
-                    r = client.recv() => Some(r),
-                    _ = self.shutdown.changed() => {
-                        client.stop();
-                        return Ok(Ended::Stopped);
-                    }
+            let flow = match self.received(&mut client, &hand).await? {
+                Received::Stop => {
+                    client.stop();
+                    return Ok(Ended::Stopped);
                 }
+                Received::Idle => self.publish_to_switch(&mut client, &mut hand).await?,
+                Received::Event(event) => self.take_in(&mut client, &mut hand, event).await?,
             };
-            let event = match next {
-                None => {
-                    let end = batch_end.take();
-                    if !self.flush(&client, std::mem::take(&mut batch), end).await? {
-                        client.stop();
-                        return Ok(Ended::Stopped);
-                    }
-                    if self.switch_reached(end) {
-                        let _ = client.shutdown().await;
-                        return Ok(Ended::Switched);
-                    }
-                    continue;
-                }
-                Some(Err(e)) => return Err(e.to_string()),
-                Some(Ok(None)) => return Err("the server ended the replication stream".to_owned()),
-                Some(Ok(Some(event))) => event,
-            };
-            match event {
-                ReplicationEvent::Begin { .. } => {
-                    txn.clear();
-                    txn_marks = false;
-                    txn_pauses = false;
-                }
-                ReplicationEvent::Message {
-                    prefix,
-                    transactional: false,
-                    ..
-                } if prefix == self.prefix => {
-                    self.refuse(None, &Refusal::NotTransactional);
-                }
-                ReplicationEvent::Message {
-                    prefix, content, ..
-                } if prefix == self.prefix => {
-                    if content.as_ref() == SWITCH_TO_TABLE.as_bytes() {
-                        txn_marks = true;
-                    } else if content.as_ref() == PAUSES_CHANGED.as_bytes() {
-                        txn_pauses = true;
-                    } else if let Some(e) = self.decoded(&content) {
-                        txn.push(e);
-                    }
-                    // A transaction larger than a batch is published in
-                    // batches as it streams (it has committed: pgoutput
-                    // sends only committed transactions); the slot moves
-                    // past it at its end.
-                    if batch.len() + txn.len() >= self.config.batch_size {
-                        batch.append(&mut txn);
-                        let end = batch_end.take();
-                        if !self.flush(&client, std::mem::take(&mut batch), end).await? {
-                            client.stop();
-                            return Ok(Ended::Stopped);
-                        }
-                    }
-                }
-                ReplicationEvent::Commit { end_lsn, .. } => {
-                    if std::mem::take(&mut txn_pauses) {
-                        // A pause changed: what committed before it is
-                        // published first, what commits from here on under
-                        // the pauses read again.
-                        let end = batch_end.take();
-                        if !self.flush(&client, std::mem::take(&mut batch), end).await? {
-                            client.stop();
-                            return Ok(Ended::Stopped);
-                        }
-                        self.pauses.forget();
-                    }
-                    batch.append(&mut txn);
-                    batch_end = Some(end_lsn);
-                    if std::mem::take(&mut txn_marks) {
-                        // A mark committed: the switch's, if it is at the
-                        // position the switch recorded (read now: the
-                        // mark's transaction has committed).
-                        self.switch_mark = match self.switch.mark().await {
-                            Ok(Mark::At(lsn)) => Some(lsn),
-                            Ok(Mark::Reached) => Some(end_lsn),
-                            Ok(Mark::None) => None,
-                            Err(e) => return Err(e.with_causes().to_string()),
-                        };
-                        if self.switch_mark.is_none() {
-                            tracing::warn!(slot = %self.slot, "ignoring a switch mark that no switch to the table mode is waiting for");
-                        }
-                    }
-                    if batch.len() >= self.config.batch_size || self.switch_reached(Some(end_lsn)) {
-                        let end = batch_end.take();
-                        if !self.flush(&client, std::mem::take(&mut batch), end).await? {
-                            client.stop();
-                            return Ok(Ended::Stopped);
-                        }
-                        if self.switch_reached(end) {
-                            let _ = client.shutdown().await;
-                            return Ok(Ended::Switched);
-                        }
-                    }
-                }
-                // Nothing of ours is in hand: the slot may move to where the
-                // server has decoded, so it holds no WAL for others.
-                ReplicationEvent::KeepAlive { wal_end, .. }
-                    if batch.is_empty() && txn.is_empty() && batch_end.is_none() =>
-                {
-                    client.update_applied_lsn(wal_end);
-                }
-                _ => {}
+            if let ControlFlow::Break(ended) = flow {
+                return Ok(ended);
             }
         }
+    }
+
+    /// What the stream gives next. With a whole transaction or more in
+    /// hand, publish as soon as nothing more is waiting ([`Received::Idle`]);
+    /// otherwise wait for the stream, or for the relay to stop.
+    async fn received(
+        &mut self,
+        client: &mut ReplicationClient,
+        hand: &InHand,
+    ) -> std::result::Result<Received, String> {
+        let next = if hand.batch_end.is_some() {
+            client.recv().now_or_never()
+        } else {
+            tokio::select! {
+                r = client.recv() => Some(r),
+                _ = self.shutdown.changed() => return Ok(Received::Stop),
+            }
+        };
+        match next {
+            None => Ok(Received::Idle),
+            Some(Err(e)) => Err(e.to_string()),
+            Some(Ok(None)) => Err("the server ended the replication stream".to_owned()),
+            Some(Ok(Some(event))) => Ok(Received::Event(event)),
+        }
+    }
+
+    /// One event of the stream taken into hand: a transaction begun, a
+    /// message of this schema read, a transaction committed, or, with
+    /// nothing of ours in hand, the slot let move.
+    async fn take_in(
+        &mut self,
+        client: &mut ReplicationClient,
+        hand: &mut InHand,
+        event: ReplicationEvent,
+    ) -> std::result::Result<ControlFlow<Ended>, String> {
+        match event {
+            ReplicationEvent::Begin { .. } => hand.begin(),
+            ReplicationEvent::Message {
+                prefix,
+                transactional: false,
+                ..
+            } if prefix == self.prefix => {
+                self.refuse(None, &Refusal::NotTransactional);
+            }
+            ReplicationEvent::Message {
+                prefix, content, ..
+            } if prefix == self.prefix => return self.message(client, hand, &content).await,
+            ReplicationEvent::Commit { end_lsn, .. } => {
+                return self.committed(client, hand, end_lsn).await
+            }
+            // Nothing of ours is in hand: the slot may move to where the
+            // server has decoded, so it holds no WAL for others.
+            ReplicationEvent::KeepAlive { wal_end, .. } if hand.is_empty() => {
+                client.update_applied_lsn(wal_end);
+            }
+            _ => {}
+        }
+        Ok(ControlFlow::Continue(()))
+    }
+
+    /// A message of this schema in the transaction being read: the
+    /// switch's mark, a pause changed, or an event.
+    async fn message(
+        &mut self,
+        client: &mut ReplicationClient,
+        hand: &mut InHand,
+        content: &[u8],
+    ) -> std::result::Result<ControlFlow<Ended>, String> {
+        if content == SWITCH_TO_TABLE.as_bytes() {
+            hand.txn_marks = true;
+        } else if content == PAUSES_CHANGED.as_bytes() {
+            hand.txn_pauses = true;
+        } else if let Some(e) = self.decoded(content) {
+            hand.txn.push(e);
+        }
+        // A transaction larger than a batch is published in batches as it
+        // streams (it has committed: pgoutput sends only committed
+        // transactions); the slot moves past it at its end.
+        if hand.batch.len() + hand.txn.len() >= self.config.batch_size {
+            hand.batch.append(&mut hand.txn);
+            if let ControlFlow::Break(ended) = self.publish(client, hand).await? {
+                return Ok(ControlFlow::Break(ended));
+            }
+        }
+        Ok(ControlFlow::Continue(()))
+    }
+
+    /// The end of the transaction being read: its events join the batch,
+    /// which is published once full or once it reaches the switch's mark.
+    async fn committed(
+        &mut self,
+        client: &mut ReplicationClient,
+        hand: &mut InHand,
+        end_lsn: Lsn,
+    ) -> std::result::Result<ControlFlow<Ended>, String> {
+        if std::mem::take(&mut hand.txn_pauses) {
+            // A pause changed: what committed before it is published
+            // first, what commits from here on under the pauses read again.
+            if let ControlFlow::Break(ended) = self.publish(client, hand).await? {
+                return Ok(ControlFlow::Break(ended));
+            }
+            self.pauses.forget();
+        }
+        hand.batch.append(&mut hand.txn);
+        hand.batch_end = Some(end_lsn);
+        if std::mem::take(&mut hand.txn_marks) {
+            self.mark_committed(end_lsn).await?;
+        }
+        if hand.batch.len() >= self.config.batch_size || self.switch_reached(Some(end_lsn)) {
+            return self.publish_to_switch(client, hand).await;
+        }
+        Ok(ControlFlow::Continue(()))
+    }
+
+    /// A mark committed (in the transaction ending at `end_lsn`): the
+    /// switch's, if it is at the position the switch recorded (read now:
+    /// the mark's transaction has committed).
+    async fn mark_committed(&mut self, end_lsn: Lsn) -> std::result::Result<(), String> {
+        self.switch_mark = match self.switch.mark().await {
+            Ok(Mark::At(lsn)) => Some(lsn),
+            Ok(Mark::Reached) => Some(end_lsn),
+            Ok(Mark::None) => None,
+            Err(e) => return Err(e.with_causes().to_string()),
+        };
+        if self.switch_mark.is_none() {
+            tracing::warn!(slot = %self.slot, "ignoring a switch mark that no switch to the table mode is waiting for");
+        }
+        Ok(())
+    }
+
+    /// Publishes the batch in hand and confirms the slot past its end
+    /// ([`Self::flush`]), leaving nothing in hand but the transaction
+    /// being read; that end. Breaks with [`Ended::Stopped`] when the
+    /// relay was told to stop first: nothing is confirmed.
+    async fn publish(
+        &mut self,
+        client: &mut ReplicationClient,
+        hand: &mut InHand,
+    ) -> std::result::Result<ControlFlow<Ended, Option<Lsn>>, String> {
+        let end = hand.batch_end.take();
+        if !self
+            .flush(client, std::mem::take(&mut hand.batch), end)
+            .await?
+        {
+            client.stop();
+            return Ok(ControlFlow::Break(Ended::Stopped));
+        }
+        Ok(ControlFlow::Continue(end))
+    }
+
+    /// [`Self::publish`], then the session's end if the confirmation
+    /// reached the pending switch's mark: the slot holds nothing more for
+    /// this schema.
+    async fn publish_to_switch(
+        &mut self,
+        client: &mut ReplicationClient,
+        hand: &mut InHand,
+    ) -> std::result::Result<ControlFlow<Ended>, String> {
+        let end = match self.publish(client, hand).await? {
+            ControlFlow::Continue(end) => end,
+            ControlFlow::Break(ended) => return Ok(ControlFlow::Break(ended)),
+        };
+        if self.switch_reached(end) {
+            let _ = client.shutdown().await;
+            return Ok(ControlFlow::Break(Ended::Switched));
+        }
+        Ok(ControlFlow::Continue(()))
     }
 
     /// What a new session needs before it reads: the aggregates waiting
