@@ -166,6 +166,9 @@ impl Tally {
 pub struct Arrivals {
     inner: Mutex<(Tally, Vec<Option<Instant>>)>,
     distinct: AtomicU64,
+    /// Messages the broker handed the consumer again at a position it had
+    /// already read (not the relay's doing, so not duplicates).
+    read_again: AtomicU64,
 }
 
 impl Arrivals {
@@ -173,7 +176,19 @@ impl Arrivals {
         Arc::new(Arrivals {
             inner: Mutex::new((Tally::new(events, aggregates), vec![None; events as usize])),
             distinct: AtomicU64::new(0),
+            read_again: AtomicU64::new(0),
         })
+    }
+
+    /// The broker handed the consumer a message again at a position it
+    /// had read already.
+    pub fn read_again(&self) {
+        self.read_again.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Messages read again at a position already read, so far.
+    pub fn reads_again(&self) -> u64 {
+        self.read_again.load(Ordering::Relaxed)
     }
 
     /// Records one message body, arrived now.

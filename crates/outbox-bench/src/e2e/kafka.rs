@@ -93,8 +93,18 @@ pub async fn reader(
     consumer.assign(&assignment)?;
     Ok(tokio::spawn(async move {
         let mut stream = consumer.stream();
+        // tansu answers a fetch at the end of a partition with its last
+        // record again (same partition, same offset): that is the broker
+        // read twice, not the relay publishing twice, so it is counted
+        // apart and not recorded.
+        let mut read: std::collections::HashSet<(i32, i64)> = std::collections::HashSet::new();
         while let Some(message) = stream.next().await {
-            arrivals.record(message?.payload().unwrap_or_default());
+            let message = message?;
+            if read.insert((message.partition(), message.offset())) {
+                arrivals.record(message.payload().unwrap_or_default());
+            } else {
+                arrivals.read_again();
+            }
         }
         anyhow::bail!("the kafka consumer ended")
     }))

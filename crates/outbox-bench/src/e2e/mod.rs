@@ -508,14 +508,15 @@ async fn at_rate(
     println!(
         "  {rate:>6}/s: commit -> consumer p50 {:.1} ms, p99 {:.1} ms, p99.9 {:.1} ms, max {:.1} ms; \
          relay cpu {:.1} us/event ({:.1} % of a core); {late} late starts \
-         ({achieved:.0}/s achieved), {} duplicates",
+         ({achieved:.0}/s achieved), {} duplicates{}",
         q(0.5),
         q(0.99),
         q(0.999),
         q(1.0),
         cpu["relay_us_per_event"].as_f64().unwrap_or(0.0),
         cpu["relay_core_share"].as_f64().unwrap_or(0.0) * 100.0,
-        tally.duplicates
+        tally.duplicates,
+        read_again_note(arrivals.reads_again()),
     );
     Ok(json!({
         "rate": rate,
@@ -526,6 +527,7 @@ async fn at_rate(
         "max_ms": q(1.0),
         "late_starts": late,
         "achieved_rate": achieved,
+        "read_again": arrivals.reads_again(),
         "delivered": tally.distinct,
         "out_of_order": tally.out_of_order,
         "duplicates": tally.duplicates,
@@ -563,5 +565,17 @@ mod tests {
         let (tally, times) = verdict("drain", &clean).unwrap();
         assert_eq!((tally.distinct, tally.duplicates), (3, 1));
         assert!(times.iter().all(Option::is_some));
+    }
+}
+
+/// What the consumer was handed again at a position it had read (the
+/// broker's doing, not counted as duplicates), when anything was.
+fn read_again_note(n: u64) -> String {
+    if n == 0 {
+        String::new()
+    } else {
+        format!(
+            " ({n} messages handed to the consumer again at an offset it had read, not counted)"
+        )
     }
 }
