@@ -535,6 +535,18 @@ async fn at_rate(
     }))
 }
 
+/// What the consumer was handed again at a position it had read (the
+/// broker's doing, not counted as duplicates), when anything was.
+fn read_again_note(n: u64) -> String {
+    if n == 0 {
+        String::new()
+    } else {
+        format!(
+            " ({n} messages handed to the consumer again at an offset it had read, not counted)"
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -565,17 +577,5 @@ mod tests {
         let (tally, times) = verdict("drain", &clean).unwrap();
         assert_eq!((tally.distinct, tally.duplicates), (3, 1));
         assert!(times.iter().all(Option::is_some));
-    }
-}
-
-/// What the consumer was handed again at a position it had read (the
-/// broker's doing, not counted as duplicates), when anything was.
-fn read_again_note(n: u64) -> String {
-    if n == 0 {
-        String::new()
-    } else {
-        format!(
-            " ({n} messages handed to the consumer again at an offset it had read, not counted)"
-        )
     }
 }
