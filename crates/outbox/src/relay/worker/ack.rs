@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 use super::Worker;
+use crate::event::Event;
 use crate::relay::config::Retention;
 use crate::relay::deliver::outcomes::Settlement;
 use crate::relay::observe::BatchReport;
@@ -30,6 +31,13 @@ pub(crate) struct Published {
     pub settlement: Settlement,
     /// Row locations of the claimed events, by id.
     pub ctids: HashMap<Uuid, String>,
+    /// The claims that joined the batch in flight (`ahead.rs`), each
+    /// reported as a batch of its own: its size, when it was claimed, and
+    /// (in `joined_ids`) its events.
+    pub joined: Vec<(usize, Instant)>,
+    /// The claim (1 = the first that joined) of each event that joined;
+    /// the others are the first claim's.
+    pub joined_ids: HashMap<Uuid, usize>,
 }
 
 impl Published {
@@ -119,17 +127,73 @@ impl Worker {
         }
     }
 
-    /// Counts an acknowledged batch and tells the observer.
+    /// Counts an acknowledged batch and tells the observer: one report
+    /// per claim, so a batch others joined is counted as the claims it
+    /// was (each at most `batch_size`); an outage goes with the last.
     fn report(&self, done: Published) {
-        let s = &done.settlement;
+        if done.joined.is_empty() {
+            let s = &done.settlement;
+            self.report_one(
+                done.claimed,
+                &s.delivered,
+                &s.retried,
+                &s.dead,
+                s.outage.as_deref(),
+                done.started,
+            );
+            return;
+        }
+        let parts = done.joined.len() + 1;
+        let of = |id: &Uuid| done.joined_ids.get(id).copied().unwrap_or(0);
+        let mut delivered: Vec<Vec<Event>> = vec![Vec::new(); parts];
+        let mut retried: Vec<Vec<(Event, String)>> = vec![Vec::new(); parts];
+        let mut dead: Vec<Vec<(Event, String)>> = vec![Vec::new(); parts];
+        let s = done.settlement;
+        for e in s.delivered {
+            delivered[of(&e.id)].push(e);
+        }
+        for r in s.retried {
+            retried[of(&r.0.id)].push(r);
+        }
+        for d in s.dead {
+            dead[of(&d.0.id)].push(d);
+        }
+        let first_claimed = done.claimed - done.joined.iter().map(|(n, _)| n).sum::<usize>();
+        let claims = std::iter::once((first_claimed, done.started)).chain(done.joined);
+        for (k, (claimed, started)) in claims.enumerate() {
+            let outage = if k + 1 == parts {
+                s.outage.as_deref()
+            } else {
+                None
+            };
+            self.report_one(
+                claimed,
+                &delivered[k],
+                &retried[k],
+                &dead[k],
+                outage,
+                started,
+            );
+        }
+    }
+
+    fn report_one(
+        &self,
+        claimed: usize,
+        delivered: &[Event],
+        retried: &[(Event, String)],
+        dead_lettered: &[(Event, String)],
+        outage: Option<&str>,
+        started: Instant,
+    ) {
         let report = BatchReport {
-            claimed: done.claimed,
-            delivered: &s.delivered,
-            retried: &s.retried,
-            dead_lettered: &s.dead,
-            outage: s.outage.as_deref(),
+            claimed,
+            delivered,
+            retried,
+            dead_lettered,
+            outage,
             acked_at: chrono::Utc::now(),
-            duration: done.started.elapsed(),
+            duration: started.elapsed(),
         };
         self.deps.stats.add(&report);
         if let Some(o) = &self.deps.observer {

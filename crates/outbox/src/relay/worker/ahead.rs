@@ -78,6 +78,8 @@ pub(super) struct InFlight {
     pub claimed: usize,
     /// The claims that answered while the batch was in flight, in order.
     pub joined: Vec<Joined>,
+    /// The claim (1 = the first that joined) of each event that joined.
+    pub joined_ids: HashMap<Uuid, usize>,
     /// The claim now running, and where the next one starts.
     running: Option<(Start, Instant)>,
     /// Every event claimed so far: the next claim excludes them.
@@ -102,6 +104,7 @@ impl InFlight {
             ctids: std::mem::take(&mut first.ctids),
             claimed: first.events.len(),
             joined: Vec::new(),
+            joined_ids: HashMap::new(),
             running: ahead.map(|a| (a.start, a.started)),
             exclude: first.events.iter().map(|e| e.id).collect(),
             store,
@@ -149,6 +152,9 @@ impl InFlight {
         self.ctids.extend(next.ctids);
         self.claimed += count;
         self.exclude.extend(next.events.iter().map(|e| e.id));
+        let claim = self.joined.len();
+        self.joined_ids
+            .extend(next.events.iter().map(|e| (e.id, claim)));
         let full = count >= self.batch_size;
         let after = (full && self.joined.len() + 1 < JOINED_MAX).then(|| {
             // The first claim's start still stands: the cursor never
@@ -165,6 +171,16 @@ impl InFlight {
             ahead.task
         });
         (next.events, after)
+    }
+
+    /// The claims that joined, as batches of their own: each one's size
+    /// and when it was claimed.
+    pub(super) fn joined_claims(&self) -> Vec<(usize, Instant)> {
+        self.joined
+            .iter()
+            .filter_map(|j| j.claim.as_ref().ok().map(|(_, n)| (*n, j.started)))
+            .filter(|(n, _)| *n > 0)
+            .collect()
     }
 
     /// The claim still running when the batch was done, if any: `task`

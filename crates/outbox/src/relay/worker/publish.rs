@@ -211,6 +211,8 @@ impl Worker {
             claimed: st.claimed,
             started,
             settlement: s,
+            joined: st.joined_claims(),
+            joined_ids: st.joined_ids,
             ctids: st.ctids,
         };
         (published, st.joined, pending)
