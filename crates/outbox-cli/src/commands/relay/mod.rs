@@ -26,10 +26,12 @@ mod running;
 mod shutdown;
 mod sources;
 mod stop;
+mod wiring;
 
 pub use args::RelayArgs;
-use running::{Around, Plan, Running};
+use running::{Plan, Running};
 use stop::Signals;
+use wiring::Around;
 
 use crate::config::Loaded;
 use crate::ctx::Ctx;

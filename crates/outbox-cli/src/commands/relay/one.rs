@@ -10,7 +10,7 @@ use anyhow::Result;
 use outbox::{Publisher, Relay, RelayHandle, Schema, Status};
 use sqlx::PgPool;
 
-use super::running::{Around, DrainCheck, Running, Started};
+use super::wiring::{Around, DrainCheck, Started};
 use crate::ctx::Ctx;
 use crate::daemon::db_probe::{self, DbProbe};
 use crate::daemon::http::{Readiness, Ready};
@@ -68,7 +68,7 @@ pub(super) async fn connect(
 
 impl Prepared {
     /// Starts the relay, and the metrics refresher beside it.
-    pub(super) async fn spawn(self, ctx: &Ctx, around: Around<'_>) -> Result<Started> {
+    pub(super) async fn spawn(self, ctx: &Ctx, around: Around<'_>) -> Result<Started<One>> {
         let c = &ctx.loaded.config;
         let schema = &ctx.schema;
         let mut builder = Relay::builder(self.pool.clone(), self.publisher.clone())
@@ -112,14 +112,14 @@ impl Prepared {
             })
         });
         Ok(Started {
-            running: Running::One(One {
+            running: One {
                 relay,
                 pool: self.pool,
                 schema: schema.clone(),
                 publisher: self.publisher.name().to_owned(),
                 keeps: c.relay.retention == outbox::Retention::Keep,
                 wal_end: None,
-            }),
+            },
             readiness,
             background,
             info,

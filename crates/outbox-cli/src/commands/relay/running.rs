@@ -4,20 +4,16 @@
 //! connected and started in the same steps, and runs as a [`Running`]
 //! that the daemon watches, drains, cleans and stops alike.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
 use outbox::{Cleaner, CleanerConfig, CleanerHandle, StatsSnapshot};
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 use super::one::{self, One};
 use super::sources::{self, Many, SourcesPlan};
+use super::wiring::{Around, DrainCheck, Started};
 use crate::ctx::Ctx;
-use crate::daemon::http::{Ready, RelayState};
-use crate::daemon::metrics::{Metrics, RelayInfo};
-use crate::daemon::telemetry::Export;
+use crate::daemon::metrics::Metrics;
 
 /// What the configuration asks to serve.
 pub(super) enum Plan {
@@ -59,38 +55,13 @@ pub(super) enum Prepared {
     Many(sources::Prepared),
 }
 
-/// What the daemon set up for the relay, which the assembly wires in.
-pub(super) struct Around<'a> {
-    /// Every source's metrics.
-    pub metrics: &'a Arc<Metrics>,
-    /// Running or stopping, for `/readyz`.
-    pub state: &'a Arc<RelayState>,
-    /// The OTLP exporter, when `[tracing]` sets one.
-    #[cfg_attr(not(feature = "opentelemetry"), allow(dead_code))]
-    pub export: Option<&'a Export>,
-    /// Turns true when the relay stops: for the tasks beside it.
-    pub stopped: watch::Receiver<bool>,
-}
-
 impl Prepared {
-    pub(super) async fn spawn(self, ctx: &Ctx, around: Around<'_>) -> Result<Started> {
-        match self {
-            Prepared::One(p) => p.spawn(ctx, around).await,
-            Prepared::Many(p) => p.spawn(ctx, around).await,
-        }
+    pub(super) async fn spawn(self, ctx: &Ctx, around: Around<'_>) -> Result<Started<Running>> {
+        Ok(match self {
+            Prepared::One(p) => p.spawn(ctx, around).await?.map(Running::One),
+            Prepared::Many(p) => p.spawn(ctx, around).await?.map(Running::Many),
+        })
     }
-}
-
-/// A relay started.
-pub(super) struct Started {
-    pub running: Running,
-    /// `/readyz`'s checks (for a relay of one source, only with an HTTP
-    /// server).
-    pub readiness: Option<Ready>,
-    /// Tasks beside the relay, aborted once it stopped.
-    pub background: Vec<JoinHandle<()>>,
-    /// `outbox_relay_info`'s labels.
-    pub info: RelayInfo,
 }
 
 /// A running relay, of one source or many.
@@ -171,45 +142,5 @@ impl Running {
             },
         };
         Ok(cleaner)
-    }
-}
-
-/// Why the events pending could not be counted.
-pub(super) enum DrainCheck {
-    /// A schema has no outbox tables: the drain would never end.
-    Unmigrated(anyhow::Error),
-    /// Anything else (a database restarting): counted again at the next tick.
-    Failed(anyhow::Error),
-    /// Not every source is known yet (a pattern not matched once, a
-    /// database not answering): nothing pending among those known says
-    /// nothing, so counted again at the next tick.
-    NotYet,
-}
-
-impl DrainCheck {
-    /// Schema `schema` (of source `source`, for a relay of many) has no
-    /// outbox tables.
-    pub(super) fn unmigrated(source: Option<&str>, schema: &str) -> Self {
-        let fix = format!("run `outbox migrate --schema {schema}` on its database");
-        DrainCheck::Unmigrated(match source {
-            Some(source) => anyhow::anyhow!(
-                "source {source}: schema {schema} has no outbox tables, so --drain cannot finish: {fix}, or remove the entry"
-            ),
-            None => anyhow::anyhow!(
-                "schema {schema} has no outbox tables, so --drain cannot finish: {fix}"
-            ),
-        })
-    }
-}
-
-impl From<outbox::Error> for DrainCheck {
-    fn from(e: outbox::Error) -> Self {
-        DrainCheck::Failed(e.into())
-    }
-}
-
-impl From<sqlx::Error> for DrainCheck {
-    fn from(e: sqlx::Error) -> Self {
-        DrainCheck::Failed(e.into())
     }
 }

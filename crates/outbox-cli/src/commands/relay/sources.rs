@@ -14,7 +14,7 @@ use outbox::sources::{
 use outbox::{Publisher, RelayConfig, RelayObserver, Schema, Status};
 use sqlx::PgPool;
 
-use super::running::{Around, DrainCheck, Running, Started};
+use super::wiring::{Around, DrainCheck, Started};
 use crate::config::{Config, PublisherConfig};
 use crate::ctx::Ctx;
 use crate::daemon::http::{Ready, SourcesReadiness};
@@ -159,7 +159,7 @@ pub(super) async fn connect(plan: SourcesPlan) -> Result<Prepared> {
 
 impl Prepared {
     /// Starts every entry's sources.
-    pub(super) async fn spawn(self, ctx: &Ctx, around: Around<'_>) -> Result<Started> {
+    pub(super) async fn spawn(self, ctx: &Ctx, around: Around<'_>) -> Result<Started<Many>> {
         let c = &ctx.loaded.config;
         let mut builder = Sources::builder()
             .settings(self.plan.settings.clone())
@@ -207,12 +207,12 @@ impl Prepared {
             timeout: Duration::from_millis(c.http.check_timeout_ms),
         });
         Ok(Started {
-            running: Running::Many(Many {
+            running: Many {
                 relay,
                 entries: self.plan.sources.len(),
                 pools: self.pools,
                 kept,
-            }),
+            },
             readiness: Some(readiness),
             background: Vec::new(),
             info,

@@ -7,7 +7,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
-use super::running::{DrainCheck, Running};
+use super::running::Running;
+use super::wiring::DrainCheck;
 use crate::progress::Progress;
 
 /// How often a relay started with `--exit-with-parent` looks at its parent.
