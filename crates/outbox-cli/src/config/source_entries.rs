@@ -7,6 +7,7 @@ use outbox::{RelayConfig, Schema};
 
 use super::model::Config;
 use super::publisher::PublisherConfig;
+use super::sources::SourceConfig;
 use crate::text::cut;
 
 /// Which schemas of its database a source serves.
@@ -84,14 +85,10 @@ impl Config {
     pub fn sources(&self) -> Result<Vec<SourceEntry>, Refusal> {
         let mut out: Vec<SourceEntry> = Vec::with_capacity(self.source.len());
         for (i, s) in self.source.iter().enumerate() {
-            let n = i + 1;
-            let refuse = |field: &str, reason: String| Refusal {
-                key: format!("source[{n}].{field}"),
-                reason,
-            };
-            check_name(&s.name).map_err(|why| refuse("name", why))?;
+            let refuse = Refuse(i + 1);
+            check_name(&s.name).map_err(|why| refuse.at("name", why))?;
             if let Some(first) = out.iter().position(|e| e.name == s.name) {
-                return Err(refuse(
+                return Err(refuse.at(
                     "name",
                     format!(
                         "{:?} is also the name of source[{}]: give every source its own name",
@@ -100,39 +97,11 @@ impl Config {
                     ),
                 ));
             }
-            let schemas = match (&s.schema, &s.schemas) {
-                (Some(one), Some(pattern)) => {
-                    return Err(refuse(
-                        "schema",
-                        format!(
-                            "both schema = {} and schemas = {} are set: keep schema for one schema, or schemas for a pattern",
-                            cut(one),
-                            cut(pattern)
-                        ),
-                    ))
-                }
-                (None, None) => {
-                    return Err(refuse(
-                        "schema",
-                        format!(
-                            "source {:?} names no schema: set schema = \"public\" (one schema) or schemas = \"tenant_*\" (every matching schema)",
-                            s.name
-                        ),
-                    ))
-                }
-                (Some(one), None) => SchemaSelector::One(
-                    Schema::new(one).map_err(|e| refuse("schema", reason_of(e)))?,
-                ),
-                (None, Some(pattern)) => {
-                    outbox::discover::pattern_to_like(pattern)
-                        .map_err(|e| refuse("schemas", reason_of(e)))?;
-                    SchemaSelector::Pattern(pattern.clone())
-                }
-            };
+            let schemas = selector(s, refuse)?;
             let database_url = match s.database_url.as_ref().or(self.database_url.as_ref()) {
                 Some(url) if !url.trim().is_empty() => url.clone(),
                 _ => {
-                    return Err(refuse(
+                    return Err(refuse.at(
                         "database_url",
                         format!(
                             "source {:?} has no database: set database_url in its [[source]] entry or the top-level database_url (postgres://USER:PASS@HOST:PORT/DB)",
@@ -141,52 +110,114 @@ impl Config {
                     ))
                 }
             };
-            let options = crate::db::check_url(&database_url)
-                .map_err(|e| refuse("database_url", crate::text::cut_words(&format!("{e:#}"))))?;
-            let address = crate::db::database_address(&options);
-            if let SchemaSelector::One(schema) = &schemas {
-                if let Some(first) = out.iter().position(|e| {
-                    e.address == address && e.schemas == SchemaSelector::One(schema.clone())
-                }) {
-                    return Err(refuse(
-                        "schema",
-                        format!(
-                            "source {:?} and source[{}] {:?} both serve schema {} of the database at {address}: one schema is one source, or every event is delivered twice; remove one of the two entries",
-                            s.name,
-                            first + 1,
-                            out[first].name,
-                            schema.name()
-                        ),
-                    ));
-                }
-            }
-            let mut relay = self.relay.clone();
-            if let Some(batch_size) = s.batch_size {
-                relay.batch_size = batch_size;
-            }
-            if let Some(max_attempts) = s.max_attempts {
-                relay.max_attempts = max_attempts;
-            }
-            // `[relay]` itself was checked: only an override can fail here.
-            relay.validate().map_err(|e| match e {
-                outbox::Error::Invalid { field, reason } => refuse(&field, reason),
-                other => refuse("relay", other.to_string()),
+            let options = crate::db::check_url(&database_url).map_err(|e| {
+                refuse.at("database_url", crate::text::cut_words(&format!("{e:#}")))
             })?;
-            let publisher = s
-                .publisher
-                .clone()
-                .unwrap_or_else(|| self.publisher.clone());
+            let address = crate::db::database_address(&options);
+            refuse_served_twice(&out, s, &schemas, &address, refuse)?;
             out.push(SourceEntry {
                 name: s.name.clone(),
                 database_url,
                 address,
                 schemas,
-                relay,
-                publisher,
+                relay: self.entry_relay(s, refuse)?,
+                publisher: s
+                    .publisher
+                    .clone()
+                    .unwrap_or_else(|| self.publisher.clone()),
             });
         }
         Ok(out)
     }
+
+    /// `[relay]` with entry `s`'s overrides, checked (`[relay]` itself was
+    /// checked: only an override can fail here).
+    fn entry_relay(&self, s: &SourceConfig, refuse: Refuse) -> Result<RelayConfig, Refusal> {
+        let mut relay = self.relay.clone();
+        if let Some(batch_size) = s.batch_size {
+            relay.batch_size = batch_size;
+        }
+        if let Some(max_attempts) = s.max_attempts {
+            relay.max_attempts = max_attempts;
+        }
+        relay.validate().map_err(|e| match e {
+            outbox::Error::Invalid { field, reason } => refuse.at(&field, reason),
+            other => refuse.at("relay", other.to_string()),
+        })?;
+        Ok(relay)
+    }
+}
+
+/// Refusals of entry N (from 1): `source[N].field`.
+#[derive(Clone, Copy)]
+struct Refuse(usize);
+
+impl Refuse {
+    fn at(self, field: &str, reason: String) -> Refusal {
+        Refusal {
+            key: format!("source[{}].{field}", self.0),
+            reason,
+        }
+    }
+}
+
+/// Entry `s`'s schema or pattern: exactly one of the two, valid.
+fn selector(s: &SourceConfig, refuse: Refuse) -> Result<SchemaSelector, Refusal> {
+    match (&s.schema, &s.schemas) {
+        (Some(one), Some(pattern)) => Err(refuse.at(
+            "schema",
+            format!(
+                "both schema = {} and schemas = {} are set: keep schema for one schema, or schemas for a pattern",
+                cut(one),
+                cut(pattern)
+            ),
+        )),
+        (None, None) => Err(refuse.at(
+            "schema",
+            format!(
+                "source {:?} names no schema: set schema = \"public\" (one schema) or schemas = \"tenant_*\" (every matching schema)",
+                s.name
+            ),
+        )),
+        (Some(one), None) => Ok(SchemaSelector::One(
+            Schema::new(one).map_err(|e| refuse.at("schema", reason_of(e)))?,
+        )),
+        (None, Some(pattern)) => {
+            outbox::discover::pattern_to_like(pattern)
+                .map_err(|e| refuse.at("schemas", reason_of(e)))?;
+            Ok(SchemaSelector::Pattern(pattern.to_string()))
+        }
+    }
+}
+
+/// One schema of one database (however its URL is spelled) is one source:
+/// a second entry for it would deliver every event twice.
+fn refuse_served_twice(
+    out: &[SourceEntry],
+    s: &SourceConfig,
+    schemas: &SchemaSelector,
+    address: &str,
+    refuse: Refuse,
+) -> Result<(), Refusal> {
+    let SchemaSelector::One(schema) = schemas else {
+        return Ok(());
+    };
+    let Some(first) = out
+        .iter()
+        .position(|e| e.address == address && e.schemas == SchemaSelector::One(schema.clone()))
+    else {
+        return Ok(());
+    };
+    Err(refuse.at(
+        "schema",
+        format!(
+            "source {:?} and source[{}] {:?} both serve schema {} of the database at {address}: one schema is one source, or every event is delivered twice; remove one of the two entries",
+            s.name,
+            first + 1,
+            out[first].name,
+            schema.name()
+        ),
+    ))
 }
 
 /// The reason of the library's [`outbox::Error::Invalid`], else its text.
