@@ -189,100 +189,129 @@ impl Reader {
                 return Ok(());
             }
             let opened = match first.take() {
-                Some(client) => Ok(client),
-                None => match self.position.saved().await {
-                    Ok(start) => {
-                        session::open(
-                            &self.target,
-                            &self.slot,
-                            &self.publication,
-                            STATUS_INTERVAL,
-                            start,
-                        )
-                        .await
-                    }
-                    Err(e) => Err(NotStarted::Failed(e.with_causes().to_string())),
-                },
+                Some(session) => Ok(session),
+                None => self.open().await,
             };
-            let wait = match opened {
-                Ok(Session { mut client, pid }) => {
-                    self.fence = pid;
+            let next = match opened {
+                Ok(session) => {
                     standing_by = false;
                     retry.reset();
-                    self.state.active.store(true, Ordering::Relaxed);
-                    tracing::info!(slot = %self.slot, "reading the replication slot");
-                    let ended = match self.session_started().await {
-                        Ok(true) => {
-                            let _ = client.shutdown().await;
-                            Ok(Ended::Switched)
-                        }
-                        Ok(false) => self.stream(client).await,
-                        Err(e) => {
-                            client.stop();
-                            Err(e.with_causes().to_string())
-                        }
-                    };
-                    self.state.active.store(false, Ordering::Relaxed);
-                    match ended {
-                        Ok(Ended::Stopped) => return Ok(()),
-                        Ok(Ended::Switched) => {
-                            self.switch.finish(&self.slot).await?;
-                            self.state.switched.store(true, Ordering::Relaxed);
-                            return Ok(());
-                        }
-                        Err(error) => {
-                            tracing::warn!(slot = %self.slot, %error, "replication stream ended; reading again from the slot's confirmed position");
-                            if let Some(o) = &self.observer {
-                                o.on_outage(OutageKind::Database, &error);
-                            }
-                            retry.next_delay()
-                        }
-                    }
+                    self.session(session).await
                 }
                 Err(NotStarted::SlotBusy(message)) => {
                     if !standing_by {
                         tracing::info!(slot = %self.slot, "{message}");
                         standing_by = true;
                     }
-                    standby
+                    ControlFlow::Continue(Some(standby))
                 }
-                Err(NotStarted::SlotGone(health)) => {
-                    match self.switch.slot_gone(&self.slot, health).await {
-                        Ok(Gone::Forgotten) => {
-                            tracing::info!(slot = %self.slot, "the schema is back in the table mode and its slot is dropped: nothing more to read");
-                            self.state.switched.store(true, Ordering::Relaxed);
-                            return Ok(());
-                        }
-                        Ok(Gone::SwitchEnded) => {
-                            self.state.switched.store(true, Ordering::Relaxed);
-                            return Ok(());
-                        }
-                        Ok(Gone::Fatal(reason)) => {
-                            tracing::error!(slot = %self.slot, "{reason}");
-                            return Err(Error::invalid("replication", reason));
-                        }
-                        Err(e) => {
-                            tracing::warn!(slot = %self.slot, error = %e.with_causes(), "could not read the schema's slot; trying again");
-                            retry.next_delay()
-                        }
-                    }
-                }
-                Err(NotStarted::NoSender(reason)) => {
-                    tracing::warn!(slot = %self.slot, "{reason}; trying again");
-                    retry.next_delay()
-                }
-                Err(NotStarted::Refused(reason)) => {
-                    tracing::error!(slot = %self.slot, "{reason}");
-                    return Err(Error::invalid("replication", reason));
-                }
-                Err(NotStarted::Failed(error)) => {
-                    tracing::warn!(slot = %self.slot, %error, "could not open the replication session; trying again");
-                    retry.next_delay()
-                }
+                Err(not_started) => self.not_started(not_started).await,
+            };
+            let wait = match next {
+                ControlFlow::Break(ended) => return ended,
+                ControlFlow::Continue(wait) => wait.unwrap_or_else(|| retry.next_delay()),
             };
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = self.shutdown.changed() => {}
+            }
+        }
+    }
+
+    /// Opens a session from the position saved beside the slot.
+    async fn open(&mut self) -> std::result::Result<Session, NotStarted> {
+        let start = self
+            .position
+            .saved()
+            .await
+            .map_err(|e| NotStarted::Failed(e.with_causes().to_string()))?;
+        session::open(
+            &self.target,
+            &self.slot,
+            &self.publication,
+            STATUS_INTERVAL,
+            start,
+        )
+        .await
+    }
+
+    /// Reads one session to its end. Breaks when the reader is done (the
+    /// relay stops, the switch back to the table ended); continues, to
+    /// open another after the doubling wait (`None`), when the stream
+    /// failed.
+    async fn session(
+        &mut self,
+        Session { mut client, pid }: Session,
+    ) -> ControlFlow<Result<()>, Option<Duration>> {
+        self.fence = pid;
+        self.state.active.store(true, Ordering::Relaxed);
+        tracing::info!(slot = %self.slot, "reading the replication slot");
+        let ended = match self.session_started().await {
+            Ok(true) => {
+                let _ = client.shutdown().await;
+                Ok(Ended::Switched)
+            }
+            Ok(false) => self.stream(client).await,
+            Err(e) => {
+                client.stop();
+                Err(e.with_causes().to_string())
+            }
+        };
+        self.state.active.store(false, Ordering::Relaxed);
+        match ended {
+            Ok(Ended::Stopped) => ControlFlow::Break(Ok(())),
+            Ok(Ended::Switched) => {
+                if let Err(e) = self.switch.finish(&self.slot).await {
+                    return ControlFlow::Break(Err(e));
+                }
+                self.state.switched.store(true, Ordering::Relaxed);
+                ControlFlow::Break(Ok(()))
+            }
+            Err(error) => {
+                tracing::warn!(slot = %self.slot, %error, "replication stream ended; reading again from the slot's confirmed position");
+                if let Some(o) = &self.observer {
+                    o.on_outage(OutageKind::Database, &error);
+                }
+                ControlFlow::Continue(None)
+            }
+        }
+    }
+
+    /// A session that did not open (a busy slot aside): breaks when the
+    /// reader is done (the slot is gone for good, or refused), continues
+    /// after the doubling wait (`None`) when it may open later.
+    async fn not_started(&mut self, why: NotStarted) -> ControlFlow<Result<()>, Option<Duration>> {
+        match why {
+            NotStarted::SlotGone(health) => match self.switch.slot_gone(&self.slot, health).await {
+                Ok(Gone::Forgotten) => {
+                    tracing::info!(slot = %self.slot, "the schema is back in the table mode and its slot is dropped: nothing more to read");
+                    self.state.switched.store(true, Ordering::Relaxed);
+                    ControlFlow::Break(Ok(()))
+                }
+                Ok(Gone::SwitchEnded) => {
+                    self.state.switched.store(true, Ordering::Relaxed);
+                    ControlFlow::Break(Ok(()))
+                }
+                Ok(Gone::Fatal(reason)) => {
+                    tracing::error!(slot = %self.slot, "{reason}");
+                    ControlFlow::Break(Err(Error::invalid("replication", reason)))
+                }
+                Err(e) => {
+                    tracing::warn!(slot = %self.slot, error = %e.with_causes(), "could not read the schema's slot; trying again");
+                    ControlFlow::Continue(None)
+                }
+            },
+            NotStarted::NoSender(reason) => {
+                tracing::warn!(slot = %self.slot, "{reason}; trying again");
+                ControlFlow::Continue(None)
+            }
+            NotStarted::Refused(reason) => {
+                tracing::error!(slot = %self.slot, "{reason}");
+                ControlFlow::Break(Err(Error::invalid("replication", reason)))
+            }
+            NotStarted::Failed(error) | NotStarted::SlotBusy(error) => {
+                tracing::warn!(slot = %self.slot, %error, "could not open the replication session; trying again");
+                ControlFlow::Continue(None)
             }
         }
     }
