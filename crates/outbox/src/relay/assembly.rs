@@ -21,7 +21,8 @@ use super::lease::{lease_loop, LeaseLoop};
 use super::observe::{RelayObserver, RelayStats};
 use super::ownership::Ownership;
 use super::store::Store;
-use super::wal::{ReaderParts, ReplicationTarget};
+use super::wal::session::Session;
+use super::wal::{self, ReplicationTarget, SlotState};
 use super::worker::{self, Exit, Worker};
 use super::{RelayConfig, Retention};
 use crate::error::Result;
@@ -131,25 +132,17 @@ impl Assembly {
         }
     }
 
-    /// What the schema's slot reader is built from, reading through
-    /// `target` until `shutdown`.
-    pub(crate) fn reader(
+    /// Starts the schema's slot reader on slot `slot` (publication
+    /// `publication`), reading through `target` from `first` if a session
+    /// is open, until `shutdown`.
+    pub(crate) fn start_reader(
         &self,
         target: ReplicationTarget,
         shutdown: watch::Receiver<bool>,
-    ) -> ReaderParts {
-        ReaderParts {
-            pool: self.pool.clone(),
-            schema: self.schema.clone(),
-            target,
-            publisher: self.publisher.clone(),
-            config: self.config.clone(),
-            stats: self.stats.clone(),
-            observer: self.observer.clone(),
-            shutdown,
-            wakeup: self.wakeup.clone(),
-            #[cfg(feature = "opentelemetry")]
-            tracer: self.tracer.clone(),
-        }
+        slot: String,
+        publication: String,
+        first: Option<Session>,
+    ) -> (JoinHandle<Result<()>>, Arc<SlotState>) {
+        wal::spawn_reader(self, target, shutdown, slot, publication, first)
     }
 }

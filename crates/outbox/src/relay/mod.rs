@@ -180,9 +180,7 @@ impl RelayBuilder {
         let (reader, slot_state) = match slot {
             Some(s) => {
                 let (task, state) =
-                    parts
-                        .reader(s.target, shutdown_rx)
-                        .spawn(s.slot, s.publication, s.first);
+                    parts.start_reader(s.target, shutdown_rx, s.slot, s.publication, s.first);
                 (Some(task), state)
             }
             None => (None, Arc::new(wal::SlotState::default())),

@@ -93,9 +93,7 @@ impl SlotReader {
             return;
         };
         tracing::info!(source = %src.name, slot, "reading the schema's replication slot");
-        let (task, state) = parts
-            .reader(target, stop.clone())
-            .spawn(slot, publication, None);
+        let (task, state) = parts.start_reader(target, stop.clone(), slot, publication, None);
         // When it ends, the source wakes to look at why.
         let wakeup = src.wakeup.clone();
         let watched = tokio::spawn(async move {

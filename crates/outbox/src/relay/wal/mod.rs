@@ -1,8 +1,8 @@
 //! The relay of a WAL-mode schema: it streams the schema's logical
 //! messages from its replication slot and publishes them through the
-//! delivery core the table mode uses ([`crate::relay::deliver`]). Built
-//! the same way ([`ReaderParts`]) by a relay of one source and by each
-//! source of a relay of many.
+//! delivery core the table mode uses ([`crate::relay::deliver`]). Started
+//! the same way ([`spawn_reader`], from `relay/assembly.rs`) by a relay of
+//! one source and by each source of a relay of many.
 //!
 //! | concept | file |
 //! |---------|------|
@@ -27,76 +27,58 @@ pub use reader::SlotState;
 
 use std::sync::Arc;
 
-use sqlx::PgPool;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::error::{Error, Result};
-use crate::publisher::Publisher;
-use crate::relay::config::RelayConfig;
+use crate::relay::assembly::Assembly;
 use crate::relay::deliver::{pauses::PauseWatch, Core};
-use crate::relay::observe::{RelayObserver, RelayStats};
-use crate::schema::Schema;
-use crate::wakeup::Wakeup;
 
-/// What a slot's reader is built from, the same for a relay of one source
-/// and for each source of a relay of many.
-pub(crate) struct ReaderParts {
-    pub pool: PgPool,
-    pub schema: Schema,
-    pub target: ReplicationTarget,
-    pub publisher: Arc<dyn Publisher>,
-    pub config: RelayConfig,
-    pub stats: Arc<RelayStats>,
-    pub observer: Option<Arc<dyn RelayObserver>>,
-    pub shutdown: watch::Receiver<bool>,
-    /// The table worker's wake-up: the reader wakes it when it sets events
-    /// aside, and reads the pause changes it carries.
-    pub wakeup: Arc<Wakeup>,
-    #[cfg(feature = "opentelemetry")]
-    pub tracer: Option<Arc<crate::trace::PublishTracer>>,
-}
-
-impl ReaderParts {
-    /// Starts reading slot `slot` (with publication `publication`) on its
-    /// own task, from `first` if a session is already open.
-    pub(crate) fn spawn(
-        self,
-        slot: String,
-        publication: String,
-        first: Option<session::Session>,
-    ) -> (JoinHandle<Result<()>>, Arc<SlotState>) {
-        let state = Arc::new(SlotState::default());
-        let reader = reader::Reader {
-            prefix: crate::wal::message_prefix(&self.schema),
-            aside: set_aside::SetAside::new(self.pool.clone(), &self.schema),
-            switch: switch::Switch::new(self.pool.clone(), &self.schema),
-            position: position::Position::new(self.pool.clone(), &self.schema),
-            core: Core::new(
-                self.publisher,
-                &self.config,
-                #[cfg(feature = "opentelemetry")]
-                self.tracer,
-            ),
-            pauses: PauseWatch::new(self.pool.clone(), &self.schema, self.wakeup.clone()),
-            target: self.target,
-            slot,
-            publication,
-            config: self.config,
-            stats: self.stats,
-            observer: self.observer,
-            shutdown: self.shutdown,
-            state: state.clone(),
-            // Read when each session starts.
-            blocked: Default::default(),
-            switch_mark: None,
-            fence: 0,
-            admission: Default::default(),
-            next_seq: 0,
-            wakeup: self.wakeup,
-        };
-        (tokio::spawn(reader.run(first)), state)
-    }
+/// Starts reading slot `slot` (with publication `publication`) through
+/// `target` on its own task, from `first` if a session is already open,
+/// with what serves the schema (`parts`: the same for a relay of one
+/// source and for each source of a relay of many), until `shutdown`.
+/// `parts.wakeup` is the table worker's: the reader wakes it when it sets
+/// events aside, and reads the pause changes it carries.
+pub(crate) fn spawn_reader(
+    parts: &Assembly,
+    target: ReplicationTarget,
+    shutdown: watch::Receiver<bool>,
+    slot: String,
+    publication: String,
+    first: Option<session::Session>,
+) -> (JoinHandle<Result<()>>, Arc<SlotState>) {
+    let state = Arc::new(SlotState::default());
+    let (pool, schema) = (&parts.pool, &parts.schema);
+    let reader = reader::Reader {
+        prefix: crate::wal::message_prefix(schema),
+        aside: set_aside::SetAside::new(pool.clone(), schema),
+        switch: switch::Switch::new(pool.clone(), schema),
+        position: position::Position::new(pool.clone(), schema),
+        core: Core::new(
+            parts.publisher.clone(),
+            &parts.config,
+            #[cfg(feature = "opentelemetry")]
+            parts.tracer.clone(),
+        ),
+        pauses: PauseWatch::new(pool.clone(), schema, parts.wakeup.clone()),
+        target,
+        slot,
+        publication,
+        config: parts.config.clone(),
+        stats: parts.stats.clone(),
+        observer: parts.observer.clone(),
+        shutdown,
+        state: state.clone(),
+        // Read when each session starts.
+        blocked: Default::default(),
+        switch_mark: None,
+        fence: 0,
+        admission: Default::default(),
+        next_seq: 0,
+        wakeup: parts.wakeup.clone(),
+    };
+    (tokio::spawn(reader.run(first)), state)
 }
 
 /// Where the relay opens its replication connection: the server itself
