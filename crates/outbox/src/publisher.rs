@@ -82,6 +82,21 @@ pub trait Publisher: Send + Sync + 'static {
         1
     }
 
+    /// The most events one [`Publisher::publish`] call gets (never more
+    /// than `batch_size`). By default one when several calls may be in
+    /// flight, every ready event otherwise. A broker client that batches
+    /// and pipelines itself (Kafka's producer queue) takes several calls
+    /// of many events each: a batch that joins while a call is in flight
+    /// goes out in the next call without waiting for the first one's
+    /// acknowledgements.
+    fn events_per_call(&self) -> usize {
+        if self.concurrent_calls() > 1 {
+            1
+        } else {
+            usize::MAX
+        }
+    }
+
     /// Checks that the broker is reachable (used by readiness checks).
     async fn health(&self) -> Result<(), Unavailable> {
         Ok(())
@@ -104,6 +119,9 @@ impl<P: Publisher + ?Sized> Publisher for std::sync::Arc<P> {
     }
     fn concurrent_calls(&self) -> usize {
         (**self).concurrent_calls()
+    }
+    fn events_per_call(&self) -> usize {
+        (**self).events_per_call()
     }
     async fn health(&self) -> Result<(), Unavailable> {
         (**self).health().await

@@ -58,6 +58,9 @@ impl ClientContext for Context {
 
 type Inner = FutureProducer<Context>;
 
+/// Publish calls the relay may have in flight at once.
+const CALLS_IN_FLIGHT: usize = 4;
+
 /// Publishes events to Kafka.
 ///
 /// * topic: the event's topic override, or [`KafkaConfig::topic_template`];
@@ -244,6 +247,18 @@ impl Publisher for KafkaPublisher {
 
     fn destination(&self, event: &Event) -> Option<String> {
         self.topic.destination(event).ok().map(Cow::into_owned)
+    }
+
+    /// The producer queues and pipelines by itself (idempotent, in order
+    /// per partition): a batch that joins while a call waits for its
+    /// delivery reports is queued at once in a call of its own. The lanes
+    /// never put two events of one aggregate in flight.
+    fn concurrent_calls(&self) -> usize {
+        CALLS_IN_FLIGHT
+    }
+
+    fn events_per_call(&self) -> usize {
+        usize::MAX
     }
 
     async fn publish(&self, batch: &[Event]) -> Result<Vec<Outcome>, Unavailable> {

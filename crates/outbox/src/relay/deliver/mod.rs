@@ -110,7 +110,7 @@ impl Core {
         J: FnMut(N::Output) -> (Vec<Event>, Option<N>),
     {
         let calls = self.publisher.concurrent_calls().max(1);
-        let per_call = if calls == 1 { self.call_max } else { 1 };
+        let per_call = self.publisher.events_per_call().clamp(1, self.call_max);
         let mut lanes = Lanes::new(batch);
         let mut in_flight = FuturesUnordered::new();
         loop {
@@ -234,6 +234,8 @@ mod tests {
     #[derive(Default)]
     struct SlowOne {
         delivered: Mutex<Vec<i64>>,
+        /// Calls of many events each (a pipelining client), not one.
+        batches: bool,
     }
 
     #[async_trait::async_trait]
@@ -254,6 +256,14 @@ mod tests {
 
         fn concurrent_calls(&self) -> usize {
             4
+        }
+
+        fn events_per_call(&self) -> usize {
+            if self.batches {
+                usize::MAX
+            } else {
+                1
+            }
         }
     }
 
@@ -314,5 +324,34 @@ mod tests {
         let later = next.expect("handed back, not joined").await;
         assert_eq!(later.iter().map(|e| e.seq).collect::<Vec<_>>(), [3]);
         assert_eq!(*p.delivered.lock().unwrap(), [1, 2]);
+    }
+
+    #[tokio::test]
+    async fn a_pipelining_publisher_gets_a_joined_batch_in_a_call_of_its_own_while_the_first_waits()
+    {
+        let p = Arc::new(SlowOne {
+            batches: true,
+            ..SlowOne::default()
+        });
+        let mut s = Settlement::default();
+        let next = Box::pin(async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            vec![ev(3, "c"), ev(4, "d")]
+        });
+        let (left, _) = core(p.clone())
+            .deliver_joined(
+                &mut s,
+                vec![ev(1, "slow"), ev(2, "b")],
+                Some(next),
+                |j| (j, None),
+                |_, g| g,
+            )
+            .await;
+        assert!(left.is_empty());
+        assert_eq!(
+            *p.delivered.lock().unwrap(),
+            [3, 4, 1, 2],
+            "the joined events went in a second call while the first waited on slow"
+        );
     }
 }

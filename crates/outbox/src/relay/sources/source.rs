@@ -340,6 +340,10 @@ impl Publisher for Unclosed {
         self.0.concurrent_calls()
     }
 
+    fn events_per_call(&self) -> usize {
+        self.0.events_per_call()
+    }
+
     async fn health(&self) -> Result<(), Unavailable> {
         self.0.health().await
     }
