@@ -33,52 +33,11 @@ fn samples(body: &str) -> BTreeMap<String, f64> {
 }
 
 /// `promtool check metrics` on `body`, which must pass; nothing without
-/// promtool. promtool reads the Prometheus text format, where a counter's
-/// family is named with its `_total`; OpenMetrics names it without, so
-/// "no help text" for a counter whose family has its HELP and `counter`
-/// TYPE is the formats' difference and let through; anything else fails.
+/// promtool.
 fn promtool_check_metrics(body: &str) {
-    use std::io::Write;
-    let Ok(mut child) = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-    else {
-        eprintln!("skipped: promtool is not installed (.ci/run installs it)");
-        return;
-    };
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(body.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let openmetrics_counter = |line: &str| {
-        line.strip_suffix(" no help text")
-            .and_then(|sample| sample.strip_suffix("_total"))
-            .is_some_and(|family| {
-                body.contains(&format!("# HELP {family} "))
-                    && body.contains(&format!("# TYPE {family} counter\n"))
-            })
-    };
-    let complaints: Vec<&str> = said
-        .lines()
-        .filter(|l| !l.trim().is_empty() && !openmetrics_counter(l))
-        .collect();
-    // 0: clean; 3: lint findings only; anything else: not parsed.
-    assert!(
-        matches!(out.status.code(), Some(0 | 3)) && complaints.is_empty(),
-        "promtool check metrics ({}): {said}\n{body}",
-        out.status
-    );
+    if let Some(Err(said)) = outbox_testkit::promtool::check_metrics(body) {
+        panic!("promtool check metrics ({said})\n{body}");
+    }
 }
 
 async fn scrape(port: u16) -> Option<BTreeMap<String, f64>> {

@@ -9,6 +9,7 @@ pub mod cloudevents;
 pub mod conformance;
 pub mod order;
 pub mod postgres;
+pub mod promtool;
 pub mod publisher;
 pub mod wait;
 #[cfg(feature = "webhook")]
