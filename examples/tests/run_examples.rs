@@ -184,6 +184,7 @@ async fn custom_publisher_passes_the_conformance_suite() {
     for case in [
         "delivers_a_batch",
         "maps_headers_key_and_destination",
+        "calls_in_flight_at_once_each_settle_their_own_events",
         "keeps_aggregate_order",
         "drains_a_large_batch",
         "delivers_every_event_as_stored",

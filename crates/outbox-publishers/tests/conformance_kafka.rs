@@ -334,6 +334,7 @@ async fn tansu_delivers_a_batch_and_maps_headers() {
     };
     conformance::delivers_a_batch(&h).await;
     conformance::maps_headers_key_and_destination(&h).await;
+    conformance::calls_in_flight_at_once_each_settle_their_own_events(&h).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -396,6 +396,7 @@ macro_rules! suite {
             outbox_testkit::conformance_suite! { @direct SqsHarness::shared($mode).await;
                 delivers_a_batch(h) => conformance::delivers_a_batch(&h),
                 maps_headers_key_and_destination(h) => conformance::maps_headers_key_and_destination(&h),
+                calls_in_flight_at_once_each_settle_their_own_events(h) => conformance::calls_in_flight_at_once_each_settle_their_own_events(&h),
             }
 
             outbox_testkit::conformance_suite! { @relayed SqsHarness::shared($mode).await;

@@ -5,6 +5,15 @@
 #[cfg(any(feature = "amqp", feature = "nats", feature = "redis"))]
 use outbox::{Outcome, Unavailable};
 
+/// Publish calls the relay may have in flight at once to a broker whose
+/// client pipelines calls on one connection, in order, without waiting
+/// for one call's acknowledgements before sending the next (Kafka's
+/// producer queue, a multiplexed Redis connection). Ordering does not rest on this: the relay never puts two
+/// events of one aggregate in flight, so a batch that joins while a call
+/// waits goes out at once in a call of its own.
+#[cfg(any(feature = "kafka", feature = "redis"))]
+pub(crate) const PIPELINED_CALLS: usize = 4;
+
 /// The methods a broker publisher `$publisher` with settings `$config`
 /// offers besides [`outbox::Publisher`], each documented by the comments
 /// written above its name:

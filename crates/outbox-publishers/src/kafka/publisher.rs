@@ -19,7 +19,7 @@ use rdkafka::ClientContext;
 use super::classify::{failure, settle, Class, Sent};
 use super::config::{topic_problem, KafkaConfig};
 use super::message::headers;
-use crate::broker::publisher::broker_publisher;
+use crate::broker::publisher::{broker_publisher, PIPELINED_CALLS};
 use crate::{Envelope, Error, Template};
 
 /// What librdkafka's global errors said: "all brokers down" is remembered
@@ -57,9 +57,6 @@ impl ClientContext for Context {
 }
 
 type Inner = FutureProducer<Context>;
-
-/// Publish calls the relay may have in flight at once.
-const CALLS_IN_FLIGHT: usize = 4;
 
 /// Publishes events to Kafka.
 ///
@@ -254,7 +251,7 @@ impl Publisher for KafkaPublisher {
     /// delivery reports is queued at once in a call of its own. The lanes
     /// never put two events of one aggregate in flight.
     fn concurrent_calls(&self) -> usize {
-        CALLS_IN_FLIGHT
+        PIPELINED_CALLS
     }
 
     fn events_per_call(&self) -> usize {

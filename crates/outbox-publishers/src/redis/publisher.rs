@@ -19,7 +19,9 @@ use tokio::sync::Mutex;
 use super::classify::{classify_reply, is_transport};
 use super::config::RedisConfig;
 use crate::broker::answer::Answer;
-use crate::broker::publisher::{broker_publisher, connect_within, or_retry, partial_outage};
+use crate::broker::publisher::{
+    broker_publisher, connect_within, or_retry, partial_outage, PIPELINED_CALLS,
+};
 use crate::{Envelope, Error, Template};
 
 /// Appends events to Redis streams.
@@ -163,6 +165,17 @@ impl Publisher for RedisPublisher {
 
     fn destination(&self, event: &Event) -> Option<String> {
         self.stream.destination(event).ok().map(Cow::into_owned)
+    }
+
+    /// The multiplexed connection pipelines calls in order: a batch that
+    /// joins while a call waits for its replies is sent at once in a call
+    /// of its own ([`PIPELINED_CALLS`]).
+    fn concurrent_calls(&self) -> usize {
+        PIPELINED_CALLS
+    }
+
+    fn events_per_call(&self) -> usize {
+        usize::MAX
     }
 
     async fn publish(&self, batch: &[Event]) -> Result<Vec<Outcome>, Unavailable> {

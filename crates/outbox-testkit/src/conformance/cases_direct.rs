@@ -107,6 +107,69 @@ pub async fn maps_headers_key_and_destination<H: Harness>(h: &H) {
     run.done("");
 }
 
+/// Publishes as many calls at once as the publisher lets the relay have
+/// in flight ([`Publisher::concurrent_calls`], at most 8), each of as many
+/// events as one call may carry ([`Publisher::events_per_call`], at most
+/// 10), every event of its own aggregate: each call is answered with its
+/// own events' outcomes, all delivered, and every message is on the
+/// broker exactly once. A client that pipelines calls on one connection
+/// must not hand one call's answers to another.
+pub async fn calls_in_flight_at_once_each_settle_their_own_events<H: Harness>(h: &H) {
+    let run = Run::start(h, "calls_in_flight_at_once_each_settle_their_own_events");
+    let (name, case) = (&run.name, run.case);
+    let scope = Scope::new("calls");
+    h.prepare(&scope).await;
+    let publisher = std::sync::Arc::new(h.publisher().await);
+    let calls = publisher.concurrent_calls().clamp(1, 8);
+    let per_call = publisher.events_per_call().clamp(1, 10);
+    let batches: Vec<Vec<Event>> = (0..calls)
+        .map(|c| {
+            (0..per_call)
+                .map(|k| event(&scope, &format!("call{c}-agg{k}"), 0))
+                .collect()
+        })
+        .collect();
+    let sent: Vec<_> = batches
+        .iter()
+        .cloned()
+        .map(|batch| {
+            let publisher = publisher.clone();
+            tokio::spawn(async move { publisher.publish(&batch).await })
+        })
+        .collect();
+    for (c, (call, batch)) in sent.into_iter().zip(&batches).enumerate() {
+        let outcomes = call
+            .await
+            .unwrap_or_else(|e| panic!("{name} / {case}: call {c} panicked: {e}"))
+            .unwrap_or_else(|e| panic!("{name} / {case}: call {c} failed: {e}"));
+        assert_eq!(
+            outcomes,
+            vec![Outcome::Delivered; batch.len()],
+            "{name} / {case}: call {c} of {calls} in flight: one outcome per event, all delivered"
+        );
+    }
+    publisher.close().await;
+    let total = calls * per_call;
+    let received = h.consume(&scope, total, Duration::from_secs(30)).await;
+    assert_eq!(
+        received.len(),
+        total,
+        "{name} / {case}: {calls} calls of {per_call}: one message per event on the broker"
+    );
+    for e in batches.iter().flatten() {
+        let r = message_of(&received, e.id, name, case);
+        assert_eq!(
+            r.payload,
+            e.payload.as_bytes(),
+            "{name} / {case}: event {} carries its own payload",
+            e.id
+        );
+    }
+    run.done(&format!(
+        "{calls} calls of {per_call} events in flight at once"
+    ));
+}
+
 /// Publishes `batch` with a new publisher of the harness (a publish error
 /// fails the case); returns the publisher, still open, and the outcomes.
 async fn publish_directly<H: Harness>(

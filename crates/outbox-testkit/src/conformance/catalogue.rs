@@ -8,6 +8,7 @@
 pub const CASES: &[&str] = &[
     "delivers_a_batch",
     "maps_headers_key_and_destination",
+    "calls_in_flight_at_once_each_settle_their_own_events",
     "keeps_aggregate_order",
     "drains_a_large_batch",
     "rejects_an_oversized_message",

@@ -60,7 +60,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use outbox::Publisher;
 
-pub use cases_direct::{delivers_a_batch, maps_headers_key_and_destination};
+pub use cases_direct::{
+    calls_in_flight_at_once_each_settle_their_own_events, delivers_a_batch,
+    maps_headers_key_and_destination,
+};
 pub use cases_faithful::{delivers_every_event_as_stored, HOSTILE_HEADERS, HOSTILE_PAYLOADS};
 pub use cases_outage::{outage_burns_no_attempts, survives_a_broker_restart};
 pub use cases_relay::{drains_a_large_batch, keeps_aggregate_order, rejects_an_oversized_message};

@@ -50,6 +50,7 @@ macro_rules! conformance_suite {
         $crate::conformance_suite! { @direct $shared;
             delivers_a_batch(h) => $crate::conformance::delivers_a_batch(&h),
             maps_headers_key_and_destination(h) => $crate::conformance::maps_headers_key_and_destination(&h),
+            calls_in_flight_at_once_each_settle_their_own_events(h) => $crate::conformance::calls_in_flight_at_once_each_settle_their_own_events(&h),
         }
 
         $crate::conformance_suite! { @relayed $shared;

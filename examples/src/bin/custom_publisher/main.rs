@@ -175,6 +175,8 @@ async fn main() -> Result<()> {
     report("delivers_a_batch", true);
     conformance::maps_headers_key_and_destination(&h).await;
     report("maps_headers_key_and_destination", true);
+    conformance::calls_in_flight_at_once_each_settle_their_own_events(&h).await;
+    report("calls_in_flight_at_once_each_settle_their_own_events", true);
     conformance::keeps_aggregate_order(&h, &dbs.fresh().await).await;
     report("keeps_aggregate_order", true);
     conformance::drains_a_large_batch(&h, &dbs.fresh().await, 5_000).await;
