@@ -546,3 +546,137 @@ async fn across_small_batches_in_flight_a_slow_and_a_retried_aggregate_keep_thei
         h.stop().await;
     }
 }
+
+/// A slow call holds only its aggregate, not the batches after it: with
+/// batches of 8, the thirty-one events of other aggregates behind a slow
+/// one's (in that batch and the three after it) are delivered while the
+/// slow call is still in flight. The batch claimed, or read from the
+/// slot, while the first one's calls are in flight joins it.
+#[tokio::test]
+async fn a_slow_call_holds_only_its_aggregate_not_the_batches_after_it() {
+    for combo in EVERY {
+        let publisher = TestPublisher::new();
+        publisher.set_concurrent_calls(4);
+        publisher.set_slow_aggregate("slow", Duration::from_secs(3));
+        let h = harness_with(combo, &publisher, None, |c| c.batch_size = 8).await;
+        let mut events = vec![event("slow", 1)];
+        events.extend((1..=31).map(|a| event(&format!("a{a}"), 1)));
+        let expected: Vec<Uuid> = events.iter().map(|e| e.id).collect();
+        h.emit(&events).await;
+        wait_until(
+            &format!("{combo:?}: the other aggregates' 31 events"),
+            LONG,
+            || async {
+                let d = publisher.deliveries();
+                d.iter().filter(|e| e.aggregate_id != "slow").count() >= 31
+            },
+        )
+        .await;
+        let slow_done = publisher
+            .deliveries()
+            .iter()
+            .filter(|e| e.aggregate_id == "slow")
+            .count();
+        assert_eq!(
+            slow_done, 0,
+            "{combo:?}: the three batches after the slow call's waited for it"
+        );
+        delivered(combo, &publisher, expected.len()).await;
+        check(combo, &expected, &publisher);
+        assert!(
+            !publisher.saw_one_aggregate_twice_in_flight(),
+            "{combo:?}: two events of one aggregate were in flight at once"
+        );
+        h.stop().await;
+    }
+}
+
+/// A pause that lands while a slow call is in flight holds what commits
+/// after it: the batch read or claimed meanwhile joins only what the
+/// pause lets through, and the paused type's events wait, in order, until
+/// it is lifted.
+#[tokio::test]
+async fn a_pause_set_while_a_slow_call_is_in_flight_holds_what_commits_after_it() {
+    for combo in EVERY {
+        let publisher = TestPublisher::new();
+        publisher.set_concurrent_calls(4);
+        publisher.set_slow_aggregate("slow", Duration::from_secs(2));
+        let h = harness_with(combo, &publisher, None, |c| c.batch_size = 8).await;
+        let first: Vec<NewEvent> = std::iter::once(event("slow", 1))
+            .chain((1..=7).map(|a| invoice(&format!("f{a}"), 1)))
+            .collect();
+        let mut expected: Vec<Uuid> = first.iter().map(|e| e.id).collect();
+        h.emit(&first).await;
+        wait_until(&format!("{combo:?}: the seven fast ones"), LONG, || async {
+            publisher.delivered_count() >= 7
+        })
+        .await;
+        // The slow call is in flight.
+        h.sql("INSERT INTO outbox_pauses (aggregate_type) VALUES ('order')")
+            .await;
+        let later: Vec<NewEvent> = (1..=4)
+            .flat_map(|n| [event("o", n), invoice("i", n)])
+            .collect();
+        expected.extend(later.iter().map(|e| e.id));
+        h.emit(&later).await;
+        wait_until(
+            &format!("{combo:?}: the slow one and the four invoices after the pause"),
+            LONG,
+            || async { publisher.delivered_count() >= 12 },
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            publisher.deliveries().iter().all(|e| e.aggregate_id != "o"),
+            "{combo:?}: an event of the paused type was delivered"
+        );
+        h.sql("DELETE FROM outbox_pauses").await;
+        h.outbox.wake();
+        delivered(combo, &publisher, expected.len()).await;
+        check(combo, &expected, &publisher);
+        h.stop().await;
+    }
+}
+
+/// An aggregate whose event waits for its retry holds its later events
+/// behind it, also those committed while another batch's slow call is in
+/// flight: the batch read or claimed meanwhile does not let them
+/// overtake the retry.
+#[tokio::test]
+async fn an_event_committed_during_a_slow_call_waits_behind_its_aggregates_retry() {
+    for combo in EVERY {
+        let publisher = TestPublisher::new();
+        publisher.set_concurrent_calls(4);
+        publisher.set_slow_aggregate("slow", Duration::from_secs(2));
+        let h = harness_with(combo, &publisher, None, |c| {
+            c.batch_size = 8;
+            c.backoff_base_ms = 3_000;
+            c.backoff_max_ms = 3_000;
+        })
+        .await;
+        let retried = event("r", 1);
+        publisher.fail(Match::Id(retried.id), Fail::Retry, Some(1));
+        let mut expected = vec![retried.id];
+        h.emit(std::slice::from_ref(&retried)).await;
+        wait_until(&format!("{combo:?}: the first try"), LONG, || async {
+            !publisher.attempts().is_empty()
+        })
+        .await;
+        let first: Vec<NewEvent> = std::iter::once(event("slow", 1))
+            .chain((1..=7).map(|a| invoice(&format!("f{a}"), 1)))
+            .collect();
+        expected.extend(first.iter().map(|e| e.id));
+        h.emit(&first).await;
+        wait_until(&format!("{combo:?}: the seven fast ones"), LONG, || async {
+            publisher.delivered_count() >= 7
+        })
+        .await;
+        // The slow call is in flight; "r" waits for its retry.
+        let behind = event("r", 2);
+        expected.push(behind.id);
+        h.emit(std::slice::from_ref(&behind)).await;
+        delivered(combo, &publisher, expected.len()).await;
+        check(combo, &expected, &publisher);
+        h.stop().await;
+    }
+}

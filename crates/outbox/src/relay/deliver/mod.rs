@@ -6,7 +6,7 @@
 //!
 //! | concept | file |
 //! |---------|------|
-//! | a batch in lanes: no event overtakes its aggregate's earlier one, none waits for another aggregate's; the next batch joining while this one's last calls are in flight | here ([`Core::deliver`], [`Core::deliver_joined`]), [`lanes`] |
+//! | a batch in lanes: no event overtakes its aggregate's earlier one, none waits for another aggregate's; the next batch joining while this one's last calls are in flight | here ([`Core::deliver_joined`]), [`lanes`] |
 //! | one publish call: the publish timeout, the spans | here ([`Core::send`]) |
 //! | outcomes into deliveries, retries, dead letters, an outage | [`outcomes`] |
 //! | the pauses, as a source that does not claim rows reads them | [`pauses`] |
@@ -26,6 +26,12 @@ use crate::publisher::{Outcome, Publisher};
 use crate::relay::config::RelayConfig;
 use lanes::Lanes;
 use outcomes::{RetryPolicy, Settlement};
+
+/// The most batches published as one (the first and those that joined
+/// it while its calls were in flight), in either mode: past this, the
+/// batch ends with its slowest call, and its acknowledgement (rows acked,
+/// slot confirmed) goes out before the next batch.
+pub(crate) const JOINED_MAX: usize = 4;
 
 /// What one turn of [`Core::deliver_joined`] came to.
 enum Step<A, J> {
@@ -70,32 +76,18 @@ impl Core {
     /// delivered, every outcome recorded in `s`, until the batch is done or
     /// the transport is down. `prepare` sees each group before it is sent
     /// and returns what may go; what it keeps back (recorded in `s` by it)
-    /// stops its lane. Returns the events never sent, in `seq` order: those
-    /// behind an event that was not delivered, and, after an outage, the
-    /// rest.
-    pub(crate) async fn deliver<F>(
-        &self,
-        s: &mut Settlement,
-        batch: Vec<Event>,
-        prepare: F,
-    ) -> Vec<Event>
-    where
-        F: FnMut(&mut Settlement, Vec<Event>) -> Vec<Event>,
-    {
-        let none: Option<std::future::Pending<()>> = None;
-        self.deliver_joined(s, batch, none, |()| (Vec::new(), None), prepare)
-            .await
-            .0
-    }
-
-    /// [`Core::deliver`], with later batches that may join: `next` (the
-    /// claim of the batch after this one, say) is awaited while calls are
-    /// in flight, and if it ends before this batch is done and without an
-    /// outage, `join` turns its output into events that join the lanes
-    /// behind their aggregates' earlier ones (so a slow call holds only
-    /// its aggregate, not the next batch), and may give the `next` after
-    /// it. Returns, beside what was never sent, the `next` that had not
-    /// ended when this batch was done.
+    /// stops its lane.
+    ///
+    /// Later batches may join: `next` (the claim of the batch after this
+    /// one, the stream read ahead) is awaited while calls are in flight,
+    /// and if it ends before this batch is done and without an outage,
+    /// `join` turns its output into events that join the lanes behind
+    /// their aggregates' earlier ones (so a slow call holds only its
+    /// aggregate, not the next batch), and may give the `next` after it.
+    ///
+    /// Returns the events never sent, in `seq` order (those behind an
+    /// event that was not delivered, and, after an outage, the rest), and
+    /// the `next` that had not ended when this batch was done.
     pub(crate) async fn deliver_joined<F, N, J>(
         &self,
         s: &mut Settlement,

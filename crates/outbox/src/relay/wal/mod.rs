@@ -8,14 +8,19 @@
 //! |---------|------|
 //! | where the replication connection goes | here ([`ReplicationTarget`]) |
 //! | one session on the slot; the server's refusals; one reader per slot | [`session`] |
-//! | the stream: messages into batches at transaction ends, confirming the slot | [`reader`] |
+//! | the stream: messages into batches at transaction ends, confirming the slot | [`reader`], what a session holds in [`hand`] |
+//! | reading on while a batch is in flight: batches read whole join it | [`ahead`] |
+//! | each message into an event, numbered, or refused | [`incoming`] |
 //! | each message checked as the table would check its row; a second one with an id already read refused | [`check`] |
 //! | one batch published in lanes; outages waited out | [`settle`] |
 //! | the slow path: events set aside in the table | [`set_aside`] |
 //! | the confirmed position, saved beside the slot | [`position`] |
 //! | the switch back to the table mode, ended by the reader | [`switch`] |
 
+mod ahead;
 pub(crate) mod check;
+mod hand;
+pub(crate) mod incoming;
 pub(crate) mod position;
 pub(crate) mod reader;
 pub(crate) mod session;
@@ -51,7 +56,6 @@ pub(crate) fn spawn_reader(
     let state = Arc::new(SlotState::default());
     let (pool, schema) = (&parts.pool, &parts.schema);
     let reader = reader::Reader {
-        prefix: crate::wal::message_prefix(schema),
         aside: set_aside::SetAside::new(pool.clone(), schema),
         switch: switch::Switch::new(pool.clone(), schema),
         position: position::Position::new(pool.clone(), schema),
@@ -74,9 +78,14 @@ pub(crate) fn spawn_reader(
         blocked: Default::default(),
         switch_mark: None,
         fence: 0,
-        admission: Default::default(),
-        next_seq: 0,
         wakeup: parts.wakeup.clone(),
+        incoming: incoming::Incoming {
+            prefix: crate::wal::message_prefix(schema),
+            admission: Default::default(),
+            next_seq: 0,
+            stats: parts.stats.clone(),
+            observer: parts.observer.clone(),
+        },
     };
     (tokio::spawn(reader.run(first)), state)
 }

@@ -15,7 +15,10 @@ use futures::FutureExt;
 use pgwire_replication::{Lsn, ReplicationClient, ReplicationEvent};
 use tokio::sync::watch;
 
-use super::check::{Admission, Refusal};
+use super::ahead::{Joined, ReadAhead};
+use super::check::Refusal;
+use super::hand::InHand;
+use super::incoming::Incoming;
 use super::position::Position;
 use super::session::{self, NotStarted, Session};
 use super::set_aside::{Aside, SetAside};
@@ -26,11 +29,10 @@ use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::relay::backoff::DoublingDelay;
 use crate::relay::config::RelayConfig;
-use crate::relay::deliver::pauses::PauseWatch;
+use crate::relay::deliver::pauses::{PauseWatch, Pauses};
 use crate::relay::deliver::Core;
 use crate::relay::observe::{BatchReport, OutageKind, RelayObserver, RelayStats};
 use crate::wakeup::Wakeup;
-use crate::wal::message;
 use crate::wal::PAUSES_CHANGED;
 
 /// What the relay's owner can read of the reader while it runs.
@@ -58,7 +60,6 @@ pub(crate) struct Reader {
     pub target: ReplicationTarget,
     pub slot: String,
     pub publication: String,
-    pub prefix: String,
     pub aside: SetAside,
     pub switch: switch::Switch,
     pub position: Position,
@@ -81,13 +82,10 @@ pub(crate) struct Reader {
     /// The walsender of this reader's session: what it sets aside is
     /// stored only while that session holds the slot.
     pub fence: i32,
-    /// Stream order of the events read, for the lanes and the table's seq.
-    pub next_seq: i64,
     /// This relay's table worker, woken when events are set aside.
     pub wakeup: Arc<Wakeup>,
-    /// The check of each message, the ids read since the last
-    /// confirmation, and the events dead on arrival.
-    pub admission: Admission,
+    /// Each message of this schema into an event, or refused.
+    pub incoming: Incoming,
 }
 
 /// How a session ended without an error.
@@ -97,37 +95,6 @@ enum Ended {
     /// The schema went back to the table mode and the slot is read to the
     /// switch: nothing more to read.
     Switched,
-}
-
-/// What a session holds between two events of the stream: the
-/// transaction being read, and the batch of what was read before it.
-#[derive(Default)]
-struct InHand {
-    /// The events of the transaction being read.
-    txn: Vec<Event>,
-    /// Whether the transaction being read carries a switch mark.
-    txn_marks: bool,
-    /// Whether the transaction being read changed a pause.
-    txn_pauses: bool,
-    /// Read, not yet published.
-    batch: Vec<Event>,
-    /// The end of the last whole transaction in the batch: where the slot
-    /// is confirmed once the batch is published.
-    batch_end: Option<Lsn>,
-}
-
-impl InHand {
-    /// A transaction begins: nothing of it is read yet.
-    fn begin(&mut self) {
-        self.txn.clear();
-        self.txn_marks = false;
-        self.txn_pauses = false;
-    }
-
-    /// Whether nothing of this schema is in hand, so the slot may move.
-    fn is_empty(&self) -> bool {
-        self.batch.is_empty() && self.txn.is_empty() && self.batch_end.is_none()
-    }
 }
 
 /// What the stream gives a session next.
@@ -323,7 +290,7 @@ impl Reader {
     ) -> std::result::Result<Ended, String> {
         let mut hand = InHand::default();
         loop {
-            let flow = match self.received(&mut client, &hand).await? {
+            let flow = match self.received(&mut client, &mut hand).await? {
                 Received::Stop => {
                     client.stop();
                     return Ok(Ended::Stopped);
@@ -343,8 +310,14 @@ impl Reader {
     async fn received(
         &mut self,
         client: &mut ReplicationClient,
-        hand: &InHand,
+        hand: &mut InHand,
     ) -> std::result::Result<Received, String> {
+        if let Some(event) = hand.deferred.take() {
+            return Ok(Received::Event(event));
+        }
+        if let Some(why) = hand.failed.take() {
+            return Err(why);
+        }
         let next = if hand.batch_end.is_some() {
             client.recv().now_or_never()
         } else {
@@ -376,12 +349,14 @@ impl Reader {
                 prefix,
                 transactional: false,
                 ..
-            } if prefix == self.prefix => {
-                self.refuse(None, &Refusal::NotTransactional);
+            } if prefix == self.incoming.prefix => {
+                self.incoming.refuse(None, &Refusal::NotTransactional);
             }
             ReplicationEvent::Message {
                 prefix, content, ..
-            } if prefix == self.prefix => return self.message(client, hand, &content).await,
+            } if prefix == self.incoming.prefix => {
+                return self.message(client, hand, &content).await
+            }
             ReplicationEvent::Commit { end_lsn, .. } => {
                 return self.committed(client, hand, end_lsn).await
             }
@@ -407,7 +382,7 @@ impl Reader {
             hand.txn_marks = true;
         } else if content == PAUSES_CHANGED.as_bytes() {
             hand.txn_pauses = true;
-        } else if let Some(e) = self.decoded(content) {
+        } else if let Some(e) = self.incoming.decoded(content) {
             hand.txn.push(e);
         }
         // A transaction larger than a batch is published in batches as it
@@ -475,10 +450,8 @@ impl Reader {
         hand: &mut InHand,
     ) -> std::result::Result<ControlFlow<Ended, Option<Lsn>>, String> {
         let end = hand.batch_end.take();
-        if !self
-            .flush(client, std::mem::take(&mut hand.batch), end)
-            .await?
-        {
+        let batch = std::mem::take(&mut hand.batch);
+        if !self.flush(client, hand, batch, end).await? {
             client.stop();
             return Ok(ControlFlow::Break(Ended::Stopped));
         }
@@ -526,73 +499,17 @@ impl Reader {
         matches!((self.switch_mark, end), (Some(mark), Some(end)) if end >= mark)
     }
 
-    /// The event a message of this schema carries, checked as the table
-    /// would check its row ([`super::check`]). A message no row could hold
-    /// is refused: logged, counted, never published. One a row can hold
-    /// but that must not be published (headers not an object, a
-    /// `created_at` no server wrote) comes back noted dead on arrival, and
-    /// its batch sets it aside as a dead letter.
-    fn decoded(&mut self, content: &[u8]) -> Option<Event> {
-        let text = match std::str::from_utf8(content) {
-            Ok(text) => text,
-            Err(e) => {
-                self.refuse(None, &Refusal::NotUtf8(e.to_string()));
-                return None;
-            }
-        };
-        let m = match message::decode(text) {
-            Ok(m) => m,
-            Err(e) => {
-                self.refuse(None, &Refusal::Malformed(e.to_string()));
-                return None;
-            }
-        };
-        let checked = match self.admission.admit(&m, content, self.next_seq + 1) {
-            Ok(checked) => checked,
-            Err(refusal) => {
-                self.refuse(Some(m.id), &refusal);
-                return None;
-            }
-        };
-        self.next_seq += 1;
-        if let Some(why) = checked.dead {
-            self.admission.dead_on_arrival(self.next_seq, why);
-        }
-        Some(Event {
-            id: m.id,
-            seq: self.next_seq,
-            aggregate_type: m.aggregate_type.to_owned(),
-            aggregate_id: m.aggregate_id.to_owned(),
-            event_type: m.event_type.to_owned(),
-            payload: m.payload.to_owned(),
-            headers: checked.headers,
-            topic: m.topic.map(str::to_owned),
-            attempts: 0,
-            created_at: checked.created_at.unwrap_or_else(chrono::Utc::now),
-            partition: 0,
-        })
-    }
-
-    /// Logs and counts a refused message.
-    fn refuse(&self, id: Option<uuid::Uuid>, refusal: &Refusal) {
-        self.stats.add_refused_message();
-        if let Some(o) = &self.observer {
-            o.on_refused_message(refusal.rule());
-        }
-        let event_id = id
-            .map(|id| id.to_string())
-            .unwrap_or_else(|| "unreadable".to_owned());
-        tracing::error!(prefix = %self.prefix, %event_id, rule = refusal.rule(), "refused a message, never published: {refusal}; {}", refusal.fix());
-    }
-
     /// Publishes `batch`, sets its failures aside, then confirms `end` (the
     /// end of the last whole transaction in it; `None` for a batch cut out
-    /// of a transaction still streaming). `Ok(false)` when the relay was
-    /// told to stop first, `Err` when the session no longer holds the slot:
-    /// nothing is confirmed.
+    /// of a transaction still streaming). Meanwhile the stream is read
+    /// ahead, and what joins the batch ([`super::ahead`]) is settled and
+    /// confirmed with it. `Ok(false)` when the relay was told to stop
+    /// first, `Err` when the session no longer holds the slot: nothing is
+    /// confirmed.
     async fn flush(
         &mut self,
-        client: &ReplicationClient,
+        client: &mut ReplicationClient,
+        hand: &mut InHand,
         batch: Vec<Event>,
         end: Option<Lsn>,
     ) -> std::result::Result<bool, String> {
@@ -604,8 +521,8 @@ impl Reader {
         }
         let started = Instant::now();
         let claimed = batch.len();
-        let (batch, dead) = self.admission.dead_among(batch);
-        let Some((events, behind)) = self.split_behind(batch).await else {
+        let (batch, dead) = self.incoming.admission.dead_among(batch);
+        let Some((events, behind, pauses)) = self.split_behind(batch).await else {
             return Ok(false);
         };
         let observer = self.observer.clone();
@@ -616,23 +533,41 @@ impl Reader {
                 o.on_outage(OutageKind::Broker, error);
             }
         };
+        let ahead = ReadAhead {
+            client: &mut *client,
+            hand,
+            incoming: &mut self.incoming,
+            blocked: &self.blocked,
+            pauses: &pauses,
+            batch_size: self.config.batch_size,
+            batches: 1,
+        };
         let mut publishing = Publishing {
             core: &self.core,
             outage_backoff_max_ms: self.config.outage_backoff_max_ms,
             shutdown: &mut self.shutdown,
             on_outage: &on_outage,
         };
-        let Some(mut settled) = publishing.batch(events, behind).await else {
+        let Some(mut settled) = publishing.batch(events, behind, Some(ahead.start())).await else {
             return Ok(false);
         };
         settled.add_dead(dead);
+        let joined = std::mem::take(&mut settled.joined);
+        let (mut read, mut end) = (claimed, end);
+        for part in &joined {
+            read += part.claimed;
+            end = part.end.or(end);
+        }
+        for part in &joined {
+            settled.add_dead(part.dead.clone());
+        }
         if !self.store_aside(&settled).await? {
             return Ok(false);
         }
-        self.report(claimed, &settled, started);
+        self.report(claimed, &joined, &settled, started);
         // Counted here: a batch cut out of a transaction is confirmed
         // with the transaction's end, in a later call.
-        self.position.published(claimed as u64);
+        self.position.published(read as u64);
         if let Some(end) = end {
             self.confirm(client, end);
         }
@@ -643,13 +578,16 @@ impl Reader {
     fn confirm(&mut self, client: &ReplicationClient, end: Lsn) {
         client.update_applied_lsn(end);
         self.position.confirmed(end);
-        self.admission.confirmed();
+        self.incoming.admission.confirmed();
     }
 
     /// Splits off the events whose aggregate has an event waiting in the
-    /// table, or whose type is paused. `None` when the relay stops while
-    /// the database is down.
-    async fn split_behind(&mut self, batch: Vec<Event>) -> Option<(Vec<Event>, Vec<Event>)> {
+    /// table, or whose type is paused; with the pauses they were checked
+    /// against. `None` when the relay stops while the database is down.
+    async fn split_behind(
+        &mut self,
+        batch: Vec<Event>,
+    ) -> Option<(Vec<Event>, Vec<Event>, Pauses)> {
         let mut wait = DoublingDelay::new(100, self.config.outage_backoff_max_ms);
         let pauses = loop {
             match self.pauses.current().await {
@@ -697,13 +635,12 @@ impl Reader {
             }
         }
         if self.blocked.is_empty() {
-            return Some((batch, Vec::new()));
+            return Some((batch, Vec::new(), pauses));
         }
-        Some(
-            batch
-                .into_iter()
-                .partition(|e| !self.blocked.contains(&e.aggregate_id)),
-        )
+        let (send, behind) = batch
+            .into_iter()
+            .partition(|e| !self.blocked.contains(&e.aggregate_id));
+        Some((send, behind, pauses))
     }
 
     /// Writes the events set aside; retried while the database is down.
@@ -771,10 +708,47 @@ impl Reader {
         !*self.shutdown.borrow()
     }
 
-    fn report(&self, claimed: usize, settled: &Settled, started: Instant) {
+    /// Reports each batch published as one on its own, as it was read:
+    /// the first (`claimed` events), then each that joined it.
+    fn report(&self, claimed: usize, joined: &[Joined], settled: &Settled, started: Instant) {
+        if joined.is_empty() {
+            return self.report_one(claimed, &settled.delivered, &settled.aside, started);
+        }
+        let later: HashSet<uuid::Uuid> =
+            joined.iter().flat_map(|p| p.ids.iter().copied()).collect();
+        let parts = std::iter::once((claimed, None))
+            .chain(joined.iter().map(|p| (p.claimed, Some(&p.ids))));
+        for (claimed, ids) in parts {
+            let mine = |e: &Event| match ids {
+                Some(ids) => ids.contains(&e.id),
+                None => !later.contains(&e.id),
+            };
+            let delivered: Vec<Event> = settled
+                .delivered
+                .iter()
+                .filter(|e| mine(e))
+                .cloned()
+                .collect();
+            let aside: Vec<(Event, Aside)> = settled
+                .aside
+                .iter()
+                .filter(|(e, _)| mine(e))
+                .cloned()
+                .collect();
+            self.report_one(claimed, &delivered, &aside, started);
+        }
+    }
+
+    fn report_one(
+        &self,
+        claimed: usize,
+        delivered: &[Event],
+        aside: &[(Event, Aside)],
+        started: Instant,
+    ) {
         let mut retried = Vec::new();
         let mut dead = Vec::new();
-        for (e, why) in &settled.aside {
+        for (e, why) in aside {
             match why {
                 Aside::Retry { error, .. } => retried.push((e.clone(), error.clone())),
                 Aside::Dead { error } => dead.push((e.clone(), error.clone())),
@@ -783,7 +757,7 @@ impl Reader {
         }
         let report = BatchReport {
             claimed,
-            delivered: &settled.delivered,
+            delivered,
             retried: &retried,
             dead_lettered: &dead,
             outage: None,

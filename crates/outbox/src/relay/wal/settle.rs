@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::ahead::{Joined, Read, ReadAhead, Reading};
 use super::set_aside::Aside;
 use crate::event::Event;
 use crate::relay::backoff::DoublingDelay;
@@ -27,6 +28,9 @@ pub(crate) struct Settled {
     pub aside: Vec<(Event, Aside)>,
     /// Outages waited out while publishing it.
     pub outages: u64,
+    /// The batches read ahead that joined it, in stream order (their
+    /// events taken by the lanes, settled above with the rest).
+    pub joined: Vec<Joined>,
 }
 
 impl Settled {
@@ -81,10 +85,14 @@ impl Publishing<'_> {
     /// whose aggregate waits in the table, or whose type is paused). `None`
     /// when the relay was told to stop during an outage: nothing of the
     /// batch may be confirmed.
+    ///
+    /// With `ahead`, batches read while its calls are in flight join it
+    /// ([`super::ahead`]) until the transport goes down.
     pub(crate) async fn batch(
         &mut self,
         events: Vec<Event>,
         behind: Vec<Event>,
+        ahead: Option<Reading<'_>>,
     ) -> Option<Settled> {
         let mut settled = Settled::default();
         // Aggregates whose events must now wait in the table, in order.
@@ -93,19 +101,34 @@ impl Publishing<'_> {
             .aside
             .extend(behind.into_iter().map(|e| (e, Aside::Behind)));
         let mut todo = events;
+        let mut ahead = ahead;
         let mut wait = DoublingDelay::new(100, self.outage_backoff_max_ms);
         while !todo.is_empty() {
             let mut s = Settlement::default();
             let mut behind = Vec::new();
-            let left = self
+            let joined = &mut settled.joined;
+            let (left, _) = self
                 .core
-                .deliver(&mut s, todo, |_, group| {
-                    let (held, send): (Vec<Event>, Vec<Event>) = group
-                        .into_iter()
-                        .partition(|e| failed.contains(&e.aggregate_id));
-                    behind.extend(held);
-                    send
-                })
+                .deliver_joined(
+                    &mut s,
+                    todo,
+                    ahead.take(),
+                    |read| match read {
+                        Read::Joins(mut part, more) => {
+                            let events = std::mem::take(&mut part.events);
+                            joined.push(part);
+                            (events, more.map(ReadAhead::start))
+                        }
+                        Read::Ends => (Vec::new(), None),
+                    },
+                    |_, group| {
+                        let (held, send): (Vec<Event>, Vec<Event>) = group
+                            .into_iter()
+                            .partition(|e| failed.contains(&e.aggregate_id));
+                        behind.extend(held);
+                        send
+                    },
+                )
                 .await;
             settled
                 .aside

@@ -18,12 +18,8 @@ use uuid::Uuid;
 use crate::error::Result;
 use crate::event::Event;
 use crate::relay::cursor::{ClaimMeta, Start};
+use crate::relay::deliver::JOINED_MAX;
 use crate::relay::store::{Claimed, RowRefs, Store};
-
-/// The most batches published as one (the first and those that joined
-/// it): past this, the batch ends with its slowest call, and its
-/// acknowledgement goes out, before the next claim.
-pub(super) const JOINED_MAX: usize = 4;
 
 /// The claim of the next batch, running on its own task while a batch is
 /// published.
