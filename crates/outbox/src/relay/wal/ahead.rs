@@ -1,9 +1,12 @@
 //! Reading ahead while a batch is in flight, as the table mode claims
 //! ahead (`relay/worker/ahead.rs`): while the delivery core waits for a
-//! batch's last calls, the stream is read on, and a batch read whole
-//! joins the lanes ([`crate::relay::deliver::Core::deliver_joined`]), up
-//! to [`JOINED_MAX`] batches published as one: a slow call then holds only
-//! its aggregate, not the batches read after it. The slot is confirmed
+//! batch's last calls, the stream is read on, and what is read joins the
+//! lanes ([`crate::relay::deliver::Core::deliver_joined`]) as soon as a
+//! whole transaction or more is in hand with nothing more waiting, up to
+//! [`JOINED_MAX`] full batches' worth of events published as one: a slow
+//! call then holds only its aggregate, not what was read after it. (A
+//! stream's batches end where the stream pauses, not at `batch_size`
+//! only, so they are counted by their events.) The slot is confirmed
 //! past what joined only once all of it is settled (never past an event
 //! not delivered or set aside), and nothing read ahead moves the slot.
 //!
@@ -41,8 +44,9 @@ pub(crate) struct ReadAhead<'a> {
     /// changes ends the reading ahead).
     pub pauses: &'a Pauses,
     pub batch_size: usize,
-    /// Batches published as one so far, the one in flight included.
-    pub batches: usize,
+    /// Events read into what is published as one so far, the batch in
+    /// flight included.
+    pub read: usize,
 }
 
 /// A batch read ahead, joining the one in flight.
@@ -64,7 +68,7 @@ pub(crate) struct Joined {
 /// What reading ahead came to.
 pub(crate) enum Read<'a> {
     /// A batch joins; reading ahead goes on with the second part while
-    /// it was full and fewer than [`JOINED_MAX`] batches are joined.
+    /// fewer than [`JOINED_MAX`] full batches' worth of events are read.
     Joins(Joined, Option<ReadAhead<'a>>),
     /// Reading ahead ended; what it read is in hand.
     Ends,
@@ -175,9 +179,8 @@ impl<'a> ReadAhead<'a> {
         let claimed = events.len();
         let ids = events.iter().map(|e| e.id).collect();
         let (events, dead) = self.incoming.admission.dead_among(events);
-        self.batches += 1;
-        let full = claimed >= self.batch_size;
-        let more = (full && self.batches < JOINED_MAX).then_some(self);
+        self.read += claimed;
+        let more = (self.read < JOINED_MAX * self.batch_size).then_some(self);
         Read::Joins(
             Joined {
                 events,

@@ -540,7 +540,7 @@ impl Reader {
             blocked: &self.blocked,
             pauses: &pauses,
             batch_size: self.config.batch_size,
-            batches: 1,
+            read: claimed,
         };
         let mut publishing = Publishing {
             core: &self.core,
