@@ -9,6 +9,7 @@
 //! | where the replication connection goes | here ([`ReplicationTarget`]) |
 //! | one session on the slot; the server's refusals; one reader per slot | [`session`] |
 //! | the stream: messages into batches at transaction ends, confirming the slot | [`reader`], what a session holds in [`hand`] |
+//! | one batch: split, published, set aside, reported, then the slot confirmed | [`flush`] |
 //! | reading on while a batch is in flight: batches read whole join it | [`ahead`] |
 //! | each message into an event, numbered, or refused | [`incoming`] |
 //! | each message checked as the table would check its row; a second one with an id already read refused | [`check`] |
@@ -19,6 +20,7 @@
 
 mod ahead;
 pub(crate) mod check;
+mod flush;
 mod hand;
 pub(crate) mod incoming;
 pub(crate) mod position;
