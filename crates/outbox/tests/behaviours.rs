@@ -587,6 +587,17 @@ async fn a_slow_call_holds_only_its_aggregate_not_the_batches_after_it() {
             !publisher.saw_one_aggregate_twice_in_flight(),
             "{combo:?}: two events of one aggregate were in flight at once"
         );
+        // Batches published as one are still reported as they were read
+        // or claimed: four of eight.
+        wait_until(
+            &format!("{combo:?}: 32 reported delivered"),
+            LONG,
+            || async { h.stats().delivered >= 32 },
+        )
+        .await;
+        let stats = h.stats();
+        assert_eq!(stats.delivered, 32, "{combo:?}: {stats:?}");
+        assert!(stats.batches >= 4, "{combo:?}: {stats:?}");
         h.stop().await;
     }
 }

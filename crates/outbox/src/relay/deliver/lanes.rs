@@ -53,7 +53,9 @@ impl Lanes {
                 None => {
                     let lane = self.lanes.len();
                     self.by_aggregate.insert(e.aggregate_id.clone(), lane);
-                    self.lanes.push(VecDeque::new());
+                    // Most lanes of a batch hold one event: room for
+                    // one, grown if a second comes.
+                    self.lanes.push(VecDeque::with_capacity(1));
                     self.waiting.push(false);
                     lane
                 }

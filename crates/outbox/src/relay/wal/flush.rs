@@ -88,7 +88,7 @@ impl Reader {
         if !self.store_aside(&settled).await? {
             return Ok(false);
         }
-        self.report(claimed, &joined, &settled, started);
+        self.report(claimed, &joined, &mut settled, started);
         // Counted here: a batch cut out of a transaction is confirmed
         // with the transaction's end, in a later call.
         self.position.published(read as u64);
@@ -234,32 +234,33 @@ impl Reader {
 
     /// Reports each batch published as one on its own, as it was read:
     /// the first (`claimed` events), then each that joined it.
-    fn report(&self, claimed: usize, joined: &[Joined], settled: &Settled, started: Instant) {
+    fn report(&self, claimed: usize, joined: &[Joined], settled: &mut Settled, started: Instant) {
         if joined.is_empty() {
             return self.report_one(claimed, &settled.delivered, &settled.aside, started);
         }
-        let later: HashSet<uuid::Uuid> =
-            joined.iter().flat_map(|p| p.ids.iter().copied()).collect();
-        let parts = std::iter::once((claimed, None))
-            .chain(joined.iter().map(|p| (p.claimed, Some(&p.ids))));
-        for (claimed, ids) in parts {
-            let mine = |e: &Event| match ids {
-                Some(ids) => ids.contains(&e.id),
-                None => !later.contains(&e.id),
-            };
-            let delivered: Vec<Event> = settled
-                .delivered
+        // Which batch each event was read in: 0 the first, k the k-th
+        // that joined it. The deliveries are grouped by it in place (in
+        // order within each), not copied.
+        let part_of = |e: &Event| {
+            joined
                 .iter()
-                .filter(|e| mine(e))
-                .cloned()
-                .collect();
+                .position(|p| p.ids.contains(&e.id))
+                .map_or(0, |k| k + 1)
+        };
+        settled.delivered.sort_by_cached_key(part_of);
+        let mut delivered = settled.delivered.as_slice();
+        let claims = std::iter::once(claimed).chain(joined.iter().map(|p| p.claimed));
+        for (part, claimed) in claims.enumerate() {
+            let n = delivered.iter().take_while(|e| part_of(e) == part).count();
+            let (mine, rest) = delivered.split_at(n);
+            delivered = rest;
             let aside: Vec<(Event, Aside)> = settled
                 .aside
                 .iter()
-                .filter(|(e, _)| mine(e))
+                .filter(|(e, _)| part_of(e) == part)
                 .cloned()
                 .collect();
-            self.report_one(claimed, &delivered, &aside, started);
+            self.report_one(claimed, mine, &aside, started);
         }
     }
 
