@@ -691,3 +691,45 @@ async fn an_event_committed_during_a_slow_call_waits_behind_its_aggregates_retry
         h.stop().await;
     }
 }
+
+/// What commits while a short batch's slow call is in flight is delivered
+/// before that call ends: the stream is read on, or the next claim is made
+/// a pace later, and joins the lanes.
+#[tokio::test]
+async fn what_commits_during_a_slow_call_of_a_short_batch_does_not_wait_for_it() {
+    for combo in EVERY {
+        let publisher = TestPublisher::new();
+        publisher.set_concurrent_calls(4);
+        publisher.set_slow_aggregate("slow", Duration::from_secs(3));
+        // Claims a pace apart: 300 ms, so that what the test commits next
+        // is there for the table mode's next claim on a loaded machine.
+        let h = harness_with(combo, &publisher, None, |c| c.latency_budget_ms = 300).await;
+        let first = [event("slow", 1), event("f1", 1), event("f2", 1)];
+        let mut expected: Vec<Uuid> = first.iter().map(|e| e.id).collect();
+        h.emit(&first).await;
+        wait_until(&format!("{combo:?}: the two fast ones"), LONG, || async {
+            publisher.delivered_count() >= 2
+        })
+        .await;
+        // The slow call is in flight.
+        let later: Vec<NewEvent> = (1..=4).map(|a| event(&format!("g{a}"), 1)).collect();
+        expected.extend(later.iter().map(|e| e.id));
+        h.emit(&later).await;
+        wait_until(
+            &format!("{combo:?}: the four committed later"),
+            LONG,
+            || async { publisher.delivered_count() >= 6 },
+        )
+        .await;
+        assert!(
+            publisher
+                .deliveries()
+                .iter()
+                .all(|e| e.aggregate_id != "slow"),
+            "{combo:?}: what committed later waited for the slow call"
+        );
+        delivered(combo, &publisher, expected.len()).await;
+        check(combo, &expected, &publisher);
+        h.stop().await;
+    }
+}

@@ -1,9 +1,13 @@
 //! Claiming ahead: while a full batch is published, the next one is
 //! claimed on its own task (acknowledging the batch before, in the same
-//! statement). If that claim answers while the batch's last calls are
-//! still in flight, its events join the lanes ([`InFlight::join`]) and the
-//! claim after it starts, up to [`JOINED_MAX`] batches published as one: a
-//! slow request then holds only its aggregate, not the batches behind it.
+//! statement); after a short batch (the worker has caught up), the next
+//! claim waits a pace (`latency_budget_ms`) first, and is made only if the
+//! batch's calls are still in flight by then (a slow request). If a claim
+//! answers while calls are in flight, its events join the lanes
+//! ([`InFlight::join`]) and the claim after it starts (at once after a full
+//! claim, a pace later after a short one), up to [`JOINED_MAX`] claims
+//! published as one: a slow
+//! request then holds only its aggregate, not what was claimed after it.
 //! What joined is acknowledged together, by the claim after the batch,
 //! and never past an event that was not delivered (the lanes keep an
 //! aggregate's later events behind it).
@@ -12,6 +16,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use std::time::Duration;
+
+use tokio::sync::Notify;
 use tokio::task::{JoinError, JoinHandle};
 use uuid::Uuid;
 
@@ -21,35 +28,52 @@ use crate::relay::cursor::{ClaimMeta, Start};
 use crate::relay::deliver::JOINED_MAX;
 use crate::relay::store::{Claimed, RowRefs, Store};
 
+/// What a claim ahead came to: `None` when it waited and the batch was
+/// done first, so it claimed (and acknowledged) nothing.
+pub(super) type Claiming = JoinHandle<Result<Option<Claimed>>>;
+
 /// The claim of the next batch, running on its own task while a batch is
 /// published.
 pub(super) struct ClaimAhead {
-    pub task: JoinHandle<Result<Claimed>>,
+    pub task: Claiming,
     pub start: Start,
     pub started: Instant,
+    /// Tells a claim that waits first not to claim.
+    pub cancel: Option<Arc<Notify>>,
 }
 
 impl ClaimAhead {
     /// Acknowledges `acked` and claims up to `batch_size` events of
-    /// `partitions` other than `exclude`, from `start`, on its own task.
+    /// `partitions` other than `exclude`, from `start`, on its own task;
+    /// `after` a wait, unless cancelled meanwhile.
     pub(super) fn spawn(
         store: Arc<Store>,
         partitions: Vec<i32>,
         batch_size: usize,
-        acked: RowRefs,
-        exclude: Vec<Uuid>,
+        (acked, exclude): (RowRefs, Vec<Uuid>),
         start: Start,
+        after: Option<Duration>,
     ) -> Self {
-        let started = Instant::now();
+        let started = Instant::now() + after.unwrap_or_default();
+        let cancel = after.map(|_| Arc::new(Notify::new()));
+        let waiting = cancel.clone();
         let task = tokio::spawn(async move {
+            if let (Some(after), Some(cancel)) = (after, waiting) {
+                tokio::select! {
+                    _ = tokio::time::sleep(after) => {}
+                    _ = cancel.notified() => return Ok(None),
+                }
+            }
             store
                 .event_ack_and_claim(&partitions, batch_size, &acked, &exclude, start)
                 .await
+                .map(Some)
         });
         ClaimAhead {
             task,
             start,
             started,
+            cancel,
         }
     }
 }
@@ -78,6 +102,10 @@ pub(super) struct InFlight {
     pub joined_ids: HashMap<Uuid, usize>,
     /// The claim now running, and where the next one starts.
     running: Option<(Start, Instant)>,
+    /// Tells the claim now running not to claim, if it still waits.
+    cancel: Option<Arc<Notify>>,
+    /// How long a claim after a short one waits.
+    pace: Duration,
     /// Every event claimed so far: the next claim excludes them.
     exclude: Vec<Uuid>,
     store: Arc<Store>,
@@ -94,6 +122,7 @@ impl InFlight {
         store: Arc<Store>,
         partitions: Vec<i32>,
         batch_size: usize,
+        pace: Duration,
     ) -> Self {
         InFlight {
             undecodable: std::mem::take(&mut first.undecodable),
@@ -102,6 +131,8 @@ impl InFlight {
             joined: Vec::new(),
             joined_ids: HashMap::new(),
             running: ahead.map(|a| (a.start, a.started)),
+            cancel: ahead.and_then(|a| a.cancel.clone()),
+            pace,
             exclude: first.events.iter().map(|e| e.id).collect(),
             store,
             partitions,
@@ -110,17 +141,20 @@ impl InFlight {
     }
 
     /// The running claim answered while calls were in flight: its events
-    /// join (returned), and, if it was full and fewer than [`JOINED_MAX`]
-    /// batches are in this one, the claim after it starts (returned).
+    /// join (returned), and, while fewer than [`JOINED_MAX`] claims are in
+    /// this one, the claim after it starts (returned): at once after a
+    /// full claim, a pace later after a short one.
     pub(super) fn join(
         &mut self,
-        answer: std::result::Result<Result<Claimed>, JoinError>,
-    ) -> (Vec<Event>, Option<JoinHandle<Result<Claimed>>>) {
+        answer: std::result::Result<Result<Option<Claimed>>, JoinError>,
+    ) -> (Vec<Event>, Option<Claiming>) {
         let Some((start, started)) = self.running.take() else {
             return (Vec::new(), None);
         };
+        self.cancel = None;
         let next = match answer {
-            Ok(Ok(next)) => next,
+            Ok(Ok(Some(next))) => next,
+            Ok(Ok(None)) => return (Vec::new(), None),
             Ok(Err(e)) => {
                 self.joined.push(Joined {
                     start,
@@ -148,22 +182,28 @@ impl InFlight {
         self.ctids.extend(next.ctids);
         self.claimed += count;
         self.exclude.extend(next.events.iter().map(|e| e.id));
-        let claim = self.joined.len();
+        // Numbered as reported: the claims that found events, 1 the first.
+        let claim = self.joined_claims().len();
         self.joined_ids
             .extend(next.events.iter().map(|e| (e.id, claim)));
         let full = count >= self.batch_size;
-        let after = (full && self.joined.len() + 1 < JOINED_MAX).then(|| {
+        // At most JOINED_MAX claims published as one, the first included:
+        // a call stuck until its publish timeout does not keep the worker
+        // claiming a pace apart all that time.
+        let room = self.joined.len() + 1 < JOINED_MAX;
+        let after = room.then(|| {
             // The first claim's start still stands: the cursor never
             // passes a pending row, and these rows are excluded by id.
             let ahead = ClaimAhead::spawn(
                 self.store.clone(),
                 self.partitions.clone(),
                 self.batch_size,
-                RowRefs::default(),
-                self.exclude.clone(),
+                (RowRefs::default(), self.exclude.clone()),
                 start,
+                (!full).then_some(self.pace),
             );
             self.running = Some((ahead.start, ahead.started));
+            self.cancel = ahead.cancel.clone();
             ahead.task
         });
         (next.events, after)
@@ -180,13 +220,18 @@ impl InFlight {
     }
 
     /// The claim still running when the batch was done, if any: `task`
-    /// (handed back by the lanes) with where it started.
-    pub(super) fn pending(&self, task: Option<JoinHandle<Result<Claimed>>>) -> Option<ClaimAhead> {
+    /// (handed back by the lanes) with where it started. One that still
+    /// waits is told not to claim.
+    pub(super) fn pending(&self, task: Option<Claiming>) -> Option<ClaimAhead> {
         let (start, started) = self.running?;
+        if let Some(cancel) = &self.cancel {
+            cancel.notify_one();
+        }
         Some(ClaimAhead {
             task: task?,
             start,
             started,
+            cancel: None,
         })
     }
 }

@@ -25,8 +25,10 @@ impl Worker {
     /// its own task, the database acknowledges the previous batch and claims
     /// the next (excluding this one, still in flight), so the round trip and
     /// the decoding of the rows run in parallel with publishing. A short one
-    /// means the worker has caught up: nothing is claimed ahead, and its
-    /// acknowledgement rides on the next claim, one pace later.
+    /// means the worker has caught up: the claim ahead waits a pace first,
+    /// and is made only if a call is still in flight by then (what
+    /// committed meanwhile joins the lanes); otherwise nothing is claimed
+    /// ahead, and the acknowledgement rides on the next claim.
     pub(super) async fn publish(&mut self, claim: Claimable, batch: Claimed) -> Phase {
         // While arrivals are sparse and producers wake the worker, it goes
         // on sleeping on the wake-up path after this batch (see `pace`):
@@ -71,13 +73,12 @@ impl Worker {
         }
     }
 
-    /// Starts claiming the batch after `batch` (of `claim`), unless `batch`
-    /// is short (the worker has caught up).
+    /// Starts claiming the batch after `batch` (of `claim`): at once, or,
+    /// when `batch` is short (the worker has caught up), a pace later.
     fn claim_ahead(&mut self, claim: &Claimable, batch: &Claimed) -> Option<ClaimAhead> {
         let batch_size = self.deps.config.batch_size;
-        if Pace::caught_up(batch.events.len(), batch_size) {
-            return None;
-        }
+        let after = Pace::caught_up(batch.events.len(), batch_size)
+            .then(|| Duration::from_millis(self.deps.config.latency_budget_ms));
         let acked = self.unacked_refs();
         let mut exclude = acked.ids.clone();
         exclude.extend(batch.events.iter().map(|e| e.id));
@@ -86,9 +87,9 @@ impl Worker {
             self.deps.store.clone(),
             claim.partitions.clone(),
             batch_size,
-            acked,
-            exclude,
+            (acked, exclude),
             start,
+            after,
         ))
     }
 
@@ -99,7 +100,10 @@ impl Worker {
     /// retried).
     async fn claimed_ahead(&mut self, ahead: ClaimAhead, claim: &Claimable, published: &Published) {
         let next = match ahead.task.await {
-            Ok(result) => result.map_err(|e| e.with_causes()),
+            // It waited, and the batch was done first: nothing claimed.
+            Ok(Ok(None)) => return,
+            Ok(Ok(Some(next))) => Ok(next),
+            Ok(Err(e)) => Err(e.with_causes()),
             Err(panicked) => Err(format!("prefetch task failed: {panicked}")),
         };
         match next {
@@ -165,6 +169,7 @@ impl Worker {
             self.deps.store.clone(),
             claim.partitions.clone(),
             self.deps.config.batch_size,
+            Duration::from_millis(self.deps.config.latency_budget_ms),
         ));
         let ownership = &self.deps.ownership;
         // What is not sent stays a pending row, claimed again later.
