@@ -206,7 +206,7 @@ async fn custom_publisher_passes_the_conformance_suite() {
         );
     }
     assert!(
-        out.contains("custom_publisher: 8 conformance cases passed, 0 not applicable, 0 failed"),
+        out.contains("custom_publisher: 9 conformance cases passed, 0 not applicable, 0 failed"),
         "{out}"
     );
 }

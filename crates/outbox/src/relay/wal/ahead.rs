@@ -27,11 +27,9 @@ use uuid::Uuid;
 use super::check::Refusal;
 use super::hand::InHand;
 use super::incoming::Incoming;
-use super::switch::SWITCH_TO_TABLE;
 use crate::event::Event;
 use crate::relay::deliver::pauses::Pauses;
 use crate::relay::deliver::JOINED_MAX;
-use crate::wal::PAUSES_CHANGED;
 
 /// The stream read on while a batch is in flight.
 pub(crate) struct ReadAhead<'a> {
@@ -137,19 +135,7 @@ impl<'a> ReadAhead<'a> {
             ReplicationEvent::Message {
                 prefix, content, ..
             } if prefix == self.incoming.prefix => {
-                if content == SWITCH_TO_TABLE.as_bytes() {
-                    hand.txn_marks = true;
-                } else if content == PAUSES_CHANGED.as_bytes() {
-                    hand.txn_pauses = true;
-                } else if let Some(e) = self.incoming.decoded(&content) {
-                    hand.txn.push(e);
-                }
-                // A transaction larger than a batch is published in
-                // batches as it streams, as the session does.
-                if hand.batch.len() + hand.txn.len() >= self.batch_size {
-                    hand.batch.append(&mut hand.txn);
-                    return true;
-                }
+                return self.incoming.take_message(hand, &content, self.batch_size);
             }
             ReplicationEvent::Commit { end_lsn, .. } if !(hand.txn_pauses || hand.txn_marks) => {
                 hand.batch.append(&mut hand.txn);

@@ -5,9 +5,11 @@
 use std::sync::Arc;
 
 use super::check::{Admission, Refusal};
+use super::hand::InHand;
+use super::switch::SWITCH_TO_TABLE;
 use crate::event::Event;
 use crate::relay::observe::{RelayObserver, RelayStats};
-use crate::wal::message;
+use crate::wal::{message, PAUSES_CHANGED};
 
 pub(crate) struct Incoming {
     /// The prefix of this schema's messages.
@@ -65,6 +67,32 @@ impl Incoming {
             created_at: checked.created_at.unwrap_or_else(chrono::Utc::now),
             partition: 0,
         })
+    }
+
+    /// A message of this schema in the transaction being read, taken into
+    /// `hand`: the switch's mark, a pause changed, or an event. `true` when
+    /// the batch in hand is then full: a transaction larger than a batch
+    /// is published in batches as it streams (it has committed: pgoutput
+    /// sends only committed transactions), and the slot moves past it at
+    /// its end.
+    pub(crate) fn take_message(
+        &mut self,
+        hand: &mut InHand,
+        content: &[u8],
+        batch_size: usize,
+    ) -> bool {
+        if content == SWITCH_TO_TABLE.as_bytes() {
+            hand.txn_marks = true;
+        } else if content == PAUSES_CHANGED.as_bytes() {
+            hand.txn_pauses = true;
+        } else if let Some(e) = self.decoded(content) {
+            hand.txn.push(e);
+        }
+        if hand.batch.len() + hand.txn.len() < batch_size {
+            return false;
+        }
+        hand.batch.append(&mut hand.txn);
+        true
     }
 
     /// Logs and counts a refused message.

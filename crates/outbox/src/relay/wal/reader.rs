@@ -21,7 +21,7 @@ use super::incoming::Incoming;
 use super::position::Position;
 use super::session::{self, NotStarted, Session};
 use super::set_aside::SetAside;
-use super::switch::{self, Gone, Mark, SWITCH_TO_TABLE};
+use super::switch::{self, Gone, Mark};
 use super::ReplicationTarget;
 use crate::error::{Error, Result};
 use crate::relay::backoff::DoublingDelay;
@@ -30,7 +30,6 @@ use crate::relay::deliver::pauses::PauseWatch;
 use crate::relay::deliver::Core;
 use crate::relay::observe::{OutageKind, RelayObserver, RelayStats};
 use crate::wakeup::Wakeup;
-use crate::wal::PAUSES_CHANGED;
 
 /// What the relay's owner can read of the reader while it runs.
 #[derive(Debug, Default)]
@@ -375,18 +374,10 @@ impl Reader {
         hand: &mut InHand,
         content: &[u8],
     ) -> std::result::Result<ControlFlow<Ended>, String> {
-        if content == SWITCH_TO_TABLE.as_bytes() {
-            hand.txn_marks = true;
-        } else if content == PAUSES_CHANGED.as_bytes() {
-            hand.txn_pauses = true;
-        } else if let Some(e) = self.incoming.decoded(content) {
-            hand.txn.push(e);
-        }
-        // A transaction larger than a batch is published in batches as it
-        // streams (it has committed: pgoutput sends only committed
-        // transactions); the slot moves past it at its end.
-        if hand.batch.len() + hand.txn.len() >= self.config.batch_size {
-            hand.batch.append(&mut hand.txn);
+        if self
+            .incoming
+            .take_message(hand, content, self.config.batch_size)
+        {
             if let ControlFlow::Break(ended) = self.publish(client, hand).await? {
                 return Ok(ControlFlow::Break(ended));
             }
