@@ -17,6 +17,8 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
+use super::deliver::pauses::PauseWatch;
+use super::deliver::Core;
 use super::lease::{lease_loop, LeaseLoop};
 use super::observe::{RelayObserver, RelayStats};
 use super::ownership::Ownership;
@@ -133,8 +135,10 @@ impl Assembly {
     }
 
     /// Starts the schema's slot reader on slot `slot` (publication
-    /// `publication`), reading through `target` from `first` if a session
-    /// is open, until `shutdown`.
+    /// `publication`) on its own task, reading through `target` from
+    /// `first` if a session is open, until `shutdown`. It wakes the table
+    /// worker (`wakeup`) when it sets events aside, and reads the pause
+    /// changes that wake-up carries.
     pub(crate) fn start_reader(
         &self,
         target: ReplicationTarget,
@@ -143,6 +147,40 @@ impl Assembly {
         publication: String,
         first: Option<Session>,
     ) -> (JoinHandle<Result<()>>, Arc<SlotState>) {
-        wal::spawn_reader(self, target, shutdown, slot, publication, first)
+        let state = Arc::new(SlotState::default());
+        let (pool, schema) = (&self.pool, &self.schema);
+        let reader = wal::reader::Reader {
+            aside: wal::set_aside::SetAside::new(pool.clone(), schema),
+            switch: wal::switch::Switch::new(pool.clone(), schema),
+            position: wal::position::Position::new(pool.clone(), schema),
+            core: Core::new(
+                self.publisher.clone(),
+                &self.config,
+                #[cfg(feature = "opentelemetry")]
+                self.tracer.clone(),
+            ),
+            pauses: PauseWatch::new(pool.clone(), schema, self.wakeup.clone()),
+            target,
+            slot,
+            publication,
+            config: self.config.clone(),
+            stats: self.stats.clone(),
+            observer: self.observer.clone(),
+            shutdown,
+            state: state.clone(),
+            // Read when each session starts.
+            blocked: Default::default(),
+            switch_mark: None,
+            fence: 0,
+            wakeup: self.wakeup.clone(),
+            incoming: wal::incoming::Incoming {
+                prefix: crate::wal::message_prefix(schema),
+                admission: Default::default(),
+                next_seq: 0,
+                stats: self.stats.clone(),
+                observer: self.observer.clone(),
+            },
+        };
+        (tokio::spawn(reader.run(first)), state)
     }
 }

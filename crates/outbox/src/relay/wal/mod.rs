@@ -1,8 +1,8 @@
 //! The relay of a WAL-mode schema: it streams the schema's logical
 //! messages from its replication slot and publishes them through the
 //! delivery core the table mode uses ([`crate::relay::deliver`]). Started
-//! the same way ([`spawn_reader`], from `relay/assembly.rs`) by a relay of
-//! one source and by each source of a relay of many.
+//! the same way (`Assembly::start_reader`, in `relay/assembly.rs`) by a
+//! relay of one source and by each source of a relay of many.
 //!
 //! | concept | file |
 //! |---------|------|
@@ -32,65 +32,7 @@ pub(crate) mod switch;
 
 pub use reader::SlotState;
 
-use std::sync::Arc;
-
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
-
 use crate::error::{Error, Result};
-use crate::relay::assembly::Assembly;
-use crate::relay::deliver::{pauses::PauseWatch, Core};
-
-/// Starts reading slot `slot` (with publication `publication`) through
-/// `target` on its own task, from `first` if a session is already open,
-/// with what serves the schema (`parts`: the same for a relay of one
-/// source and for each source of a relay of many), until `shutdown`.
-/// `parts.wakeup` is the table worker's: the reader wakes it when it sets
-/// events aside, and reads the pause changes it carries.
-pub(crate) fn spawn_reader(
-    parts: &Assembly,
-    target: ReplicationTarget,
-    shutdown: watch::Receiver<bool>,
-    slot: String,
-    publication: String,
-    first: Option<session::Session>,
-) -> (JoinHandle<Result<()>>, Arc<SlotState>) {
-    let state = Arc::new(SlotState::default());
-    let (pool, schema) = (&parts.pool, &parts.schema);
-    let reader = reader::Reader {
-        aside: set_aside::SetAside::new(pool.clone(), schema),
-        switch: switch::Switch::new(pool.clone(), schema),
-        position: position::Position::new(pool.clone(), schema),
-        core: Core::new(
-            parts.publisher.clone(),
-            &parts.config,
-            #[cfg(feature = "opentelemetry")]
-            parts.tracer.clone(),
-        ),
-        pauses: PauseWatch::new(pool.clone(), schema, parts.wakeup.clone()),
-        target,
-        slot,
-        publication,
-        config: parts.config.clone(),
-        stats: parts.stats.clone(),
-        observer: parts.observer.clone(),
-        shutdown,
-        state: state.clone(),
-        // Read when each session starts.
-        blocked: Default::default(),
-        switch_mark: None,
-        fence: 0,
-        wakeup: parts.wakeup.clone(),
-        incoming: incoming::Incoming {
-            prefix: crate::wal::message_prefix(schema),
-            admission: Default::default(),
-            next_seq: 0,
-            stats: parts.stats.clone(),
-            observer: parts.observer.clone(),
-        },
-    };
-    (tokio::spawn(reader.run(first)), state)
-}
 
 /// Where the relay opens its replication connection: the server itself
 /// (a replication connection cannot pass through PgBouncer).
