@@ -28,9 +28,11 @@ use lanes::Lanes;
 use outcomes::{RetryPolicy, Settlement};
 
 /// The most batches published as one (the first and those that joined
-/// it while its calls were in flight), in either mode: past this, the
-/// batch ends with its slowest call, and its acknowledgement (rows acked,
-/// slot confirmed) goes out before the next batch.
+/// it while its calls were in flight): in the table mode this many
+/// claims, in the WAL mode this many full batches' worth of events (its
+/// batches end where the stream pauses, not only at `batch_size`). Past
+/// this, the batch ends with its slowest call, and its acknowledgement
+/// (rows acked, slot confirmed) goes out before the next batch.
 pub(crate) const JOINED_MAX: usize = 4;
 
 /// What one turn of [`Core::deliver_joined`] came to.

@@ -76,14 +76,12 @@ impl Reader {
             return Ok(false);
         };
         settled.add_dead(dead);
-        let joined = std::mem::take(&mut settled.joined);
+        let mut joined = std::mem::take(&mut settled.joined);
         let (mut read, mut end) = (claimed, end);
-        for part in &joined {
+        for part in &mut joined {
             read += part.claimed;
             end = part.end.or(end);
-        }
-        for part in &joined {
-            settled.add_dead(part.dead.clone());
+            settled.add_dead(std::mem::take(&mut part.dead));
         }
         if !self.store_aside(&settled).await? {
             return Ok(false);
